@@ -1,0 +1,46 @@
+# berth build. `make help` lists the targets.
+GO ?= go
+BIN := bin
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/berth-dev/berth/internal/version.Version=$(VERSION)
+
+# Pinned protoc plugin versions (protoc itself is Debian's protobuf-compiler).
+PROTOC_GEN_GO_VERSION := v1.36.11
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
+PROTOC_GEN_GATEWAY_VERSION := v2.27.8
+GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
+
+.PHONY: help build proto proto-tools lint test bench clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+build: ## build bin/sandbox-agent (static) and bin/orchestrator
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandbox-agent ./cmd/sandbox-agent
+
+proto-tools: ## install protoc (Debian) and the pinned Go plugins
+	@command -v protoc >/dev/null || (apt-get update && apt-get install -y protobuf-compiler libprotobuf-dev)
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	$(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(PROTOC_GEN_GATEWAY_VERSION)
+
+proto: proto-tools ## regenerate the committed Go code from proto/
+	PATH="$(GOBIN_DIR):$$PATH" protoc -I proto -I /usr/include \
+	  --go_out=proto --go_opt=paths=source_relative \
+	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
+	  --grpc-gateway_out=proto --grpc-gateway_opt=paths=source_relative \
+	  --grpc-gateway_opt=grpc_api_configuration=proto/berth/agent/v1/agent_http.yaml \
+	  proto/berth/agent/v1/agent.proto
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+test: ## run all tests (needs Docker for the Docker parts)
+	$(GO) test -count=1 -timeout 20m ./...
+
+bench: build ## benchmarks; prints ratios measured in one run
+	$(GO) test -run '^$$' -bench . -benchtime 2000x ./pkg/agent/...
+
+clean:
+	rm -rf $(BIN)

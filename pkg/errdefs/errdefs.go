@@ -1,0 +1,88 @@
+// Package errdefs defines berth's error categories. Code wraps one of the
+// sentinel errors with %w and the ids involved; the gRPC and HTTP edges map
+// the category to a status code (ToGRPC) and clients map it back (FromGRPC),
+// so errors.Is works on both sides of the wire.
+package errdefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Sentinel categories. Wrap them, never return them bare.
+var (
+	// ErrInvalidArgument marks a request that is malformed; the message names the field.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotFound marks a missing object.
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyExists marks an object that exists and may not be replaced.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrFailedPrecondition marks a request the current state does not allow.
+	ErrFailedPrecondition = errors.New("failed precondition")
+	// ErrUnavailable marks a dependency that cannot be reached right now.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrResourceExhausted marks a limit that was reached.
+	ErrResourceExhausted = errors.New("resource exhausted")
+	// ErrUnauthenticated marks a missing or wrong credential.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrPermissionDenied marks a credential that does not allow the call.
+	ErrPermissionDenied = errors.New("permission denied")
+	// ErrConflict marks a concurrent modification that lost.
+	ErrConflict = errors.New("conflict")
+	// ErrInternal marks a bug or an unexpected failure.
+	ErrInternal = errors.New("internal")
+)
+
+// InvalidArgument returns an ErrInvalidArgument naming field.
+func InvalidArgument(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidArgument, field, fmt.Sprintf(format, args...))
+}
+
+// NotFound returns an ErrNotFound with a message.
+func NotFound(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrNotFound, fmt.Sprintf(format, args...))
+}
+
+// AlreadyExists returns an ErrAlreadyExists with a message.
+func AlreadyExists(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrAlreadyExists, fmt.Sprintf(format, args...))
+}
+
+// FailedPrecondition returns an ErrFailedPrecondition with a message.
+func FailedPrecondition(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrFailedPrecondition, fmt.Sprintf(format, args...))
+}
+
+// Unavailable returns an ErrUnavailable with a message.
+func Unavailable(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnavailable, fmt.Sprintf(format, args...))
+}
+
+// ResourceExhausted returns an ErrResourceExhausted with a message.
+func ResourceExhausted(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrResourceExhausted, fmt.Sprintf(format, args...))
+}
+
+// IsInvalidArgument reports whether err is an ErrInvalidArgument.
+func IsInvalidArgument(err error) bool { return errors.Is(err, ErrInvalidArgument) }
+
+// IsNotFound reports whether err is an ErrNotFound.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// IsAlreadyExists reports whether err is an ErrAlreadyExists.
+func IsAlreadyExists(err error) bool { return errors.Is(err, ErrAlreadyExists) }
+
+// IsFailedPrecondition reports whether err is an ErrFailedPrecondition.
+func IsFailedPrecondition(err error) bool { return errors.Is(err, ErrFailedPrecondition) }
+
+// IsUnavailable reports whether err is an ErrUnavailable.
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
+
+// IsResourceExhausted reports whether err is an ErrResourceExhausted.
+func IsResourceExhausted(err error) bool { return errors.Is(err, ErrResourceExhausted) }
+
+// IsCanceled reports whether err is a context cancellation or deadline.
+func IsCanceled(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
