@@ -10,13 +10,20 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_GEN_GATEWAY_VERSION := v2.27.8
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help build proto proto-tools lint test bench clean
+.PHONY: help build run images proto proto-tools proto-check lint test bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
 build: ## build bin/sandbox-agent (static) and bin/orchestrator
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandbox-agent ./cmd/sandbox-agent
+
+run: build ## build and run the agent on 127.0.0.1:7000 (token: $$BERTH_AGENT_TOKEN or "dev-token")
+	mkdir -p .berth/workspace
+	BERTH_AGENT_TOKEN=$${BERTH_AGENT_TOKEN:-dev-token} $(BIN)/sandbox-agent --listen 127.0.0.1:7000 --workdir $(CURDIR)/.berth/workspace
+
+images: ## build the sandbox images berth/base and berth/minimal (offline, cached)
+	images/build.sh all
 
 proto-tools: ## install protoc (Debian) and the pinned Go plugins
 	@command -v protoc >/dev/null || (apt-get update && apt-get install -y protobuf-compiler libprotobuf-dev)
@@ -25,12 +32,17 @@ proto-tools: ## install protoc (Debian) and the pinned Go plugins
 	$(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(PROTOC_GEN_GATEWAY_VERSION)
 
 proto: proto-tools ## regenerate the committed Go code from proto/
-	PATH="$(GOBIN_DIR):$$PATH" protoc -I proto -I /usr/include \
-	  --go_out=proto --go_opt=paths=source_relative \
-	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
-	  --grpc-gateway_out=proto --grpc-gateway_opt=paths=source_relative \
-	  --grpc-gateway_opt=grpc_api_configuration=proto/berth/agent/v1/agent_http.yaml \
-	  proto/berth/agent/v1/agent.proto
+	for svc in agent/v1/agent orchestrator/v1/orchestrator; do \
+	  PATH="$(GOBIN_DIR):$$PATH" protoc -I proto -I /usr/include \
+	    --go_out=proto --go_opt=paths=source_relative \
+	    --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
+	    --grpc-gateway_out=proto --grpc-gateway_opt=paths=source_relative \
+	    --grpc-gateway_opt=grpc_api_configuration=proto/berth/$${svc}_http.yaml \
+	    proto/berth/$$svc.proto || exit 1; \
+	done
+
+proto-check: proto ## fail if the committed generated code is stale
+	@git diff --exit-code -- proto/ || (echo "generated code in proto/ is stale: run make proto and commit" && exit 1)
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

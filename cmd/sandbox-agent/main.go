@@ -1,0 +1,148 @@
+// Command sandbox-agent is berth's in-sandbox agent: a static binary that
+// serves command, file and git endpoints over gRPC and JSON/REST on one port.
+//
+//	sandbox-agent [--listen ADDR] [--workdir DIR] [--init] [-- ENTRYPOINT ARGS...]
+//
+// The bearer token comes from BERTH_AGENT_TOKEN (preferred: not visible in
+// ps), --token-file or --token. As PID 1 (or with --init) the agent runs as a
+// small supervisor that reaps orphans, forwards signals and runs the server
+// (and the optional entrypoint after --) as children.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/berth-dev/berth/internal/version"
+	"github.com/berth-dev/berth/pkg/agent"
+	"github.com/berth-dev/berth/pkg/agent/supervisor"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("sandbox-agent", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:7000", "address to serve gRPC and REST on")
+	workDir := fs.String("workdir", "/workspace", "default working directory (created if missing)")
+	token := fs.String("token", "", "bearer token (prefer BERTH_AGENT_TOKEN or --token-file)")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token")
+	noAuth := fs.Bool("no-auth", false, "serve without authentication (local development only)")
+	initMode := fs.Bool("init", false, "run as init supervisor even when not PID 1 (child subreaper)")
+	maxProcs := fs.Int("max-processes", 256, "maximum concurrently running commands")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *showVersion {
+		fmt.Println(version.Version)
+		return 0
+	}
+	log, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	if (os.Getpid() == 1 || *initMode) && os.Getenv(supervisor.ChildEnv) == "" {
+		stop() // the supervisor handles signals itself
+		self, err := os.Executable()
+		if err != nil {
+			self = "/proc/self/exe"
+		}
+		serverArgs := args
+		var entry []string
+		for i, a := range args {
+			if a == "--" {
+				serverArgs, entry = args[:i], args[i+1:]
+				break
+			}
+		}
+		code, err := supervisor.Run(context.Background(), supervisor.Config{
+			Server:     append([]string{self}, serverArgs...),
+			Entrypoint: entry,
+			Subreaper:  os.Getpid() != 1,
+			Logger:     log.With("component", "supervisor"),
+		})
+		if err != nil {
+			log.Error("supervisor failed", "err", err)
+		}
+		return code
+	}
+
+	tok, err := readToken(*token, *tokenFile)
+	if err != nil {
+		log.Error("cannot read token", "err", err)
+		return 2
+	}
+	// Commands run by the agent must not inherit the token.
+	_ = os.Unsetenv("BERTH_AGENT_TOKEN")
+	if err := os.MkdirAll(*workDir, 0o755); err != nil {
+		log.Error("cannot create workdir", "workdir", *workDir, "err", err)
+		return 1
+	}
+	srv, err := agent.New(agent.Config{Token: tok, NoAuth: *noAuth, WorkDir: *workDir, MaxProcesses: *maxProcs, Logger: log})
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 2
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Error("cannot listen", "addr", *listen, "err", err)
+		return 1
+	}
+	if err := srv.Serve(ctx, ln); err != nil {
+		log.Error("serve failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// readToken picks the token from --token, --token-file or BERTH_AGENT_TOKEN.
+func readToken(flagVal, file string) (string, error) {
+	switch {
+	case flagVal != "":
+		return flagVal, nil
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(b)), nil
+	default:
+		return os.Getenv("BERTH_AGENT_TOKEN"), nil
+	}
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format: want text or json, got %q", format)
+	}
+}

@@ -1,0 +1,455 @@
+#!/usr/bin/env bash
+# images/build.sh: build berth's sandbox images offline (no registry needed).
+#
+#   images/build.sh [-f|--force] [--check] [base|minimal|all ...]
+#
+# berth/base    Debian bookworm minbase (debootstrap) + images/base/packages.txt
+# berth/minimal busybox-static on an otherwise empty root filesystem
+#
+# Every image is tagged berth/NAME:<recipe hash> and berth/NAME:latest and
+# labelled dev.berth.image.recipe=<recipe hash>. The hash covers this script,
+# everything under images/NAME/ and the external inputs (Debian suite and
+# architecture, busybox-static version). When an image with the current hash
+# exists, nothing is done. The root filesystem tarball is cached under
+# $BERTH_IMAGES_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/berth/images), so
+# a removed image is re-imported in seconds. See images/README.md.
+set -euo pipefail
+umask 022
+
+IMAGES_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE_DIR=${BERTH_IMAGES_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(cd ~ && pwd)}/.cache}/berth/images}
+REPO=berth
+SUITE=bookworm
+LABEL=dev.berth.image
+RECIPES=(base minimal)
+PATH_DEFAULT=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+ARGS=("$@")
+FORCE=0
+CHECK=0
+PARTIAL=""     # tarball being written, removed on failure
+WORK=""        # temporary build directory, removed on exit
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'images/build.sh: error: %s\n' "$*" >&2; exit 1; }
+now_ms() { date +%s%3N; }
+
+usage() {
+	cat <<EOF
+usage: images/build.sh [-f|--force] [--check] [IMAGE ...]
+
+Builds the berth sandbox images offline. IMAGE is one of: ${RECIPES[*]}, all
+(default: all). An image whose recipe hash is unchanged is skipped.
+
+  -f, --force  rebuild from scratch, ignoring the existing image and the
+               cached root filesystem tarball
+  --check      build nothing; report each image as up to date, stale or
+               missing and exit 1 unless all are up to date
+  -h, --help   show this help
+
+Environment:
+  BERTH_IMAGES_CACHE   cache directory (default: \${XDG_CACHE_HOME:-~/.cache}/berth/images)
+  BERTH_DEBIAN_MIRROR  Debian mirror for berth/base (default: the one apt uses
+                       on this machine, read from /etc/apt/sources.list{,.d})
+EOF
+}
+
+# mounts_under DIR prints the mount points below DIR, deepest first.
+mounts_under() {
+	awk -v p="$1/" 'index($2, p) == 1 { print $2 }' /proc/mounts | sort -r
+}
+
+cleanup() {
+	local rc=$? m
+	[[ -z $PARTIAL ]] || rm -f "$PARTIAL"
+	if [[ -n $WORK && -d $WORK ]]; then
+		# our /proc, and whatever an interrupted debootstrap left mounted
+		for m in $(mounts_under "$WORK"); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+		if [[ -n $(mounts_under "$WORK") ]]; then
+			printf 'images/build.sh: warning: still mounted below %s; not removing it\n' "$WORK" >&2
+		else
+			rm -rf --one-file-system "$WORK"
+		fi
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+require_root() {
+	[[ $EUID -eq 0 ]] || die "$1 needs root (debootstrap, chroot, mount); run: sudo $0 ${ARGS[*]}"
+}
+
+# ensure_pkgs PKG... installs the Debian packages that are not installed yet.
+ensure_pkgs() {
+	local missing=() p
+	for p in "$@"; do
+		[[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == "install ok installed" ]] || missing+=("$p")
+	done
+	((${#missing[@]})) || return 0
+	[[ $EUID -eq 0 ]] || die "missing host packages: ${missing[*]} (run: sudo apt-get install -y ${missing[*]})"
+	command -v apt-get >/dev/null || die "missing host packages: ${missing[*]}, and apt-get is not available"
+	log "installing host packages: ${missing[*]}"
+	local out
+	out=$(DEBIAN_FRONTEND=noninteractive apt-get update -qq 2>&1) || { printf '%s\n' "$out" >&2; die "apt-get update failed"; }
+	out=$(DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" 2>&1) ||
+		{ printf '%s\n' "$out" >&2; die "apt-get install ${missing[*]} failed"; }
+}
+
+# apt_source_uri SUITE prints the URI of the first enabled "deb" source for
+# SUITE configured for apt on this machine (one-line and deb822 formats, in
+# the order apt reads them). Prints nothing if there is none.
+apt_source_uri() {
+	local suite=$1 f
+	local files=()
+	[[ -f /etc/apt/sources.list ]] && files+=(/etc/apt/sources.list)
+	for f in /etc/apt/sources.list.d/*; do
+		[[ -f $f && ( $f == *.list || $f == *.sources ) ]] && files+=("$f")
+	done
+	for f in "${files[@]}"; do
+		if [[ $f == *.list ]]; then
+			awk -v s="$suite" '{ sub(/#.*/, ""); gsub(/\[[^]]*\]/, " ") }
+				$1 == "deb" && $3 == s { print $2; found = 1; exit }
+				END { exit !found }' "$f" && return 0
+		else
+			awk -v s="$suite" '
+				function has(list, w,   n, a, i) { n = split(list, a, /[ \t]+/); for (i = 1; i <= n; i++) if (a[i] == w) return 1; return 0 }
+				BEGIN { RS = "" }
+				{
+					types = ""; uris = ""; suites = ""; enabled = "yes"
+					n = split($0, lines, "\n")
+					for (i = 1; i <= n; i++) {
+						if (lines[i] ~ /^[ \t]*#/ || lines[i] !~ /:/) continue
+						key = tolower(substr(lines[i], 1, index(lines[i], ":") - 1))
+						val = substr(lines[i], index(lines[i], ":") + 1)
+						gsub(/^[ \t]+|[ \t]+$/, "", val)
+						if (key == "types") types = val; else if (key == "uris") uris = val
+						else if (key == "suites") suites = val; else if (key == "enabled") enabled = tolower(val)
+					}
+					if (enabled != "no" && has(types, "deb") && has(suites, s)) { split(uris, u, /[ \t]+/); print u[1]; found = 1; exit }
+				}
+				END { exit !found }' "$f" && return 0
+		fi
+	done
+	return 0
+}
+
+debian_mirror() {
+	local m=${BERTH_DEBIAN_MIRROR:-}
+	[[ -n $m ]] || m=$(apt_source_uri "$SUITE")
+	[[ -n $m ]] || die "no apt source for Debian '$SUITE' in /etc/apt/sources.list{,.d}; set BERTH_DEBIAN_MIRROR (e.g. the URI of your Debian mirror or apt proxy)"
+	printf '%s\n' "${m%/}"
+}
+
+# apt_proxy_env exports http(s)_proxy from apt's configuration (if set there
+# and not in the environment), so debootstrap's wget uses the same proxy.
+apt_proxy_env() {
+	local HTTP_PROXY_APT="" HTTPS_PROXY_APT=""
+	eval "$(apt-config shell HTTP_PROXY_APT Acquire::http::Proxy HTTPS_PROXY_APT Acquire::https::Proxy 2>/dev/null || true)"
+	if [[ -z ${http_proxy:-} && -n $HTTP_PROXY_APT && $HTTP_PROXY_APT != DIRECT ]]; then
+		export http_proxy=$HTTP_PROXY_APT
+		log "using apt's HTTP proxy $http_proxy"
+	fi
+	if [[ -z ${https_proxy:-} && -n $HTTPS_PROXY_APT && $HTTPS_PROXY_APT != DIRECT ]]; then
+		export https_proxy=$HTTPS_PROXY_APT
+	fi
+}
+
+arch() { dpkg --print-architecture; }
+
+busybox_version() {
+	dpkg-query -W -f='${Version}' busybox-static 2>/dev/null || echo "not-installed"
+}
+
+# packages_csv prints images/base/packages.txt as a comma-separated list.
+packages_csv() {
+	sed -e 's/#.*//' -e 's/[[:space:]]//g' "$IMAGES_DIR/base/packages.txt" | { grep -v '^$' || true; } | paste -sd, -
+}
+
+# --- recipes ---------------------------------------------------------------
+# A recipe NAME is: a directory images/NAME/ (hashed; an optional rootfs/
+# overlay copied into the image last) and four functions:
+#   inputs_NAME          print external inputs that belong in the recipe hash
+#   rootfs_NAME DIR      populate the root filesystem DIR
+#   changes_NAME         print `docker import --change` lines (one per line)
+#   smoke_NAME           print the command (argv, one per line) that must
+#                        succeed in a fresh container of the image
+
+inputs_base() {
+	printf 'suite %s\narch %s\n' "$SUITE" "$(arch)"
+}
+
+changes_base() {
+	printf '%s\n' "ENV PATH=$PATH_DEFAULT" "ENV LANG=C.UTF-8" "WORKDIR /workspace" 'CMD ["/bin/bash"]' \
+		"LABEL $LABEL.debian-suite=$SUITE"
+}
+
+smoke_base() { printf '%s\n' bash -c 'git --version && python3 --version && ps -p 1 >/dev/null && test -d /workspace'; }
+
+rootfs_base() {
+	local root=$1 mirror security updates pkgs
+	require_root "building berth/base"
+	ensure_pkgs debootstrap debian-archive-keyring wget
+	command -v chroot >/dev/null || die "chroot not found"
+	apt_proxy_env
+	mirror=$(debian_mirror)
+	security=$(apt_source_uri "$SUITE-security")
+	updates=$(apt_source_uri "$SUITE-updates")
+	pkgs=$(packages_csv)
+	[[ -n $pkgs ]] || die "images/base/packages.txt lists no packages"
+
+	mkdir -p "$CACHE_DIR/debs"
+	log "debootstrap --variant=minbase $SUITE from $mirror (+ $pkgs)"
+	debootstrap --variant=minbase --include="$pkgs" --cache-dir="$CACHE_DIR/debs" \
+		"$SUITE" "$root" "$mirror" >"$WORK/debootstrap.log" 2>&1 || {
+		tail -n 30 "$WORK/debootstrap.log" >&2
+		[[ -f $root/debootstrap/debootstrap.log ]] && tail -n 30 "$root/debootstrap/debootstrap.log" >&2
+		die "debootstrap failed (log above)"
+	}
+
+	# apt sources inside the image: the same mirror(s) this machine uses.
+	rm -f "$root/etc/apt/sources.list"
+	{
+		printf 'Types: deb\nURIs: %s\nSuites: %s%s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+			"$mirror" "$SUITE" "${updates:+ $SUITE-updates}"
+		[[ -z $security ]] ||
+			printf '\nTypes: deb\nURIs: %s\nSuites: %s-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+				"${security%/}" "$SUITE"
+	} >"$root/etc/apt/sources.list.d/debian.sources"
+
+	if [[ -n $security || -n $updates ]]; then
+		log "applying $SUITE${updates:+ $SUITE-updates}${security:+ $SUITE-security} updates"
+		local cvu=""
+		eval "$(apt-config shell cvu Acquire::Check-Valid-Until 2>/dev/null || true)"
+		printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+		chmod 0755 "$root/usr/sbin/policy-rc.d"
+		mount -t proc proc "$root/proc" # unmounted by cleanup if we fail
+		local apt=(chroot "$root" env DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 apt-get -qq
+			-o "Acquire::Check-Valid-Until=${cvu:-true}" -o Dpkg::Options::=--force-confold)
+		{ "${apt[@]}" update && "${apt[@]}" -y upgrade && "${apt[@]}" clean; } >"$WORK/upgrade.log" 2>&1 || {
+			tail -n 30 "$WORK/upgrade.log" >&2
+			die "apt-get upgrade inside the rootfs failed (log above)"
+		}
+		umount "$root/proc"
+		rm -f "$root/usr/sbin/policy-rc.d"
+	fi
+
+	log "adding user sandbox (uid 1000), /workspace"
+	chroot "$root" useradd --uid 1000 --user-group --create-home --shell /bin/bash sandbox
+	install -d -m 0755 "$root/workspace"
+
+	log "cleaning apt lists, caches, logs, docs and manuals"
+	rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
+		"$root"/var/cache/apt/archives/*.deb "$root"/var/cache/apt/archives/partial/* \
+		"$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old \
+		"$root"/var/cache/ldconfig/aux-cache "$root"/tmp/* "$root"/var/tmp/* \
+		"$root"/usr/share/info/* "$root"/debootstrap
+	find "$root/var/log" -type f -delete
+	find "$root/usr/share/man" -type f -delete 2>/dev/null || true
+	find "$root/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete 2>/dev/null || true
+	find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} + 2>/dev/null || true
+	# Docker provides these per container; do not ship the build host's.
+	rm -f "$root/etc/resolv.conf" "$root/etc/hostname" "$root/etc/machine-id"
+	# Docker mounts a fresh /dev; drop the device nodes debootstrap made.
+	find "$root/dev" -mindepth 1 -delete
+}
+
+inputs_minimal() {
+	printf 'busybox-static %s\narch %s\n' "$(busybox_version)" "$(arch)"
+}
+
+changes_minimal() {
+	printf '%s\n' "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+		"WORKDIR /workspace" 'CMD ["/bin/sh"]' "LABEL $LABEL.busybox-version=$(busybox_version)"
+}
+
+smoke_minimal() { printf '%s\n' sh -c 'echo ok >/dev/null && ls /workspace >/dev/null && id sandbox >/dev/null'; }
+
+rootfs_minimal() {
+	local root=$1 bb applet
+	ensure_pkgs busybox-static
+	bb=$(dpkg-query -L busybox-static | grep -E '/s?bin/busybox$' | head -n1 || true)
+	[[ -n $bb && -x $bb ]] || bb=/bin/busybox
+	[[ -x $bb ]] || die "busybox-static is installed but its binary was not found"
+	if ldd "$bb" >/dev/null 2>&1; then die "$bb is dynamically linked; berth/minimal needs busybox-static"; fi
+
+	log "busybox-static $(busybox_version): $bb + applet links"
+	install -d -m 0755 "$root"/{bin,sbin,usr/bin,usr/sbin,usr/local/bin,etc,dev,proc,sys,run,var,workspace}
+	install -d -m 0700 "$root/root"
+	install -d -m 1777 "$root/tmp" "$root/var/tmp"
+	install -d -m 0755 -o 1000 -g 1000 "$root/home/sandbox" 2>/dev/null ||
+		install -d -m 0755 "$root/home/sandbox" # not root: ownership fixed in the tarball
+	install -m 0755 "$bb" "$root/bin/busybox"
+	# `busybox --list-full` prints each applet with its install path
+	# (bin/sh, usr/bin/awk, ...): the same layout as `busybox --install -s`.
+	while read -r applet; do
+		[[ -n $applet && $applet != bin/busybox && $applet != linuxrc ]] || continue
+		install -d -m 0755 "$root/$(dirname "$applet")"
+		ln -sf /bin/busybox "$root/$applet"
+	done < <("$bb" --list-full)
+	[[ -L $root/bin/sh ]] || die "busybox has no sh applet"
+}
+
+# --- driver ----------------------------------------------------------------
+
+# recipe_hash NAME prints the sha256 of everything that defines image NAME.
+recipe_hash() {
+	local name=$1 f
+	{
+		echo "berth image recipe v1 $name"
+		printf 'script %s\n' "$(sha256sum <"$IMAGES_DIR/build.sh" | cut -d' ' -f1)"
+		(
+			cd "$IMAGES_DIR/$name"
+			find . -type f -print0 | LC_ALL=C sort -z | while IFS= read -r -d '' f; do
+				printf 'file %s %s %s\n' "$f" "$([[ -x $f ]] && echo 755 || echo 644)" "$(sha256sum <"$f" | cut -d' ' -f1)"
+			done
+		)
+		"inputs_$name"
+	} | sha256sum | cut -d' ' -f1
+}
+
+# image_recipe REF prints the recipe label of image REF (empty if absent).
+image_recipe() {
+	docker image inspect --format "{{index .Config.Labels \"$LABEL.recipe\"}}" "$1" 2>/dev/null || true
+}
+
+# install_overlay NAME ROOT copies images/NAME/rootfs/ into ROOT (root-owned,
+# mode 0755 for executables, 0644 otherwise, whatever the checkout's umask).
+install_overlay() {
+	local src=$IMAGES_DIR/$1/rootfs root=$2 f
+	[[ -d $src ]] || return 0
+	(cd "$src" && find . -type f) | LC_ALL=C sort | while read -r f; do
+		f=${f#./}
+		install -D -m "$([[ -x $src/$f ]] && echo 0755 || echo 0644)" "$src/$f" "$root/$f"
+	done
+}
+
+# build NAME builds berth/NAME unless an image with the current recipe exists.
+build() {
+	local name=$1 hash short ref latest tarball t0 root
+	t0=$(now_ms)
+	hash=$(recipe_hash "$name")
+	short=${hash:0:12}
+	ref=$REPO/$name:$short
+	latest=$REPO/$name:latest
+
+	if ((CHECK)); then
+		local have
+		have=$(image_recipe "$latest")
+		if [[ $have == "$hash" ]]; then echo "$latest: up to date (recipe $short)"; return 0; fi
+		if [[ -z $have ]]; then echo "$latest: missing (recipe $short)"; else echo "$latest: stale (image ${have:0:12}, recipe $short)"; fi
+		return 1
+	fi
+
+	if ((!FORCE)); then
+		if [[ $(image_recipe "$latest") == "$hash" ]]; then
+			log "$latest is up to date (recipe $short), skipping"
+			return 0
+		fi
+		if [[ $(image_recipe "$ref") == "$hash" ]]; then
+			log "$ref exists, tagging it $latest"
+			docker tag "$ref" "$latest"
+			return 0
+		fi
+	fi
+
+	log "building $ref (recipe $hash)"
+	mkdir -p "$CACHE_DIR"
+	tarball=$CACHE_DIR/$name-$hash.tar
+	if ((FORCE)) || [[ ! -s $tarball ]]; then
+		WORK=$(mktemp -d "$CACHE_DIR/work-$name.XXXXXX")
+		root=$WORK/rootfs
+		mkdir -p "$root"
+		"rootfs_$name" "$root"
+		install_overlay "$name" "$root"
+		log "writing root filesystem tarball $tarball"
+		local owner=()
+		[[ $EUID -eq 0 ]] || owner=(--owner=0 --group=0)
+		PARTIAL=$tarball.partial
+		tar --numeric-owner "${owner[@]}" -C "$root" -cf "$PARTIAL" .
+		mv -f "$PARTIAL" "$tarball"
+		PARTIAL=""
+		rm -rf --one-file-system "$WORK"
+		WORK=""
+		# keep this tarball and the previous one (switching back is a re-import)
+		find "$CACHE_DIR" -maxdepth 1 -name "$name-*.tar" -printf '%T@ %p\n' | sort -rn | tail -n +3 |
+			cut -d' ' -f2- | while read -r old; do log "removing old cached tarball $old"; rm -f "$old"; done
+	else
+		log "using cached root filesystem $tarball"
+		touch "$tarball" # most recently used: kept by the pruning above
+	fi
+
+	local changes=() c
+	while IFS= read -r c; do changes+=(--change "$c"); done < <("changes_$name")
+	changes+=(--change "LABEL $LABEL.name=$name" --change "LABEL $LABEL.recipe=$hash")
+	log "docker import $ref"
+	docker import "${changes[@]}" --message "berth image $name, recipe $hash" "$tarball" "$ref" >/dev/null ||
+		die "docker import of $tarball failed"
+
+	local smoke=()
+	mapfile -t smoke < <("smoke_$name")
+	log "smoke test: docker run --rm --network none $ref$(printf ' %q' "${smoke[@]}")"
+	if ! docker run --rm --network none "$ref" "${smoke[@]}" >&2; then
+		docker rmi "$ref" >/dev/null 2>&1 || true
+		rm -f "$tarball"
+		die "smoke test of $ref failed; image and cached tarball removed"
+	fi
+	docker tag "$ref" "$latest"
+
+	# Untag images of older recipes (an image still used by a container stays).
+	local old
+	docker image ls --filter "label=$LABEL.name=$name" --format '{{.Repository}}:{{.Tag}}' "$REPO/$name" |
+		while read -r old; do
+			[[ $old == "$ref" || $old == "$latest" || $old == *'<none>'* ]] && continue
+			log "removing old image tag $old"
+			docker rmi "$old" >/dev/null 2>&1 || log "could not remove $old (still in use?)"
+		done
+
+	local size
+	size=$(docker image inspect --format '{{.Size}}' "$ref")
+	log "built $latest = $ref: $(awk -v b="$size" 'BEGIN { printf "%.1f MB", b / 1e6 }'), $(awk -v ms="$(($(now_ms) - t0))" 'BEGIN { printf "%.1f s", ms / 1000 }')"
+}
+
+main() {
+	local targets=() a
+	for a in "$@"; do
+		case $a in
+		-f | --force) FORCE=1 ;;
+		--check) CHECK=1 ;;
+		-h | --help) usage; exit 0 ;;
+		all) targets+=("${RECIPES[@]}") ;;
+		-*) usage >&2; die "unknown option: $a" ;;
+		*)
+			[[ " ${RECIPES[*]} " == *" $a "* ]] || { usage >&2; die "unknown image: $a (known: ${RECIPES[*]})"; }
+			targets+=("$a")
+			;;
+		esac
+	done
+	((${#targets[@]})) || targets=("${RECIPES[@]}")
+
+	command -v docker >/dev/null || die "docker CLI not found"
+	docker version --format '{{.Server.Version}}' >/dev/null 2>&1 ||
+		die "cannot reach the Docker daemon (is it running, and may $(id -un) use it?)"
+
+	if ((CHECK)); then
+		local rc=0
+		for a in "${targets[@]}"; do build "$a" || rc=1; done
+		exit "$rc"
+	fi
+
+	mkdir -p "$CACHE_DIR"
+	exec 9>"$CACHE_DIR/.lock"
+	if ! flock -n 9; then
+		log "another images/build.sh is running; waiting for it"
+		flock 9
+	fi
+	local seen=" "
+	for a in "${targets[@]}"; do
+		[[ $seen == *" $a "* ]] && continue
+		seen+="$a "
+		build "$a"
+	done
+}
+
+main "$@"

@@ -1,0 +1,207 @@
+// Package agent wires the sandbox-agent's services into one server: gRPC
+// (native HTTP/2 transport, h2c) and JSON/REST through grpc-gateway on the
+// same port, bearer-token authentication, panic recovery, gRPC health and
+// server reflection. The services themselves live in the process, files and
+// git subpackages; this package is the edge.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/internal/listenmux"
+	"github.com/berth-dev/berth/internal/memlisten"
+	"github.com/berth-dev/berth/internal/version"
+	"github.com/berth-dev/berth/pkg/agent/files"
+	"github.com/berth-dev/berth/pkg/agent/git"
+	"github.com/berth-dev/berth/pkg/agent/process"
+	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+)
+
+// Config configures an agent server.
+type Config struct {
+	// Token is the bearer token every call but health must carry. Required
+	// unless NoAuth is set.
+	Token string
+	// NoAuth disables authentication (local development only). Default false.
+	NoAuth bool
+	// WorkDir is the default working directory and repository. Default "/workspace".
+	WorkDir string
+	// MaxProcesses bounds concurrently running commands. Default 256.
+	MaxProcesses int
+	// ShutdownGrace bounds graceful shutdown. Default 10s.
+	ShutdownGrace time.Duration
+	// Logger receives the agent's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// maxGRPCMessage bounds one gRPC message (inline stdin is capped lower).
+const maxGRPCMessage = 24 << 20
+
+// Server is a configured agent. Create it with New, run it with Serve.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	grpc    *grpc.Server
+	health  *health.Server
+	runner  *process.Runner
+	handler http.Handler
+	inproc  *memlisten.Listener
+	gwConn  *grpc.ClientConn
+}
+
+// New builds a Server from cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Token == "" && !cfg.NoAuth {
+		return nil, errors.New("agent: a token is required (set BERTH_AGENT_TOKEN or --token, or pass --no-auth for local development)")
+	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = "/workspace"
+	}
+	if cfg.MaxProcesses == 0 {
+		cfg.MaxProcesses = 256
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger
+	auth := newTokenChecker(cfg.Token)
+	if cfg.NoAuth {
+		auth = newTokenChecker("")
+	}
+	rec := recoverer{log: log}
+
+	gs := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(rec.unary, auth.unary),
+		grpc.ChainStreamInterceptor(rec.stream, auth.stream),
+		grpc.MaxRecvMsgSize(maxGRPCMessage),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+
+	runner := process.NewRunner(process.Config{WorkDir: cfg.WorkDir, MaxProcesses: cfg.MaxProcesses, Logger: log.With("component", "process")})
+	fsys := files.New(files.Config{Logger: log.With("component", "files")})
+	g := git.New(git.Config{WorkDir: cfg.WorkDir, Logger: log.With("component", "git")})
+
+	agentv1.RegisterProcessServiceServer(gs, process.NewServer(runner))
+	agentv1.RegisterFileServiceServer(gs, files.NewServer(fsys))
+	agentv1.RegisterGitServiceServer(gs, git.NewServer(g))
+	agentv1.RegisterInfoServiceServer(gs, &infoServer{
+		version: version.Version, started: time.Now(), workDir: cfg.WorkDir,
+		gitExists: g.Available,
+	})
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+
+	// The gateway reaches the gRPC server through in-process socket pairs,
+	// so REST gets exactly the gRPC semantics (auth, limits, streaming).
+	inproc := memlisten.New()
+	conn, err := grpc.NewClient("passthrough:///agent",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(inproc.Dial),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxGRPCMessage), grpc.MaxCallSendMsgSize(maxGRPCMessage)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("agent: gateway client: %w", err)
+	}
+	gw := newGatewayMux()
+	ctx := context.Background()
+	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
+		agentv1.RegisterProcessServiceHandler,
+		agentv1.RegisterFileServiceHandler,
+		agentv1.RegisterGitServiceHandler,
+		agentv1.RegisterInfoServiceHandler,
+	} {
+		if err := reg(ctx, gw, conn); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("agent: register gateway: %w", err)
+		}
+	}
+
+	raw := files.NewHTTPHandler(fsys)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("/v1/files/", raw)
+	mux.Handle("/", limitBody(gw))
+
+	return &Server{
+		cfg: cfg, log: log, grpc: gs, health: hs, runner: runner,
+		handler: rec.httpMiddleware(auth.httpMiddleware(mux)),
+		inproc:  inproc, gwConn: conn,
+	}, nil
+}
+
+// Handler returns the HTTP (REST) handler, for tests and embedding.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve serves gRPC and REST on ln until ctx is cancelled, then shuts down
+// gracefully within Config.ShutdownGrace: in-flight calls finish or are
+// cancelled, and background processes are killed.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	m := listenmux.New(ln)
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+				errc <- fmt.Errorf("agent: %s: %w", name, err)
+			}
+		}()
+	}
+	run("grpc", func() error { return s.grpc.Serve(m.HTTP2()) })
+	run("grpc-inproc", func() error { return s.grpc.Serve(s.inproc) })
+	run("http", func() error { return hs.Serve(m.HTTP1()) })
+	run("listener", m.Serve)
+	s.log.Info("agent serving", "addr", ln.Addr().String(), "work_dir", s.cfg.WorkDir, "auth", !s.cfg.NoAuth)
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.shutdown(hs, m)
+	wg.Wait()
+	return err
+}
+
+func (s *Server) shutdown(hs *http.Server, m *listenmux.Mux) {
+	s.log.Info("agent shutting down")
+	s.health.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	defer cancel()
+	_ = m.Close()
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	_ = hs.Shutdown(sctx)
+	select {
+	case <-done:
+	case <-sctx.Done():
+		s.grpc.Stop()
+	}
+	s.runner.Close()
+	_ = s.gwConn.Close()
+	_ = s.inproc.Close()
+}

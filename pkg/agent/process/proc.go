@@ -1,0 +1,346 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+var errUnsupported = errors.New("not supported on this system")
+
+// readBufSize is the size of one read from a command's output pipe, and so
+// the largest output chunk.
+const readBufSize = 32 << 10
+
+// readBufs holds read buffers of readBufSize bytes; sinks copy what they keep.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
+
+// proc is one running (or finished) command.
+type proc struct {
+	r   *Runner
+	id  string // background process id; empty for Exec and Stream
+	seq uint64
+	pl  plan
+
+	// What the caller asked for, for Info.
+	argv    []string
+	command string
+	cwd     string
+
+	cmd       *exec.Cmd
+	pid       int
+	startedAt time.Time
+
+	stdin     *os.File // our end of the command's stdin pipe, or nil
+	stdinOnce sync.Once
+	stdinSem  chan struct{} // a one-slot semaphore that serializes writes to stdin
+
+	outR    [2]*os.File // our ends of stdout and stderr
+	readers sync.WaitGroup
+	logs    *logBuf // background processes only
+
+	timedOut  atomic.Bool
+	cancelled atomic.Bool // the caller's context ended the command
+	stopOnce  sync.Once
+	stopCh    chan struct{}
+
+	leaderCh   chan struct{} // closed when the leader has exited
+	leaderAt   time.Time     // when; set before leaderCh is closed
+	peeked     bool          // leader observed without being reaped; set before leaderCh is closed
+	waitErr    error         // from an early Wait; set before leaderCh is closed
+	done       chan struct{} // closed when everything is over
+	mu         sync.Mutex    // guards the fields below
+	reaped     bool
+	exited     bool
+	status     ExitStatus
+	stdinShut  bool
+	exitedWall time.Time
+}
+
+// sinkFunc receives output chunks; it is called concurrently for stdout and
+// stderr, and must copy data it keeps.
+type sinkFunc func(kind EventKind, data []byte)
+
+// spawn starts the command of pl. id and logs are set for background
+// processes, whose output goes to logs; other commands' output goes to sink.
+// The command is stopped when ctx (if not nil) is done or its timeout passes.
+func (r *Runner) spawn(ctx context.Context, s Spec, pl plan, id string, logs *logBuf, sink sinkFunc) (*proc, error) {
+	if logs != nil {
+		sink = logs.add
+	}
+	p := &proc{
+		logs:     logs,
+		r:        r,
+		id:       id,
+		pl:       pl,
+		argv:     s.Argv,
+		command:  s.Command,
+		cwd:      pl.dir,
+		stdinSem: make(chan struct{}, 1),
+		stopCh:   make(chan struct{}),
+		leaderCh: make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	if err := r.acquire(p); err != nil {
+		return nil, err
+	}
+	var files []*os.File // every end we opened, closed on failure
+	fail := func(err error) (*proc, error) {
+		for _, f := range files {
+			_ = f.Close()
+		}
+		r.release(p, false)
+		close(p.done) // for Close, which may be waiting
+		return nil, err
+	}
+	pipe := func() (rd, wr *os.File, err error) {
+		rd, wr, err = os.Pipe()
+		if err == nil {
+			files = append(files, rd, wr)
+		}
+		return rd, wr, err
+	}
+	outR, outW, err := pipe()
+	if err != nil {
+		return fail(startError(pl.args, err))
+	}
+	errR, errW, err := pipe()
+	if err != nil {
+		return fail(startError(pl.args, err))
+	}
+	env := pl.env
+	if env == nil {
+		env = []string{} // nil would mean this process's environment
+	}
+	cmd := &exec.Cmd{
+		Path:        pl.path,
+		Args:        pl.args,
+		Env:         env,
+		Dir:         pl.dir,
+		Stdout:      outW,
+		Stderr:      errW,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	var inR *os.File
+	if id != "" || len(pl.stdin) > 0 {
+		if inR, p.stdin, err = pipe(); err != nil {
+			return fail(startError(pl.args, err))
+		}
+		cmd.Stdin = inR
+	}
+	p.startedAt = time.Now()
+	if err := cmd.Start(); err != nil {
+		return fail(startError(pl.args, err))
+	}
+	p.cmd = cmd
+	p.pid = cmd.Process.Pid
+	// The child has its copies; keeping ours would hold the pipes open.
+	_ = outW.Close()
+	_ = errW.Close()
+	if inR != nil {
+		_ = inR.Close()
+	}
+	p.outR = [2]*os.File{outR, errR}
+
+	if id != "" {
+		r.publish(p)
+	}
+	go p.waitLeader()
+	p.readers.Add(2)
+	go p.read(outR, EventStdout, sink)
+	go p.read(errR, EventStderr, sink)
+	if len(pl.stdin) > 0 {
+		p.stdinSem <- struct{}{} // held until the initial stdin is written
+		go func() {
+			defer func() { <-p.stdinSem }()
+			_, _ = p.stdin.Write(pl.stdin)
+			if id == "" {
+				p.closeStdin()
+			}
+		}()
+	}
+	var ctxDone <-chan struct{}
+	if ctx != nil {
+		ctxDone = ctx.Done()
+	}
+	go p.supervise(ctxDone)
+	r.log.Debug("process started", "pid", p.pid, "process_id", id, "program", pl.args[0])
+	return p, nil
+}
+
+// read copies one output stream to sink until EOF, an error, or the read
+// deadline set by finish.
+func (p *proc) read(f *os.File, kind EventKind, sink sinkFunc) {
+	defer p.readers.Done()
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	buf := *bp
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			sink(kind, buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// waitLeader waits for the group leader to exit.
+func (p *proc) waitLeader() {
+	err := waitNoReap(p.pid)
+	if err == nil {
+		p.peeked = true
+	} else {
+		if !errors.Is(err, errUnsupported) {
+			// Someone else reaped our child (a PID 1 reaping every
+			// child?); Wait collects what it can.
+			p.r.log.Warn("waiting for process failed", "pid", p.pid, "process_id", p.id, "error", err)
+		}
+		p.waitErr = p.cmd.Wait()
+	}
+	p.leaderAt = time.Now()
+	close(p.leaderCh)
+}
+
+// supervise stops the command when asked to, then finishes it.
+func (p *proc) supervise(ctxDone <-chan struct{}) {
+	var timeout <-chan time.Time
+	if p.pl.timeout > 0 {
+		t := time.NewTimer(p.pl.timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-p.leaderCh:
+	case <-timeout:
+		p.timedOut.Store(true)
+		p.terminate()
+	case <-ctxDone:
+		p.cancelled.Store(true)
+		p.terminate()
+	case <-p.stopCh:
+		p.terminate()
+	}
+	p.finish()
+}
+
+// stop asks the supervisor to terminate the command.
+func (p *proc) stop() {
+	p.stopOnce.Do(func() { close(p.stopCh) })
+}
+
+// terminate sends SIGTERM to the group and, if the leader does not exit
+// within the kill grace, SIGKILL; it returns once the leader has exited.
+func (p *proc) terminate() {
+	p.signalGroup(syscall.SIGTERM)
+	p.signalGroup(syscall.SIGCONT) // let stopped members see the SIGTERM
+	t := time.NewTimer(p.pl.grace)
+	defer t.Stop()
+	select {
+	case <-p.leaderCh:
+		return
+	case <-t.C:
+	}
+	p.signalGroup(syscall.SIGKILL)
+	<-p.leaderCh
+}
+
+// signalGroup sends sig to the process group unless the leader was reaped
+// (then the group id may belong to someone else).
+func (p *proc) signalGroup(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.reaped {
+		_ = syscall.Kill(-p.pid, sig)
+	}
+}
+
+// finish runs after the leader exited: it kills what is left of the group,
+// reaps the leader, drains the output and records the exit status.
+func (p *proc) finish() {
+	var waitErr error
+	if p.peeked {
+		p.mu.Lock()
+		// The leader is a zombie, so the group id is still ours.
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		waitErr = p.cmd.Wait()
+		p.reaped = true
+		p.mu.Unlock()
+	} else {
+		waitErr = p.waitErr
+		p.mu.Lock()
+		p.reaped = true
+		p.mu.Unlock()
+		// Best effort: the leader is gone, the group id is very probably
+		// still ours as long as members are left.
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	}
+
+	st := ExitStatus{Duration: p.leaderAt.Sub(p.startedAt), TimedOut: p.timedOut.Load()}
+	if ps := p.cmd.ProcessState; ps != nil {
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			st.ExitCode = -1
+			st.Signal = SignalName(ws.Signal())
+		} else {
+			st.ExitCode = ps.ExitCode()
+		}
+	} else {
+		st.ExitCode = -1
+		p.r.log.Warn("exit status of process unknown", "pid", p.pid, "process_id", p.id, "error", waitErr)
+	}
+	// Drain the output. Processes that escaped the group may still hold the
+	// pipes: stop reading after drainDelay.
+	drained := make(chan struct{})
+	go func() {
+		p.readers.Wait()
+		close(drained)
+	}()
+	t := time.NewTimer(drainDelay)
+	select {
+	case <-drained:
+	case <-t.C:
+		p.r.log.Debug("output still open after the process group exited; no longer reading", "pid", p.pid, "process_id", p.id)
+		for _, f := range p.outR {
+			_ = f.SetReadDeadline(time.Now())
+		}
+		<-drained
+	}
+	t.Stop()
+	for _, f := range p.outR {
+		_ = f.Close()
+	}
+	p.closeStdin()
+
+	p.r.log.Debug("process exited", "pid", p.pid, "process_id", p.id, "exit_code", st.ExitCode,
+		"signal", st.Signal, "timed_out", st.TimedOut, "duration", st.Duration)
+	// Publish the exit only now, so that whoever sees it can read all
+	// the output.
+	if p.logs != nil {
+		p.logs.finish(st)
+	}
+	p.mu.Lock()
+	p.exited = true
+	p.status = st
+	p.exitedWall = p.leaderAt
+	p.mu.Unlock()
+	p.r.release(p, true)
+	close(p.done)
+}
+
+// closeStdin closes our end of the command's stdin, once.
+func (p *proc) closeStdin() {
+	p.mu.Lock()
+	p.stdinShut = true
+	p.mu.Unlock()
+	p.stdinOnce.Do(func() {
+		if p.stdin != nil {
+			_ = p.stdin.Close()
+		}
+	})
+}

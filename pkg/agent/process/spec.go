@@ -1,0 +1,239 @@
+package process
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/agent/validate"
+	"github.com/berth-dev/berth/pkg/errdefs"
+)
+
+// Spec describes a command. Exactly one of Argv and Command is set.
+type Spec struct {
+	// Argv is the program and its arguments, run without a shell. A program
+	// without a slash is looked up in PATH (Env's PATH if it sets one, else
+	// the base environment's); one with a slash is relative to Cwd.
+	Argv []string
+	// Command is a shell line, run as Config.Shell -c Command.
+	Command string
+	// Cwd is the absolute working directory; default Config.WorkDir.
+	Cwd string
+	// Env is added to, and overrides, the base environment (Config.Environ).
+	Env map[string]string
+	// Stdin is written to the command's standard input, at most
+	// validate.MaxStdin bytes. For Exec and Stream stdin is then closed
+	// (and is /dev/null when Stdin is empty); a background process's stdin
+	// stays open until WriteStdin closes it.
+	Stdin []byte
+	// Timeout stops the command (TimedOut in its result) after this long;
+	// default Config.DefaultTimeout for Exec and Stream, none for background
+	// processes.
+	Timeout time.Duration
+	// KillGrace is the time between SIGTERM and SIGKILL when the command is
+	// stopped; default 2s.
+	KillGrace time.Duration
+	// OutputLimit is the number of bytes of each stream that Exec keeps,
+	// half from the head and half from the tail; default 1 MiB. Stream and
+	// background output are not affected.
+	OutputLimit int64
+}
+
+// plan is a validated Spec, resolved for starting.
+type plan struct {
+	path    string   // program to execute
+	args    []string // argv, including argv[0]
+	env     []string
+	dir     string
+	stdin   []byte
+	timeout time.Duration
+	grace   time.Duration
+	limit   int64
+}
+
+// prepare validates s and resolves it into a plan. defTimeout is used when
+// s.Timeout is zero.
+func (r *Runner) prepare(s Spec, defTimeout time.Duration) (plan, error) {
+	if err := validate.Command(s.Argv, s.Command); err != nil {
+		return plan{}, err
+	}
+	if err := validate.Env(s.Env); err != nil {
+		return plan{}, err
+	}
+	dir, err := validate.OptionalAbsPath("cwd", s.Cwd, r.cfg.WorkDir)
+	if err != nil {
+		return plan{}, err
+	}
+	switch {
+	case len(s.Stdin) > validate.MaxStdin:
+		return plan{}, errdefs.InvalidArgument("stdin", "longer than %d bytes", validate.MaxStdin)
+	case s.Timeout < 0:
+		return plan{}, errdefs.InvalidArgument("timeout", "must not be negative, got %s", s.Timeout)
+	case s.KillGrace < 0:
+		return plan{}, errdefs.InvalidArgument("kill_grace", "must not be negative, got %s", s.KillGrace)
+	case s.OutputLimit < 0:
+		return plan{}, errdefs.InvalidArgument("output_limit", "must not be negative, got %d", s.OutputLimit)
+	}
+
+	pl := plan{
+		dir:     dir,
+		stdin:   s.Stdin,
+		timeout: s.Timeout,
+		grace:   s.KillGrace,
+		limit:   s.OutputLimit,
+	}
+	if pl.timeout == 0 {
+		pl.timeout = defTimeout
+	}
+	if pl.grace == 0 {
+		pl.grace = DefaultKillGrace
+	}
+	if pl.limit == 0 {
+		pl.limit = DefaultOutputLimit
+	}
+	if dir != "" {
+		fi, err := os.Stat(dir)
+		switch {
+		case err != nil && errors.Is(err, fs.ErrNotExist):
+			return plan{}, errdefs.FailedPrecondition("cwd: directory %s does not exist", dir)
+		case err != nil:
+			return plan{}, errdefs.FailedPrecondition("cwd: %v", err)
+		case !fi.IsDir():
+			return plan{}, errdefs.FailedPrecondition("cwd: %s is not a directory", dir)
+		}
+	}
+	pl.env = mergeEnv(r.cfg.Environ(), s.Env)
+
+	if s.Command != "" {
+		pl.args = []string{r.cfg.Shell, "-c", s.Command}
+		if pl.path, err = lookPath(r.cfg.Shell, dir, pl.env); err != nil {
+			return plan{}, errdefs.FailedPrecondition("command: shell %v; pass argv instead", err)
+		}
+		return pl, nil
+	}
+	pl.args = s.Argv
+	if pl.path, err = lookPath(s.Argv[0], dir, pl.env); err != nil {
+		return plan{}, errdefs.FailedPrecondition("argv[0]: %v", err)
+	}
+	return pl, nil
+}
+
+// mergeEnv returns base with overrides applied: existing variables are
+// replaced in place, new ones appended in name order.
+func mergeEnv(base []string, overrides map[string]string) []string {
+	if len(overrides) == 0 {
+		return base
+	}
+	env := make([]string, 0, len(base)+len(overrides))
+	seen := make(map[string]bool, len(overrides))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if v, ok := overrides[k]; ok {
+			if seen[k] {
+				continue // a duplicate in base
+			}
+			seen[k] = true
+			kv = k + "=" + v
+		}
+		env = append(env, kv)
+	}
+	rest := make([]string, 0, len(overrides))
+	for k := range overrides {
+		if !seen[k] {
+			rest = append(rest, k)
+		}
+	}
+	slices.Sort(rest)
+	for _, k := range rest {
+		env = append(env, k+"="+overrides[k])
+	}
+	return env
+}
+
+// lookPath resolves the program name like a shell would: a name with a
+// slash is taken as is (relative to dir), anything else is searched in the
+// PATH of env, skipping relative PATH entries. The error says why name
+// cannot be run.
+func lookPath(name, dir string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) && dir != "" {
+			p = filepath.Join(dir, p)
+		}
+		if err := checkExecutable(p); err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		return name, nil
+	}
+	pathVar := ""
+	for _, kv := range slices.Backward(env) {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar = v
+			break
+		}
+	}
+	var firstErr error
+	for _, d := range filepath.SplitList(pathVar) {
+		if !filepath.IsAbs(d) {
+			continue
+		}
+		p := filepath.Join(d, name)
+		err := checkExecutable(p)
+		if err == nil {
+			return p, nil
+		}
+		if firstErr == nil && !errors.Is(err, errNoFile) {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		return "", fmt.Errorf("%s: %w", name, firstErr)
+	}
+	return "", fmt.Errorf("executable %q not found in PATH", name)
+}
+
+var (
+	errNoFile        = errors.New("no such file")
+	errNotExecutable = errors.New("not executable")
+)
+
+func checkExecutable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return errNoFile
+		}
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return pe.Err
+		}
+		return err
+	}
+	if fi.IsDir() {
+		return errors.New("is a directory")
+	}
+	if fi.Mode()&0o111 == 0 {
+		return errNotExecutable
+	}
+	return nil
+}
+
+// startError classifies an error from starting a command.
+func startError(args []string, err error) error {
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &errno) && (errno == syscall.EAGAIN || errno == syscall.ENOMEM):
+		return errdefs.ResourceExhausted("cannot start %s: %v", args[0], err)
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission),
+		errors.As(err, &errno) && (errno == syscall.ENOEXEC || errno == syscall.ENOTDIR):
+		return errdefs.FailedPrecondition("argv[0]: cannot start %s: %v", args[0], err)
+	default:
+		return fmt.Errorf("%w: cannot start %s: %w", errdefs.ErrInternal, args[0], err)
+	}
+}

@@ -1,0 +1,143 @@
+// Package runtime defines the contract between berth's lease manager and the
+// container backends (Docker in runtime/docker, containerd in
+// runtime/containerd). A backend creates a hardened container from any image,
+// injects the static sandbox-agent as its entrypoint, starts it and waits
+// until the agent answers health. Every backend must pass the conformance
+// suite in runtime/conformance.
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// Labels that identify what berth created. Every container (and network)
+// a backend creates carries LabelManaged=true and the lease, conversation and
+// instance labels; user labels are stored under LabelUserPrefix.
+const (
+	LabelManaged      = "dev.berth.managed"
+	LabelLease        = "dev.berth.lease"
+	LabelConversation = "dev.berth.conversation"
+	LabelInstance     = "dev.berth.instance"
+	LabelUserPrefix   = "dev.berth.label."
+)
+
+// AgentPort is the TCP port the agent listens on inside every sandbox.
+const AgentPort = 7000
+
+// Resources are per-sandbox limits. Zero means the backend default.
+type Resources struct {
+	// NanoCPUs is the CPU quota in units of 1e-9 CPUs (1e9 = one CPU).
+	NanoCPUs int64
+	// MemoryBytes is the memory limit; swap is disabled (swap limit = memory).
+	MemoryBytes int64
+	// PidsLimit is the maximum number of processes.
+	PidsLimit int64
+}
+
+// Spec describes a sandbox to create.
+type Spec struct {
+	// LeaseID, ConversationID and InstanceID become labels. LeaseID is required.
+	LeaseID        string
+	ConversationID string
+	InstanceID     string
+	// Image is the image reference; it must be present locally.
+	Image string
+	// AgentToken is the bearer token the agent will require.
+	AgentToken string
+	// Env is added to the image's environment.
+	Env map[string]string
+	// Labels are user labels, stored with LabelUserPrefix.
+	Labels map[string]string
+	// Resources are the limits; zero fields take the backend's defaults.
+	Resources Resources
+	// ReadyTimeout bounds create+start+health; zero means 30s.
+	ReadyTimeout time.Duration
+}
+
+// State is a sandbox's container state.
+type State string
+
+// Container states reported by backends.
+const (
+	StateCreated State = "created"
+	StateRunning State = "running"
+	StatePaused  State = "paused"
+	StateExited  State = "exited"
+	StateUnknown State = "unknown"
+)
+
+// Sandbox is a container a backend created.
+type Sandbox struct {
+	// ID is the backend's container id.
+	ID string
+	// Name is the container name.
+	Name string
+	// LeaseID, ConversationID and InstanceID are read back from labels.
+	LeaseID        string
+	ConversationID string
+	InstanceID     string
+	// Image is the image reference it was created from.
+	Image string
+	// State is the container state; ExitCode and OOMKilled are set when exited.
+	State     State
+	ExitCode  int
+	OOMKilled bool
+	// Endpoint is host:port of the agent, reachable from the orchestrator's host.
+	Endpoint string
+	// Labels are all labels of the container.
+	Labels map[string]string
+	// CreatedAt is when the container was created.
+	CreatedAt time.Time
+}
+
+// Selector matches sandboxes whose labels equal every key/value given.
+// An empty selector matches every berth-managed sandbox.
+type Selector map[string]string
+
+// EventKind is what happened to a sandbox.
+type EventKind string
+
+// Event kinds delivered by Watch.
+const (
+	// EventDied means the container's main process exited (or was killed).
+	EventDied EventKind = "died"
+	// EventOOM means the kernel OOM-killed a process in the container.
+	EventOOM EventKind = "oom"
+	// EventRemoved means the container was removed.
+	EventRemoved EventKind = "removed"
+)
+
+// Event is a change to a berth-managed sandbox seen by the backend.
+type Event struct {
+	Kind     EventKind
+	ID       string
+	LeaseID  string
+	ExitCode int
+	At       time.Time
+}
+
+// Runtime is a container backend.
+type Runtime interface {
+	// Create creates, injects the agent into, starts, and waits for the
+	// readiness of a sandbox. On failure nothing is left behind and the error
+	// includes the container's last log lines when there are any.
+	Create(ctx context.Context, spec Spec) (Sandbox, error)
+	// Get returns one sandbox; errdefs.ErrNotFound when there is none.
+	Get(ctx context.Context, id string) (Sandbox, error)
+	// List returns the berth-managed sandboxes matching sel.
+	List(ctx context.Context, sel Selector) ([]Sandbox, error)
+	// Stop stops a sandbox: SIGTERM, grace, SIGKILL.
+	Stop(ctx context.Context, id string, grace time.Duration) error
+	// Remove force-removes a sandbox; a missing one is success.
+	Remove(ctx context.Context, id string) error
+	// Pause freezes a sandbox's processes; Resume thaws them.
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	// Watch delivers events for berth-managed sandboxes until ctx ends.
+	// The channel is closed when the watch stops (ctx done or backend error);
+	// callers re-List after a reconnect.
+	Watch(ctx context.Context) (<-chan Event, error)
+	// Ping checks the backend is reachable (errdefs.ErrUnavailable if not).
+	Ping(ctx context.Context) error
+}
