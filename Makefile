@@ -10,15 +10,20 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_GEN_GATEWAY_VERSION := v2.27.8
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help build run images proto proto-tools proto-check lint test bench clean
+.PHONY: help build run run-agent images e2e proto proto-tools proto-check lint test bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
-build: ## build bin/sandbox-agent (static) and bin/orchestrator
+build: ## build bin/sandbox-agent (static) and bin/orchestrator side by side
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandbox-agent ./cmd/sandbox-agent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/orchestrator ./cmd/orchestrator
 
-run: build ## build and run the agent on 127.0.0.1:7000 (token: $$BERTH_AGENT_TOKEN or "dev-token")
+run: build images ## build agent, orchestrator and images; serve on 127.0.0.1:7070 (operator token: $$BERTH_OPERATOR_TOKEN or "dev-operator-token")
+	mkdir -p .berth/data
+	BERTH_OPERATOR_TOKEN=$${BERTH_OPERATOR_TOKEN:-dev-operator-token} $(BIN)/orchestrator serve --data-dir $(CURDIR)/.berth/data
+
+run-agent: build ## run the agent alone on 127.0.0.1:7000 (token: $$BERTH_AGENT_TOKEN or "dev-token")
 	mkdir -p .berth/workspace
 	BERTH_AGENT_TOKEN=$${BERTH_AGENT_TOKEN:-dev-token} $(BIN)/sandbox-agent --listen 127.0.0.1:7000 --workdir $(CURDIR)/.berth/workspace
 
@@ -48,11 +53,15 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: ## run all tests (needs Docker for the Docker parts)
-	$(GO) test -count=1 -timeout 20m ./...
+test: images ## run all tests, e2e included (needs a running Docker Engine; builds the images first)
+	$(GO) test -count=1 -timeout 30m ./...
 
-bench: build ## benchmarks; prints ratios measured in one run
-	$(GO) test -run '^$$' -bench . -benchtime 2000x ./pkg/agent/...
+e2e: images ## run only the end-to-end tests against the real Docker Engine
+	$(GO) test -count=1 -timeout 20m -v ./e2e/...
+
+bench: build images ## benchmarks; prints ratios measured in one run
+	$(GO) test -run '^$$' -bench 'ExecTrue' -benchtime 2000x ./pkg/agent/
+	$(GO) test -run '^$$' -bench 'UploadDownload' -benchtime 3x ./pkg/agent/
 
 clean:
 	rm -rf $(BIN)

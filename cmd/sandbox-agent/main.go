@@ -14,13 +14,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
+	"github.com/berth-dev/berth/internal/logx"
 	"github.com/berth-dev/berth/internal/version"
 	"github.com/berth-dev/berth/pkg/agent"
 	"github.com/berth-dev/berth/pkg/agent/supervisor"
@@ -52,7 +52,7 @@ func run(args []string) int {
 		fmt.Println(version.Version)
 		return 0
 	}
-	log, err := newLogger(*logLevel, *logFormat)
+	log, err := logx.New(os.Stderr, *logLevel, *logFormat)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
 		return 2
@@ -128,21 +128,5 @@ func readToken(flagVal, file string) (string, error) {
 		return strings.TrimSpace(string(b)), nil
 	default:
 		return os.Getenv("BERTH_AGENT_TOKEN"), nil
-	}
-}
-
-func newLogger(level, format string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	default:
-		return nil, fmt.Errorf("--log-format: want text or json, got %q", format)
 	}
 }

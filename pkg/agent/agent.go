@@ -12,11 +12,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
-	"github.com/berth-dev/berth/internal/listenmux"
-	"github.com/berth-dev/berth/internal/memlisten"
+	"github.com/berth-dev/berth/internal/edge"
 	"github.com/berth-dev/berth/internal/version"
 	"github.com/berth-dev/berth/pkg/agent/files"
 	"github.com/berth-dev/berth/pkg/agent/git"
@@ -24,7 +22,6 @@ import (
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -49,7 +46,7 @@ type Config struct {
 }
 
 // maxGRPCMessage bounds one gRPC message (inline stdin is capped lower).
-const maxGRPCMessage = 24 << 20
+const maxGRPCMessage = edge.MaxMessage
 
 // Server is a configured agent. Create it with New, run it with Serve.
 type Server struct {
@@ -59,8 +56,7 @@ type Server struct {
 	health  *health.Server
 	runner  *process.Runner
 	handler http.Handler
-	inproc  *memlisten.Listener
-	gwConn  *grpc.ClientConn
+	inproc  *edge.InProc
 }
 
 // New builds a Server from cfg.
@@ -85,11 +81,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.NoAuth {
 		auth = newTokenChecker("")
 	}
-	rec := recoverer{log: log}
+	rec := edge.Recoverer{Log: log}
 
 	gs := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(rec.unary, auth.unary),
-		grpc.ChainStreamInterceptor(rec.stream, auth.stream),
+		grpc.ChainUnaryInterceptor(rec.Unary, auth.unary),
+		grpc.ChainStreamInterceptor(rec.Stream, auth.stream),
 		grpc.MaxRecvMsgSize(maxGRPCMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
@@ -111,16 +107,11 @@ func New(cfg Config) (*Server, error) {
 
 	// The gateway reaches the gRPC server through in-process socket pairs,
 	// so REST gets exactly the gRPC semantics (auth, limits, streaming).
-	inproc := memlisten.New()
-	conn, err := grpc.NewClient("passthrough:///agent",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(inproc.Dial),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxGRPCMessage), grpc.MaxCallSendMsgSize(maxGRPCMessage)),
-	)
+	inproc, err := edge.NewInProc()
 	if err != nil {
-		return nil, fmt.Errorf("agent: gateway client: %w", err)
+		return nil, fmt.Errorf("agent: %w", err)
 	}
-	gw := newGatewayMux()
+	gw := edge.GatewayMux()
 	ctx := context.Background()
 	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		agentv1.RegisterProcessServiceHandler,
@@ -128,8 +119,8 @@ func New(cfg Config) (*Server, error) {
 		agentv1.RegisterGitServiceHandler,
 		agentv1.RegisterInfoServiceHandler,
 	} {
-		if err := reg(ctx, gw, conn); err != nil {
-			conn.Close()
+		if err := reg(ctx, gw, inproc.Conn); err != nil {
+			inproc.Conn.Close()
 			return nil, fmt.Errorf("agent: register gateway: %w", err)
 		}
 	}
@@ -142,8 +133,8 @@ func New(cfg Config) (*Server, error) {
 
 	return &Server{
 		cfg: cfg, log: log, grpc: gs, health: hs, runner: runner,
-		handler: rec.httpMiddleware(auth.httpMiddleware(mux)),
-		inproc:  inproc, gwConn: conn,
+		handler: rec.HTTP(auth.httpMiddleware(mux)),
+		inproc:  inproc,
 	}, nil
 }
 
@@ -154,54 +145,18 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // gracefully within Config.ShutdownGrace: in-flight calls finish or are
 // cancelled, and background processes are killed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	m := listenmux.New(ln)
-	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-
-	var wg sync.WaitGroup
-	errc := make(chan error, 4)
-	run := func(name string, f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
-				errc <- fmt.Errorf("agent: %s: %w", name, err)
-			}
-		}()
-	}
-	run("grpc", func() error { return s.grpc.Serve(m.HTTP2()) })
-	run("grpc-inproc", func() error { return s.grpc.Serve(s.inproc) })
-	run("http", func() error { return hs.Serve(m.HTTP1()) })
-	run("listener", m.Serve)
 	s.log.Info("agent serving", "addr", ln.Addr().String(), "work_dir", s.cfg.WorkDir, "auth", !s.cfg.NoAuth)
-
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
+	srv := &edge.Server{
+		GRPC: s.grpc, HTTP: s.handler, InProc: s.inproc, ShutdownGrace: s.cfg.ShutdownGrace, Logger: s.log,
+		OnShutdown: s.runner.Close,
 	}
-	s.shutdown(hs, m)
-	wg.Wait()
-	return err
-}
-
-func (s *Server) shutdown(hs *http.Server, m *listenmux.Mux) {
-	s.log.Info("agent shutting down")
-	s.health.Shutdown()
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
-	defer cancel()
-	_ = m.Close()
-	done := make(chan struct{})
 	go func() {
-		s.grpc.GracefulStop()
-		close(done)
+		<-ctx.Done()
+		s.log.Info("agent shutting down")
+		s.health.Shutdown()
 	}()
-	_ = hs.Shutdown(sctx)
-	select {
-	case <-done:
-	case <-sctx.Done():
-		s.grpc.Stop()
+	if err := srv.Serve(ctx, ln); err != nil {
+		return fmt.Errorf("agent: %w", err)
 	}
-	s.runner.Close()
-	_ = s.gwConn.Close()
-	_ = s.inproc.Close()
+	return nil
 }

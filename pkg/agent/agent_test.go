@@ -37,7 +37,10 @@ type testAgent struct {
 	conn    *grpc.ClientConn
 }
 
-func startAgent(t *testing.T) *testAgent {
+func startAgent(t *testing.T) *testAgent { return startAgentB(t) }
+
+// startAgentB starts an agent for a test or a benchmark.
+func startAgentB(t testing.TB) *testAgent {
 	t.Helper()
 	work := t.TempDir()
 	srv, err := agent.New(agent.Config{Token: testToken, WorkDir: work, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

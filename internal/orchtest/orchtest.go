@@ -1,0 +1,71 @@
+// Package orchtest starts a real orchestrator for tests: the full API on a
+// loopback port, a bbolt store in a temp dir, and the in-process runtime
+// (real agents, no containers).
+package orchtest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+
+	"github.com/berth-dev/berth/pkg/orchestrator"
+	"github.com/berth-dev/berth/pkg/runtime/inproc"
+)
+
+// Tokens configured on every test orchestrator.
+const (
+	OperatorToken = "operator-token-0123456789"
+	ClientAToken  = "client-a-token-0123456789"
+	ClientBToken  = "client-b-token-0123456789"
+)
+
+// Server is a running test orchestrator.
+type Server struct {
+	// Base is the http:// URL of the listener.
+	Base string
+	// Addr is its host:port.
+	Addr string
+	// Srv is the orchestrator; Runtime its in-process runtime.
+	Srv     *orchestrator.Server
+	Runtime *inproc.Runtime
+}
+
+// Start starts an orchestrator with owners team-a and team-b; mutate may
+// change the configuration first. Everything stops in t.Cleanup.
+func Start(t testing.TB, mutate func(*orchestrator.Config)) *Server {
+	t.Helper()
+	cfg := orchestrator.Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.OperatorToken = OperatorToken
+	cfg.Clients = []orchestrator.Client{{Owner: "team-a", Token: ClientAToken}, {Owner: "team-b", Token: ClientBToken}}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rt, err := inproc.New(t.TempDir(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	srv, err := orchestrator.New(context.Background(), cfg, rt, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		srv.Close()
+	})
+	return &Server{Base: "http://" + ln.Addr().String(), Addr: ln.Addr().String(), Srv: srv, Runtime: rt}
+}

@@ -1,0 +1,443 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// Limits on request fields.
+const (
+	MaxConversationIDLen = 256
+	MaxOwnerLen          = 256
+	MaxImageLen          = 512
+	MaxLabels            = 64
+	MaxLabelKeyLen       = 128
+	MaxLabelValueLen     = 256
+	MaxEnv               = 256
+	MaxEnvKeyLen         = 256
+	MaxEnvValueLen       = 32 << 10
+)
+
+// ReservedEnvPrefix is the prefix of environment variables berth sets in a
+// sandbox (BERTH_AGENT_TOKEN among them); an acquire may not set them.
+const ReservedEnvPrefix = "BERTH_"
+
+// AcquireRequest asks for a conversation's sandbox. Only ConversationID is
+// required.
+type AcquireRequest struct {
+	// ConversationID identifies the conversation: 1–256 bytes of UTF-8
+	// without control characters. Acquire is idempotent by it.
+	ConversationID string
+	// Owner is who asks; the edge sets it from the credential (clients own
+	// what they acquire; the operator may pass any owner, or none).
+	Owner string
+	// Image defaults to Config.DefaultImage.
+	Image string
+	// TTL is the lifetime from now; 0 takes Config.DefaultTTL; it may not be
+	// negative or exceed Config.MaxTTL.
+	TTL time.Duration
+	// IdleTimeout expires the lease after this long without activity; 0
+	// takes Config.DefaultIdleTimeout (which may be none).
+	IdleTimeout time.Duration
+	// Labels are user labels (keys [A-Za-z0-9._/-], starting alphanumeric,
+	// ≤128 bytes; values ≤256 bytes, no control characters or commas).
+	Labels map[string]string
+	// Env is added to the sandbox's environment; keys may not start with
+	// ReservedEnvPrefix. It is persisted with the lease.
+	Env map[string]string
+	// Resources are limits; zero fields take Config.DefaultResources.
+	Resources runtime.Resources
+}
+
+func noControl(field, s string) error {
+	if !utf8.ValidString(s) {
+		return errdefs.InvalidArgument(field, "not valid UTF-8")
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return errdefs.InvalidArgument(field, "contains control character %U", r)
+		}
+	}
+	return nil
+}
+
+func validLabelKey(k string) error {
+	if k == "" || len(k) > MaxLabelKeyLen {
+		return fmt.Errorf("label key %q must be 1-%d bytes", k, MaxLabelKeyLen)
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || (c != '.' && c != '_' && c != '/' && c != '-')) {
+			return fmt.Errorf("label key %q: want [A-Za-z0-9][A-Za-z0-9._/-]*", k)
+		}
+	}
+	return nil
+}
+
+func validLabels(field string, labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return errdefs.InvalidArgument(field, "%d labels, at most %d", len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		if err := validLabelKey(k); err != nil {
+			return errdefs.InvalidArgument(field, "%v", err)
+		}
+		if len(v) > MaxLabelValueLen {
+			return errdefs.InvalidArgument(field, "value of %q is %d bytes, at most %d", k, len(v), MaxLabelValueLen)
+		}
+		if err := noControl(field+"["+k+"]", v); err != nil {
+			return err
+		}
+		if strings.ContainsRune(v, ',') {
+			return errdefs.InvalidArgument(field, "value of %q contains a comma", k)
+		}
+	}
+	return nil
+}
+
+func validResources(field string, r runtime.Resources) error {
+	switch {
+	case r.NanoCPUs < 0:
+		return errdefs.InvalidArgument(field+".cpus", "must not be negative")
+	case r.MemoryBytes < 0:
+		return errdefs.InvalidArgument(field+".memory_bytes", "must not be negative")
+	case r.PidsLimit < 0:
+		return errdefs.InvalidArgument(field+".pids", "must not be negative")
+	}
+	return nil
+}
+
+// validate checks req and returns it with defaults applied.
+func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
+	switch {
+	case req.ConversationID == "":
+		return req, errdefs.InvalidArgument("conversation_id", "required")
+	case len(req.ConversationID) > MaxConversationIDLen:
+		return req, errdefs.InvalidArgument("conversation_id", "%d bytes, at most %d", len(req.ConversationID), MaxConversationIDLen)
+	}
+	if err := noControl("conversation_id", req.ConversationID); err != nil {
+		return req, err
+	}
+	if len(req.Owner) > MaxOwnerLen {
+		return req, errdefs.InvalidArgument("owner", "%d bytes, at most %d", len(req.Owner), MaxOwnerLen)
+	}
+	if err := noControl("owner", req.Owner); err != nil {
+		return req, err
+	}
+	if req.Image == "" {
+		req.Image = m.cfg.DefaultImage
+	}
+	if len(req.Image) > MaxImageLen || strings.ContainsFunc(req.Image, unicode.IsSpace) {
+		return req, errdefs.InvalidArgument("image", "%q is not an image reference", req.Image)
+	}
+	if err := noControl("image", req.Image); err != nil {
+		return req, err
+	}
+	switch {
+	case req.TTL < 0:
+		return req, errdefs.InvalidArgument("ttl", "%s is negative", req.TTL)
+	case req.TTL > m.cfg.MaxTTL:
+		return req, errdefs.InvalidArgument("ttl", "%s exceeds the maximum of %s", req.TTL, m.cfg.MaxTTL)
+	case req.TTL == 0:
+		req.TTL = m.cfg.DefaultTTL
+	}
+	switch {
+	case req.IdleTimeout < 0:
+		return req, errdefs.InvalidArgument("idle_timeout", "%s is negative", req.IdleTimeout)
+	case req.IdleTimeout == 0:
+		req.IdleTimeout = m.cfg.DefaultIdleTimeout
+	}
+	if err := validLabels("labels", req.Labels); err != nil {
+		return req, err
+	}
+	if len(req.Env) > MaxEnv {
+		return req, errdefs.InvalidArgument("env", "%d variables, at most %d", len(req.Env), MaxEnv)
+	}
+	for k, v := range req.Env {
+		switch {
+		case k == "" || len(k) > MaxEnvKeyLen || strings.ContainsAny(k, "=\x00") || strings.ContainsFunc(k, unicode.IsSpace):
+			return req, errdefs.InvalidArgument("env", "bad variable name %q", k)
+		case strings.HasPrefix(k, ReservedEnvPrefix):
+			return req, errdefs.InvalidArgument("env", "%s: names starting with %s are reserved", k, ReservedEnvPrefix)
+		case len(v) > MaxEnvValueLen || strings.ContainsRune(v, 0):
+			return req, errdefs.InvalidArgument("env", "value of %s: at most %d bytes, no NUL", k, MaxEnvValueLen)
+		}
+	}
+	if err := validResources("resources", req.Resources); err != nil {
+		return req, err
+	}
+	d := m.cfg.DefaultResources
+	if req.Resources.NanoCPUs == 0 {
+		req.Resources.NanoCPUs = d.NanoCPUs
+	}
+	if req.Resources.MemoryBytes == 0 {
+		req.Resources.MemoryBytes = d.MemoryBytes
+	}
+	if req.Resources.PidsLimit == 0 {
+		req.Resources.PidsLimit = d.PidsLimit
+	}
+	req.Labels = maps.Clone(req.Labels)
+	req.Env = maps.Clone(req.Env)
+	return req, nil
+}
+
+// Acquire returns the live lease of req.ConversationID, creating it and its
+// sandbox when there is none, with the lease's token and whether this call
+// created it.
+//
+// Idempotent by conversation: concurrent and repeated acquires of one
+// conversation create one sandbox and all get the same lease and token. A
+// caller arriving while the lease is PENDING waits for the creation's
+// outcome and shares it (success or error). Returning an existing lease
+// counts as activity; it neither renews it nor applies the request's other
+// fields. A conversation whose lease is RELEASING, or ended, gets a new lease.
+//
+// Errors: errdefs.ErrInvalidArgument naming the field;
+// errdefs.ErrPermissionDenied when the conversation's live lease has another
+// owner; errdefs.ErrResourceExhausted with a RetryAfter hint when MaxLive
+// leases are live; the runtime's error, category preserved (e.g. NotFound
+// for a missing image), when the sandbox could not be created — the lease
+// record is then FAILED with that reason; errdefs.ErrUnavailable when the
+// Manager is not running; ctx's error when the caller gives up.
+//
+// The sandbox is created with a context detached from ctx (bounded by
+// ReadyTimeout): a caller who gives up does not leave half a sandbox — the
+// creation finishes, and a retry gets the lease.
+func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, token string, created bool, err error) {
+	req, err = m.validate(req)
+	if err != nil {
+		return Lease{}, "", false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Lease{}, "", false, err
+	}
+	m.mu.Lock()
+	err = m.enterLocked()
+	m.mu.Unlock()
+	if err != nil {
+		return Lease{}, "", false, err
+	}
+	defer m.wg.Done()
+	for {
+		m.mu.Lock()
+		if err := m.usableLocked(); err != nil {
+			m.mu.Unlock()
+			return Lease{}, "", false, err
+		}
+		e := m.byConv[req.ConversationID]
+		if e != nil && e.l.Owner != req.Owner {
+			id := e.l.ID
+			m.mu.Unlock()
+			return Lease{}, "", false, fmt.Errorf("%w: conversation %q has a live lease (%s) of another owner", errdefs.ErrPermissionDenied, req.ConversationID, id)
+		}
+		if e != nil && e.l.State == StatePending {
+			call := e.call
+			m.mu.Unlock()
+			if call == nil { // cannot happen: PENDING in byConv is always creating
+				return Lease{}, "", false, fmt.Errorf("%w: lease %s is PENDING with no creation", errdefs.ErrInternal, e.l.ID)
+			}
+			select {
+			case <-call.done:
+			case <-ctx.Done():
+				return Lease{}, "", false, ctx.Err()
+			}
+			if call.err != nil {
+				return Lease{}, "", false, call.err
+			}
+			return call.lease.Clone(), m.Token(call.lease.ID), false, nil
+		}
+		if e != nil && e.l.State == StateReady {
+			if reason := expiryReason(&e.l, m.now()); reason != "" {
+				// Past its time but not reaped yet: expire it now so this
+				// caller gets a fresh lease instead of a dying one.
+				if err := m.transitionLocked(e, StateExpired, reason); err == nil {
+					l, rev := e.snapshot()
+					m.mu.Unlock()
+					_ = m.persist(l, rev)
+					m.enqueueClean(e)
+					continue
+				}
+			}
+			e.l.LastActivityAt = m.now()
+			e.activityDirty = true
+			l := e.l.Clone()
+			m.mu.Unlock()
+			return l, m.Token(l.ID), false, nil
+		}
+
+		// No live lease: create one.
+		if m.cfg.MaxLive >= 0 && m.liveCountLocked() >= m.cfg.MaxLive {
+			after := m.retryHintLocked()
+			live := m.liveCountLocked()
+			m.mu.Unlock()
+			return Lease{}, "", false, &RetryAfterError{
+				Err:   errdefs.ResourceExhausted("%d live leases, the maximum is %d; retry after %s", live, m.cfg.MaxLive, after),
+				After: after,
+			}
+		}
+		now := m.now()
+		e = &entry{
+			l: Lease{
+				ID:             newID(now),
+				ConversationID: req.ConversationID,
+				Owner:          req.Owner,
+				Labels:         req.Labels,
+				Image:          req.Image,
+				Env:            req.Env,
+				Resources:      req.Resources,
+				CreatedAt:      now,
+				ExpiresAt:      now.Add(req.TTL),
+				LastActivityAt: now,
+				TTL:            req.TTL,
+				IdleTimeout:    req.IdleTimeout,
+			},
+			call:  &acquireCall{done: make(chan struct{})},
+			ended: make(chan struct{}),
+		}
+		m.leases[e.l.ID] = e
+		m.counts[StateUnspecified]++ // balanced by transitionLocked
+		if err := m.transitionLocked(e, StatePending, "acquired"); err != nil {
+			panic(err) // "" → PENDING is always allowed
+		}
+		delete(m.counts, StateUnspecified)
+		m.byConv[req.ConversationID] = e
+		m.created++
+		l, rev := e.snapshot()
+		runCtx, call := m.runCtx, e.call // create clears e.call when it is done
+		m.mu.Unlock()
+
+		// Crash safety: the record exists before the container can.
+		if err := m.persist(l, rev); err != nil {
+			m.abandon(e, err)
+			return Lease{}, "", false, wrapf(err, "acquire: persist lease %s", l.ID)
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.create(context.WithoutCancel(ctx), runCtx, e)
+		}()
+		select {
+		case <-call.done:
+		case <-ctx.Done():
+			return Lease{}, "", false, ctx.Err()
+		}
+		if call.err != nil {
+			return Lease{}, "", false, call.err
+		}
+		return call.lease.Clone(), m.Token(l.ID), true, nil
+	}
+}
+
+// abandon forgets a lease whose PENDING record could not be written.
+func (m *Manager) abandon(e *entry, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.byConv[e.l.ConversationID] == e {
+		delete(m.byConv, e.l.ConversationID)
+	}
+	delete(m.leases, e.l.ID)
+	m.counts[e.l.State]--
+	e.call.err = wrapf(err, "acquire: persist lease %s", e.l.ID)
+	close(e.call.done)
+	e.call = nil
+	if !e.l.State.Ended() {
+		close(e.ended) // wake a Release that raced with the failed acquire
+	}
+}
+
+// create runs Runtime.Create for a PENDING lease and records the outcome.
+// ctx carries the caller's values but not its cancellation.
+func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
+	m.mu.Lock()
+	id, spec := e.l.ID, runtime.Spec{
+		LeaseID:        e.l.ID,
+		ConversationID: e.l.ConversationID,
+		InstanceID:     m.cfg.InstanceID,
+		Image:          e.l.Image,
+		AgentToken:     m.AgentToken(e.l.ID),
+		Env:            maps.Clone(e.l.Env),
+		Labels:         maps.Clone(e.l.Labels),
+		Resources:      e.l.Resources,
+		ReadyTimeout:   m.cfg.ReadyTimeout,
+	}
+	m.mu.Unlock()
+
+	start := time.Now()
+	// The runtime bounds its own work by ReadyTimeout; the extra grace lets
+	// its (more precise) timeout error win over ours.
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout+5*time.Second)
+	sb, err := m.rt.Create(cctx, spec)
+	cancel()
+	took := time.Since(start)
+
+	m.mu.Lock()
+	call := e.call
+	e.call = nil
+	now := m.now()
+	var cleanup bool
+	switch {
+	case err == nil && e.l.State == StatePending:
+		e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
+		e.l.ExpiresAt = now.Add(e.l.TTL)
+		e.l.LastActivityAt = now
+		_ = m.transitionLocked(e, StateReady, fmt.Sprintf("sandbox ready in %s", took.Round(time.Millisecond)))
+		call.lease = e.l.Clone()
+	case err == nil: // released while being created
+		e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
+		e.rev++
+		call.err = errNotUsable(&e.l)
+		cleanup = true
+	default:
+		err = wrapf(err, "lease %s: create sandbox from image %q", id, spec.Image)
+		call.err = err
+		if e.l.State == StatePending {
+			_ = m.transitionLocked(e, StateFailed, err.Error())
+		}
+		// The runtime promises nothing is left behind; removal by label
+		// makes sure (and is what finishes a release during creation).
+		cleanup = true
+	}
+	l, rev := e.snapshot()
+	m.mu.Unlock()
+	_ = m.persist(l, rev)
+	close(call.done)
+	if err != nil {
+		m.log.Warn("sandbox creation failed", "lease_id", id, "conversation_id", l.ConversationID, "image", spec.Image, "err", err)
+	}
+	if cleanup {
+		if runCtx.Err() == nil {
+			_ = m.cleanup(runCtx, id)
+		}
+	}
+}
+
+// retryHintLocked estimates when a live slot frees up: soon if a lease is
+// being released, else when the first READY lease expires; between 1s and 30s.
+func (m *Manager) retryHintLocked() time.Duration {
+	const lo, hi = time.Second, 30 * time.Second
+	if m.counts[StateReleasing] > 0 {
+		return lo
+	}
+	now := m.now()
+	best := hi
+	for _, e := range m.leases {
+		if e.l.State != StateReady {
+			continue
+		}
+		d := e.l.ExpiresAt.Sub(now)
+		if e.l.IdleTimeout > 0 {
+			d = min(d, e.l.LastActivityAt.Add(e.l.IdleTimeout).Sub(now))
+		}
+		best = min(best, d)
+	}
+	return max(lo, best.Round(time.Second))
+}

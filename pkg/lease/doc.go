@@ -1,0 +1,66 @@
+// Package lease is berth's lease manager: one lease per agent conversation,
+// each holding one sandbox container. It owns the lease state machine, the
+// embedded store, the reaper, and the reconciliation of stored leases with
+// the containers the runtime reports. The gRPC/REST edge is a thin adapter
+// over Manager; this package knows nothing about the wire.
+//
+// # State machine
+//
+//	             ┌──────────────── release, reap ────────────────┐
+//	             │                                               ▼
+//	acquire ─► PENDING ── sandbox ready ──► READY ── release ──► RELEASING ──► RELEASED
+//	             │                          │  │     reap           (container removed)
+//	             │                          │  └── ttl or idle timeout ──► EXPIRED
+//	             └── create failed, ────────┴───── died, OOM-killed, ────► FAILED
+//	                 restart during creation       vanished
+//
+// PENDING → READY | FAILED | RELEASING; READY → RELEASING | EXPIRED |
+// FAILED; RELEASING → RELEASED | FAILED. RELEASED, EXPIRED and FAILED are
+// ended and final. PENDING, READY and RELEASING are live (they count
+// against Config.MaxLive). Every transition is appended to
+// Lease.Transitions with its reason and time; the lease's State, Reason and
+// UpdatedAt follow the last one. An illegal transition is a bug and fails
+// with errdefs.ErrFailedPrecondition.
+//
+// A lease reaches EXPIRED or FAILED first and loses its container right
+// after: Lease.Cleaned records that the runtime confirmed the removal. A
+// RELEASING lease becomes RELEASED only once its container is gone.
+//
+// # Conversations and tokens
+//
+// At most one PENDING or READY lease holds a conversation. Acquire returns
+// it (to the same owner) or creates one; concurrent acquires of one
+// conversation share a single creation. Lease tokens (leaseID + "." +
+// base64url HMAC-SHA256 of the lease id under the server secret) and agent
+// tokens (a separate derivation) are derived, never stored, and verified in
+// constant time.
+//
+// # Crash safety
+//
+// Every state change is written through to the Store (a bbolt file,
+// fsync'd per transaction; the reaper batches its writes into one) outside
+// the Manager's mutex, in revision order per lease. A PENDING record is written before the runtime is asked to create
+// the container, and RELEASING before it is asked to remove one, so a crash
+// at any point leaves a record that explains every container. Containers
+// carry labels naming the lease and the orchestrator instance (see package
+// runtime), which makes the runtime a second source of truth. Start
+// reconciles the two: READY leases with a running container are adopted;
+// READY leases whose container vanished or died, and PENDING leases (a
+// half-created sandbox is not trusted), become FAILED; RELEASING leases
+// finish their release; every container of this instance that no adopted
+// lease owns is removed. While running, the runtime's event stream fails
+// leases whose containers die, are OOM-killed or removed, and periodic
+// resyncs (also after every reconnect of the stream) catch what events miss
+// and remove orphans. Activity times (Touch) are written lazily, at most
+// every Config.ActivityFlushInterval, so after a crash a lease may look a
+// few seconds idler than it was.
+//
+// # Reaper
+//
+// Every Config.ReapInterval the reaper expires READY leases past their TTL
+// or idle timeout, hands containers due for removal to
+// Config.ReapConcurrency workers (a failed removal is retried with backoff),
+// writes pending activity times, and purges ended, cleaned records older
+// than Config.Retention. It holds the mutex only for in-memory updates, so
+// Acquire never waits on it.
+package lease

@@ -1,0 +1,541 @@
+package lease
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// Runtime is the subset of runtime.Runtime the Manager uses; every
+// runtime.Runtime satisfies it, and tests fake exactly this.
+type Runtime interface {
+	// Create creates, starts and waits for the readiness of a sandbox.
+	Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error)
+	// Get returns one sandbox (errdefs.ErrNotFound when there is none).
+	Get(ctx context.Context, id string) (runtime.Sandbox, error)
+	// List returns the berth-managed sandboxes matching sel.
+	List(ctx context.Context, sel runtime.Selector) ([]runtime.Sandbox, error)
+	// Remove force-removes a sandbox; a missing one is success.
+	Remove(ctx context.Context, id string) error
+	// Watch delivers sandbox events until ctx ends or the backend fails.
+	Watch(ctx context.Context) (<-chan runtime.Event, error)
+}
+
+var _ Runtime = runtime.Runtime(nil)
+
+// Config configures a Manager. Zero fields take the documented defaults.
+type Config struct {
+	// Store persists leases. Required. The Manager does not close it.
+	Store Store
+	// Runtime creates and removes sandboxes. Required.
+	Runtime Runtime
+	// InstanceID names this orchestrator instance; it is put on every
+	// container (runtime.LabelInstance) and reconcile only touches containers
+	// that carry it. Default "default". Two orchestrators sharing a container
+	// engine must use different ids.
+	InstanceID string
+	// Secret is the server secret lease and agent tokens are derived from
+	// (see LoadOrCreateSecret). Required, at least MinSecretLen bytes.
+	Secret []byte
+	// DefaultImage is used when an acquire names no image. Default "berth/base".
+	DefaultImage string
+	// DefaultTTL is the lifetime of a lease acquired without a TTL. Default 10m.
+	DefaultTTL time.Duration
+	// MaxTTL bounds the TTL of acquire and renew. Default 24h.
+	MaxTTL time.Duration
+	// DefaultIdleTimeout applies when an acquire gives none. Default 0: no
+	// idle timeout.
+	DefaultIdleTimeout time.Duration
+	// MaxLive bounds live (PENDING, READY, RELEASING) leases; an acquire
+	// beyond it fails with errdefs.ErrResourceExhausted and a RetryAfter
+	// hint. Default 100; negative means no limit.
+	MaxLive int
+	// DefaultResources fill the zero fields of an acquire's resources.
+	// Default zero: the runtime's defaults.
+	DefaultResources runtime.Resources
+	// Retention is how long ended lease records are kept (for Get, List and
+	// debugging) before they are purged. Default 1h; negative keeps them
+	// forever.
+	Retention time.Duration
+	// ReapInterval is how often the reaper looks for expired and idle leases
+	// and retries failed removals. Default 200ms.
+	ReapInterval time.Duration
+	// ReapConcurrency bounds the container removals the reaper (and Reap)
+	// run at once. Default 4.
+	ReapConcurrency int
+	// ReadyTimeout bounds the creation of one sandbox (create, inject, start,
+	// agent healthy); it is passed to the runtime as Spec.ReadyTimeout.
+	// Default 30s.
+	ReadyTimeout time.Duration
+	// RemoveTimeout bounds the removal of one sandbox. Default 30s.
+	RemoveTimeout time.Duration
+	// ResyncInterval is how often the live leases are compared with the
+	// runtime's container list even when the event watch is healthy (a
+	// resync also follows every watch reconnect). Default 30s.
+	ResyncInterval time.Duration
+	// ActivityFlushInterval is the least time between two writes of a
+	// lease's LastActivityAt caused by Touch. Default 5s.
+	ActivityFlushInterval time.Duration
+	// Logger receives the Manager's logs (keys lease_id, container_id,
+	// conversation_id, state, reason). Default: discard.
+	Logger *slog.Logger
+	// Now is the clock for lease times. Default time.Now. Timers (reaper,
+	// backoff) always run on the real clock.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() error {
+	if c.Store == nil {
+		return errdefs.InvalidArgument("store", "required")
+	}
+	if c.Runtime == nil {
+		return errdefs.InvalidArgument("runtime", "required")
+	}
+	if len(c.Secret) < MinSecretLen {
+		return errdefs.InvalidArgument("secret", "must be at least %d bytes", MinSecretLen)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.InstanceID == "" {
+		c.InstanceID = "default"
+	}
+	if c.DefaultImage == "" {
+		c.DefaultImage = "berth/base"
+	}
+	def(&c.DefaultTTL, 10*time.Minute)
+	def(&c.MaxTTL, 24*time.Hour)
+	if c.MaxLive == 0 {
+		c.MaxLive = 100
+	}
+	def(&c.Retention, time.Hour)
+	def(&c.ReapInterval, 200*time.Millisecond)
+	if c.ReapConcurrency <= 0 {
+		c.ReapConcurrency = 4
+	}
+	def(&c.ReadyTimeout, 30*time.Second)
+	def(&c.RemoveTimeout, 30*time.Second)
+	def(&c.ResyncInterval, 30*time.Second)
+	def(&c.ActivityFlushInterval, 5*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	switch {
+	case c.DefaultTTL < 0 || c.MaxTTL < 0 || c.DefaultIdleTimeout < 0:
+		return errdefs.InvalidArgument("ttl", "durations must not be negative")
+	case c.DefaultTTL > c.MaxTTL:
+		return errdefs.InvalidArgument("default_ttl", "%s exceeds max ttl %s", c.DefaultTTL, c.MaxTTL)
+	case c.ReapInterval < 0 || c.ReadyTimeout < 0 || c.RemoveTimeout < 0 || c.ResyncInterval < 0 || c.ActivityFlushInterval < 0:
+		return errdefs.InvalidArgument("interval", "durations must not be negative")
+	}
+	return validResources("default_resources", c.DefaultResources)
+}
+
+// Manager owns the leases of one orchestrator instance: it creates their
+// sandboxes, tracks their states, persists them, expires and reaps them, and
+// reconciles them with the runtime. Create it with New, then call Start
+// before anything else; all methods are safe for concurrent use.
+type Manager struct {
+	cfg   Config
+	log   *slog.Logger
+	rt    Runtime
+	store Store
+
+	mu      sync.Mutex
+	leases  map[string]*entry // every record, live and ended
+	byConv  map[string]*entry // conversation id → its PENDING or READY lease
+	subs    map[*subscriber]struct{}
+	counts  map[State]int    // current records by state
+	entered map[State]uint64 // transitions into each state since New
+	created uint64           // leases created since New
+	seq     uint64           // bumped when a lease becomes READY (resync races)
+	started bool
+	closed  bool
+	runCtx  context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // background loops and detached work
+	cleanQ  chan string    // lease ids whose container needs removing
+
+	pmu       sync.Mutex        // serialises store writes
+	persisted map[string]uint64 // lease id → revision last written
+}
+
+// entry is the in-memory record of one lease plus bookkeeping that is not
+// persisted. Guarded by Manager.mu.
+type entry struct {
+	l   Lease
+	rev uint64 // bumped on every change; store writes are applied in rev order
+
+	call     *acquireCall  // set while the sandbox is being created
+	cleaning chan struct{} // set while a removal runs; closed when it ends
+	cleanErr error         // result of the last removal attempt
+	queued   bool          // in cleanQ
+	retryAt  time.Time     // earliest next removal attempt after a failure (real clock)
+	fails    int           // consecutive removal failures
+	ended    chan struct{} // closed when the lease reaches an ended state
+	readySeq uint64        // Manager.seq when it became READY
+
+	activityDirty   bool      // LastActivityAt changed since the last write
+	activityWritten time.Time // real-clock time of the last activity write
+}
+
+// acquireCall is one in-flight creation; concurrent acquires of the same
+// conversation wait on done and share its outcome.
+type acquireCall struct {
+	done  chan struct{}
+	lease Lease
+	err   error
+}
+
+// New validates cfg, applies defaults and returns a Manager. It does no I/O;
+// call Start.
+func New(cfg Config) (*Manager, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	cfg.Secret = bytes.Clone(cfg.Secret)
+	return &Manager{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		rt:        cfg.Runtime,
+		store:     cfg.Store,
+		leases:    map[string]*entry{},
+		byConv:    map[string]*entry{},
+		subs:      map[*subscriber]struct{}{},
+		counts:    map[State]int{},
+		entered:   map[State]uint64{},
+		persisted: map[string]uint64{},
+		cleanQ:    make(chan string, 4096),
+	}, nil
+}
+
+// Config returns the Manager's configuration with defaults applied. It
+// includes the Secret: do not log it whole.
+func (m *Manager) Config() Config { return m.cfg }
+
+// Start loads every lease from the store, reconciles them with the
+// runtime's containers (see the package documentation) and starts the
+// background loops — reaper, removal workers, runtime event watch with
+// resync, purge — which run until ctx ends. It returns once reconcile is
+// done; an error (store unreadable, runtime unreachable) leaves the Manager
+// unusable. Call Close after ctx ends (or instead of cancelling it) to wait
+// for the loops.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	if m.started || m.closed {
+		m.mu.Unlock()
+		return errdefs.FailedPrecondition("lease manager already started")
+	}
+	m.started = true
+	m.mu.Unlock()
+
+	if err := m.load(); err != nil {
+		return err
+	}
+	if err := m.reconcile(ctx); err != nil {
+		return err
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	m.mu.Lock()
+	m.runCtx, m.cancel = runCtx, cancel
+	m.mu.Unlock()
+	m.goBackground(func() { m.reapLoop(runCtx) })
+	m.goBackground(func() { m.watchLoop(runCtx) })
+	for range m.cfg.ReapConcurrency {
+		m.goBackground(func() { m.cleanWorker(runCtx) })
+	}
+	m.log.Info("lease manager started", "instance", m.cfg.InstanceID, "leases", len(m.leases), "live", m.liveCount())
+	return nil
+}
+
+// Close stops accepting acquires, stops the background loops and waits for
+// them and for in-flight creations and removals (each bounded by
+// ReadyTimeout or RemoveTimeout). It does not release leases — their
+// sandboxes keep running and are adopted by the next Start — and does not
+// close the Store.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	cancel := m.cancel
+	subs := m.subs
+	m.subs = map[*subscriber]struct{}{}
+	for s := range subs {
+		s.closeLocked()
+	}
+	m.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	m.wg.Wait()
+	return nil
+}
+
+func (m *Manager) goBackground(f func()) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+}
+
+// enterLocked admits a call that will write to the store or the runtime
+// after releasing mu: Close waits for it (m.wg.Done when it returns).
+// Called with mu held.
+func (m *Manager) enterLocked() error {
+	if err := m.usableLocked(); err != nil {
+		return err
+	}
+	m.wg.Add(1)
+	return nil
+}
+
+// usableLocked reports whether the Manager accepts calls. Called with mu held.
+func (m *Manager) usableLocked() error {
+	switch {
+	case m.closed:
+		return errdefs.Unavailable("lease manager is shut down")
+	case m.runCtx == nil:
+		return errdefs.Unavailable("lease manager is not started")
+	}
+	return nil
+}
+
+// now is the lease clock in UTC, without a monotonic reading, so in-memory
+// times compare exactly like the persisted ones.
+func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
+
+// load reads every record into memory.
+func (m *Manager) load() error {
+	var all []Lease
+	if err := m.store.ForEach(func(l Lease) error {
+		all = append(all, l)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("lease manager: load leases: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, l := range all {
+		if !l.State.Valid() {
+			m.log.Warn("skipping lease record with unknown state", "lease_id", l.ID, "state", string(l.State))
+			continue
+		}
+		e := &entry{l: l, ended: make(chan struct{})}
+		if l.State.Ended() {
+			close(e.ended)
+		}
+		m.leases[l.ID] = e
+		m.counts[l.State]++
+		m.persisted[l.ID] = 0
+		if l.State == StatePending || l.State == StateReady {
+			if other := m.byConv[l.ConversationID]; other != nil {
+				m.log.Warn("two live leases for one conversation in the store", "conversation_id", l.ConversationID, "lease_id", l.ID, "other_lease_id", other.l.ID)
+				if other.l.CreatedAt.After(l.CreatedAt) {
+					continue
+				}
+			}
+			m.byConv[l.ConversationID] = e
+		}
+	}
+	return nil
+}
+
+// transitionLocked moves e to state to and does the bookkeeping: counters,
+// the conversation index, the ended channel, subscribers. The caller holds
+// mu and persists e afterwards (outside mu).
+func (m *Manager) transitionLocked(e *entry, to State, reason string) error {
+	from := e.l.State
+	t, err := e.l.Transition(to, reason, m.now())
+	if err != nil {
+		m.log.Error("illegal lease transition", "lease_id", e.l.ID, "from", from.String(), "to", to.String(), "reason", reason)
+		return err
+	}
+	e.rev++
+	m.counts[from]--
+	m.counts[to]++
+	m.entered[to]++
+	if to == StateReady {
+		m.seq++
+		e.readySeq = m.seq
+	}
+	if !(to == StatePending || to == StateReady) && m.byConv[e.l.ConversationID] == e {
+		delete(m.byConv, e.l.ConversationID)
+	}
+	if to.Ended() {
+		close(e.ended)
+	}
+	m.log.Info("lease transition", "lease_id", e.l.ID, "conversation_id", e.l.ConversationID, "container_id", e.l.ContainerID,
+		"from", from.String(), "state", to.String(), "reason", reason)
+	m.emitLocked(e, &t)
+	return nil
+}
+
+// snapshot returns what persist needs. Called with mu held.
+func (e *entry) snapshot() (Lease, uint64) { return e.l.Clone(), e.rev }
+
+// persist writes a snapshot unless a newer revision of the same lease was
+// already written (snapshots are taken under mu but written outside it, so
+// two writers can race; the revision keeps the store monotonic).
+func (m *Manager) persist(l Lease, rev uint64) error {
+	m.pmu.Lock()
+	defer m.pmu.Unlock()
+	if last, ok := m.persisted[l.ID]; ok && last >= rev {
+		return nil
+	}
+	if err := m.store.Put(l); err != nil {
+		m.log.Error("persist lease", "lease_id", l.ID, "state", l.State.String(), "err", err)
+		return err
+	}
+	m.persisted[l.ID] = rev
+	return nil
+}
+
+type snap struct {
+	l   Lease
+	rev uint64
+}
+
+// persistAll writes a batch of snapshots in one store transaction (one
+// fsync), skipping those already superseded.
+func (m *Manager) persistAll(snaps []snap) {
+	if len(snaps) == 0 {
+		return
+	}
+	m.pmu.Lock()
+	defer m.pmu.Unlock()
+	var ls []Lease
+	for _, s := range snaps {
+		if last, ok := m.persisted[s.l.ID]; !ok || last < s.rev {
+			ls = append(ls, s.l)
+		}
+	}
+	if len(ls) == 0 {
+		return
+	}
+	if err := m.store.PutAll(ls); err != nil {
+		m.log.Error("persist leases", "count", len(ls), "err", err)
+		return
+	}
+	for _, s := range snaps {
+		m.persisted[s.l.ID] = max(m.persisted[s.l.ID], s.rev)
+	}
+}
+
+func (m *Manager) liveCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.liveCountLocked()
+}
+
+func (m *Manager) liveCountLocked() int {
+	return m.counts[StatePending] + m.counts[StateReady] + m.counts[StateReleasing]
+}
+
+// Stats are counts for metrics.
+type Stats struct {
+	// ByState counts the records held, live and ended (not yet purged).
+	ByState map[State]int
+	// Live is the number of live leases; MaxLive the limit (negative: none).
+	Live    int
+	MaxLive int
+	// Transitions counts transitions into each state since the Manager was
+	// created (a Prometheus counter).
+	Transitions map[State]uint64
+	// Created counts leases created since the Manager was created.
+	Created uint64
+	// Uncleaned counts ended leases whose container is not yet confirmed removed.
+	Uncleaned int
+}
+
+// Stats returns current counts.
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := Stats{ByState: map[State]int{}, Transitions: map[State]uint64{}, Live: m.liveCountLocked(), MaxLive: m.cfg.MaxLive, Created: m.created}
+	for _, st := range States {
+		s.ByState[st] = m.counts[st]
+		s.Transitions[st] = m.entered[st]
+	}
+	for _, e := range m.leases {
+		if e.l.State.Ended() && !e.l.Cleaned {
+			s.Uncleaned++
+		}
+	}
+	return s
+}
+
+// Get returns a copy of one lease; errdefs.ErrNotFound if there is none
+// (never was, or purged after Config.Retention).
+func (m *Manager) Get(ctx context.Context, id string) (Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.leases[id]
+	if e == nil {
+		return Lease{}, errdefs.NotFound("lease %s", id)
+	}
+	return e.l.Clone(), nil
+}
+
+// Route is what the proxy needs to forward a request to a lease's sandbox.
+type Route struct {
+	// State is the lease's state; only READY leases should be proxied to.
+	State State
+	// Reason is the reason of the last transition (for error messages).
+	Reason string
+	// Owner is the lease's owner.
+	Owner string
+	// Endpoint is the agent's host:port.
+	Endpoint string
+}
+
+// Route returns the routing facts of lease id without copying the whole
+// lease (cheap enough for every proxied request); errdefs.ErrNotFound if
+// there is no such lease. It does not record activity: call Touch.
+func (m *Manager) Route(id string) (Route, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.leases[id]
+	if e == nil {
+		return Route{}, errdefs.NotFound("lease %s", id)
+	}
+	return Route{State: e.l.State, Reason: e.l.Reason, Owner: e.l.Owner, Endpoint: e.l.Endpoint}, nil
+}
+
+// Touch records activity on a live lease (the proxy calls it per request):
+// it sets LastActivityAt to now in memory, which postpones the idle timeout.
+// The store is written lazily by the reaper, at most once per
+// Config.ActivityFlushInterval per lease. Unknown or ended leases are
+// ignored. Touch never blocks on I/O.
+func (m *Manager) Touch(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.leases[id]; e != nil && e.l.State == StateReady {
+		e.l.LastActivityAt = m.now()
+		e.activityDirty = true
+	}
+}
+
+// errNotUsable formats the precondition error for a lease in the wrong state.
+func errNotUsable(l *Lease) error {
+	return errdefs.FailedPrecondition("lease %s is %s: %s", l.ID, l.State, l.Reason)
+}
+
+// detached returns a context for runtime work that must finish even if the
+// caller goes away: it keeps ctx's values, drops its cancellation, and has
+// its own timeout.
+func detached(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}

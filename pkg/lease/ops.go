@@ -1,0 +1,451 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// Page sizes of List.
+const (
+	DefaultPageSize = 100
+	MaxPageSize     = 1000
+)
+
+// Filter selects leases for List. Empty fields match everything.
+type Filter struct {
+	// States keeps leases in any of these states. Empty means live states
+	// (PENDING, READY, RELEASING), or every state when IncludeEnded is set.
+	States []State
+	// Owner keeps one owner's leases. Empty matches every owner: edges must
+	// set it for clients, who see only their own leases.
+	Owner string
+	// ConversationID keeps one conversation's leases.
+	ConversationID string
+	// Labels keeps leases carrying every one of these labels (see ParseSelector).
+	Labels map[string]string
+	// IncludeEnded adds ended leases when States is empty.
+	IncludeEnded bool
+	// PageSize defaults to DefaultPageSize; larger than MaxPageSize is
+	// capped; negative is invalid.
+	PageSize int
+	// PageToken continues a previous List with the same filter (its
+	// nextPageToken). Opaque.
+	PageToken string
+}
+
+func (f *Filter) match(l *Lease) bool {
+	switch {
+	case len(f.States) > 0 && !slices.Contains(f.States, l.State):
+		return false
+	case len(f.States) == 0 && !f.IncludeEnded && !l.State.Live():
+		return false
+	case f.Owner != "" && l.Owner != f.Owner:
+		return false
+	case f.ConversationID != "" && l.ConversationID != f.ConversationID:
+		return false
+	}
+	return labelsMatch(l.Labels, f.Labels)
+}
+
+func labelsMatch(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// newerFirst orders leases newest first; the id breaks ties, so the order
+// is total and pagination stable.
+func newerFirst(a, b *Lease) int {
+	if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+		return c
+	}
+	return cmp.Compare(b.ID, a.ID)
+}
+
+// A page token is the position of the last lease returned.
+func encodePageToken(l *Lease) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(l.CreatedAt.UnixNano(), 10) + "." + l.ID))
+}
+
+func decodePageToken(tok string) (Lease, error) {
+	bad := errdefs.InvalidArgument("page_token", "not a token this server issued")
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return Lease{}, bad
+	}
+	ns, id, ok := strings.Cut(string(b), ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || !ValidID(id) {
+		return Lease{}, bad
+	}
+	return Lease{ID: id, CreatedAt: time.Unix(0, n)}, nil
+}
+
+// List returns the leases matching f, newest first, one page at a time,
+// with the token of the next page ("" after the last page). Pagination is
+// stable: leases created after the first page do not shift later pages.
+func (m *Manager) List(ctx context.Context, f Filter) ([]Lease, string, error) {
+	for _, s := range f.States {
+		if !s.Valid() {
+			return nil, "", errdefs.InvalidArgument("state", "unknown lease state %q", string(s))
+		}
+	}
+	switch {
+	case f.PageSize < 0:
+		return nil, "", errdefs.InvalidArgument("page_size", "must not be negative")
+	case f.PageSize == 0:
+		f.PageSize = DefaultPageSize
+	case f.PageSize > MaxPageSize:
+		f.PageSize = MaxPageSize
+	}
+	var after *Lease
+	if f.PageToken != "" {
+		c, err := decodePageToken(f.PageToken)
+		if err != nil {
+			return nil, "", err
+		}
+		after = &c
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var hits []*Lease
+	for _, e := range m.leases {
+		if f.match(&e.l) && (after == nil || newerFirst(after, &e.l) < 0) {
+			hits = append(hits, &e.l)
+		}
+	}
+	slices.SortFunc(hits, newerFirst)
+	next := ""
+	if len(hits) > f.PageSize {
+		hits = hits[:f.PageSize]
+		next = encodePageToken(hits[len(hits)-1])
+	}
+	out := make([]Lease, len(hits))
+	for i, l := range hits {
+		out[i] = l.Clone()
+	}
+	return out, next, nil
+}
+
+// expiryReason says why l (READY) has expired at now, or "" if it has not.
+func expiryReason(l *Lease, now time.Time) string {
+	if !now.Before(l.ExpiresAt) {
+		return fmt.Sprintf("ttl of %s passed", l.TTL)
+	}
+	if l.IdleTimeout > 0 && now.Sub(l.LastActivityAt) >= l.IdleTimeout {
+		return fmt.Sprintf("idle for %s", l.IdleTimeout)
+	}
+	return ""
+}
+
+// Renew extends a live lease: ExpiresAt becomes now + ttl, and ttl becomes
+// the lease's TTL; ttl 0 reuses the lease's TTL. Only READY and PENDING
+// leases can be renewed; others (or a READY lease already past its expiry,
+// which Renew expires) fail with errdefs.ErrFailedPrecondition ("lease X is
+// EXPIRED: ..."). A negative ttl or one above Config.MaxTTL is
+// errdefs.ErrInvalidArgument; an unknown id errdefs.ErrNotFound. Renew is
+// not activity: it does not postpone the idle timeout.
+func (m *Manager) Renew(ctx context.Context, id string, ttl time.Duration) (Lease, error) {
+	switch {
+	case ttl < 0:
+		return Lease{}, errdefs.InvalidArgument("ttl", "%s is negative", ttl)
+	case ttl > m.cfg.MaxTTL:
+		return Lease{}, errdefs.InvalidArgument("ttl", "%s exceeds the maximum of %s", ttl, m.cfg.MaxTTL)
+	}
+	m.mu.Lock()
+	if err := m.enterLocked(); err != nil {
+		m.mu.Unlock()
+		return Lease{}, err
+	}
+	defer m.wg.Done()
+	e := m.leases[id]
+	if e == nil {
+		m.mu.Unlock()
+		return Lease{}, errdefs.NotFound("lease %s", id)
+	}
+	now := m.now()
+	if e.l.State == StateReady {
+		if reason := expiryReason(&e.l, now); reason != "" {
+			_ = m.transitionLocked(e, StateExpired, reason)
+			m.enqueueCleanLocked(e)
+			l, rev := e.snapshot()
+			m.mu.Unlock()
+			_ = m.persist(l, rev)
+			return Lease{}, errNotUsable(&l)
+		}
+	}
+	if e.l.State != StateReady && e.l.State != StatePending {
+		err := errNotUsable(&e.l)
+		m.mu.Unlock()
+		return Lease{}, err
+	}
+	if ttl == 0 {
+		ttl = e.l.TTL
+	}
+	e.l.TTL = ttl
+	e.l.ExpiresAt = now.Add(ttl)
+	e.l.UpdatedAt = now
+	e.rev++
+	m.emitLocked(e, nil)
+	l, rev := e.snapshot()
+	m.mu.Unlock()
+	if err := m.persist(l, rev); err != nil {
+		return l, wrapf(err, "renew lease %s", id)
+	}
+	return l, nil
+}
+
+// Release ends a lease: READY or PENDING → RELEASING, its container is
+// removed, → RELEASED (reason defaults to "released"). It waits, bounded by
+// ctx, until the lease has ended; a lease released while its sandbox is
+// being created ends once the creation finishes. Releasing an ended lease
+// succeeds and returns it unchanged; an unknown id is errdefs.ErrNotFound.
+// If the removal fails the lease stays RELEASING, the error is returned,
+// and the reaper keeps retrying the removal.
+func (m *Manager) Release(ctx context.Context, id, reason string) (Lease, error) {
+	if reason == "" {
+		reason = "released"
+	}
+	m.mu.Lock()
+	if err := m.enterLocked(); err != nil {
+		m.mu.Unlock()
+		return Lease{}, err
+	}
+	defer m.wg.Done()
+	runCtx := m.runCtx
+	e := m.leases[id]
+	if e == nil {
+		m.mu.Unlock()
+		return Lease{}, errdefs.NotFound("lease %s", id)
+	}
+	if e.l.State.Ended() {
+		l := e.l.Clone()
+		m.mu.Unlock()
+		return l, nil
+	}
+	if e.l.State == StateReady || e.l.State == StatePending {
+		_ = m.transitionLocked(e, StateReleasing, reason)
+	}
+	l, rev := e.snapshot()
+	m.mu.Unlock()
+	_ = m.persist(l, rev) // a lost write is repaired by reconcile: RELEASING or not, the container goes
+	if err := m.cleanup(ctx, id); err != nil {
+		return m.current(e), err
+	}
+	wait := time.NewTimer(m.cfg.ReadyTimeout + m.cfg.RemoveTimeout + 5*time.Second)
+	defer wait.Stop()
+	select {
+	case <-e.ended:
+	case <-wait.C:
+	case <-runCtx.Done(): // shutting down
+	case <-ctx.Done():
+		return m.current(e), ctx.Err()
+	}
+	return m.current(e), nil
+}
+
+func (m *Manager) current(e *entry) Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return e.l.Clone()
+}
+
+// ReapFilter selects the live leases Reap releases. Set fields combine with
+// AND; IDs matches any of the ids.
+type ReapFilter struct {
+	IDs            []string
+	Owner          string
+	ConversationID string
+	Labels         map[string]string
+	// All must be set to reap every live lease when no other field is set.
+	All bool
+	// Reason is recorded on the transitions; default "reaped by operator".
+	Reason string
+}
+
+func (f *ReapFilter) empty() bool {
+	return len(f.IDs) == 0 && f.Owner == "" && f.ConversationID == "" && len(f.Labels) == 0
+}
+
+// Reap releases every live lease matching f (an operator call) and returns
+// their ids, sorted. READY and PENDING leases go to RELEASING; containers are
+// removed with at most Config.ReapConcurrency removals at once, and Reap
+// waits for them (bounded by ctx); a PENDING lease ends when its creation
+// finishes, without Reap waiting. Leases already RELEASING are included. A
+// removal that fails leaves its lease RELEASING for the reaper to retry; it
+// is logged, not returned. An empty filter without All is
+// errdefs.ErrInvalidArgument.
+func (m *Manager) Reap(ctx context.Context, f ReapFilter) ([]string, error) {
+	if f.empty() && !f.All {
+		return nil, errdefs.InvalidArgument("all", "an empty selector reaps every lease; set all to mean it")
+	}
+	if f.Reason == "" {
+		f.Reason = "reaped by operator"
+	}
+	m.mu.Lock()
+	if err := m.enterLocked(); err != nil {
+		m.mu.Unlock()
+		return nil, err
+	}
+	defer m.wg.Done()
+	var ids []string
+	var snaps []snap
+	for _, e := range m.leases {
+		l := &e.l
+		if !l.State.Live() ||
+			(len(f.IDs) > 0 && !slices.Contains(f.IDs, l.ID)) ||
+			(f.Owner != "" && l.Owner != f.Owner) ||
+			(f.ConversationID != "" && l.ConversationID != f.ConversationID) ||
+			!labelsMatch(l.Labels, f.Labels) {
+			continue
+		}
+		if l.State != StateReleasing {
+			_ = m.transitionLocked(e, StateReleasing, f.Reason)
+			s, rev := e.snapshot()
+			snaps = append(snaps, snap{s, rev})
+		}
+		ids = append(ids, l.ID)
+	}
+	m.mu.Unlock()
+	m.persistAll(snaps)
+	slices.Sort(ids)
+
+	sem := make(chan struct{}, m.cfg.ReapConcurrency)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_ = m.cleanup(ctx, id)
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return ids, err
+	}
+	m.log.Info("reaped leases", "count", len(ids), "reason", f.Reason)
+	return ids, nil
+}
+
+// enqueueCleanLocked hands e to the removal workers unless it is already
+// queued or being removed. Called with mu held; never blocks.
+func (m *Manager) enqueueCleanLocked(e *entry) {
+	if e.queued || e.cleaning != nil || e.call != nil {
+		return
+	}
+	select {
+	case m.cleanQ <- e.l.ID:
+		e.queued = true
+	default: // full: the reaper retries on its next tick
+	}
+}
+
+func (m *Manager) enqueueClean(e *entry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.enqueueCleanLocked(e)
+}
+
+// needsClean reports whether e has a container to remove now.
+func (e *entry) needsClean() bool {
+	return e.l.State == StateReleasing || (e.l.State.Ended() && !e.l.Cleaned)
+}
+
+// cleanup removes the container of a RELEASING or ended-but-uncleaned lease,
+// then marks it Cleaned (and RELEASING → RELEASED). Concurrent calls for
+// one lease share one removal. A lease whose sandbox is still being created
+// is left to the creation, which calls cleanup when it finishes. ctx bounds
+// only the waiting; the removal itself runs detached with RemoveTimeout.
+func (m *Manager) cleanup(ctx context.Context, id string) error {
+	m.mu.Lock()
+	e := m.leases[id]
+	if e == nil || e.call != nil || !e.needsClean() {
+		m.mu.Unlock()
+		return nil
+	}
+	if ch := e.cleaning; ch != nil {
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return e.cleanErr
+	}
+	ch := make(chan struct{})
+	e.cleaning = ch
+	cid := e.l.ContainerID
+	m.mu.Unlock()
+
+	err := m.removeContainers(ctx, id, cid)
+
+	m.mu.Lock()
+	e.cleaning, e.cleanErr = nil, err
+	close(ch)
+	if err != nil {
+		e.fails++
+		e.retryAt = time.Now().Add(backoff(e.fails))
+		attempts := e.fails
+		m.mu.Unlock()
+		m.log.Warn("removing sandbox failed; will retry", "lease_id", id, "container_id", cid, "attempts", attempts, "err", err)
+		return err
+	}
+	e.fails = 0
+	if e.l.State == StateReleasing {
+		_ = m.transitionLocked(e, StateReleased, e.l.Reason)
+	}
+	e.l.Cleaned = true
+	e.rev++
+	l, rev := e.snapshot()
+	m.mu.Unlock()
+	_ = m.persist(l, rev)
+	return nil
+}
+
+// removeContainers removes the lease's container, or, when its id is not
+// known, every container labelled with the lease.
+func (m *Manager) removeContainers(ctx context.Context, leaseID, cid string) error {
+	rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+	defer cancel()
+	if cid != "" {
+		if err := m.rt.Remove(rctx, cid); err != nil {
+			return wrapf(err, "remove container %s of lease %s", cid, leaseID)
+		}
+		return nil
+	}
+	boxes, err := m.rt.List(rctx, runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID, runtime.LabelLease: leaseID})
+	if err != nil {
+		return wrapf(err, "list containers of lease %s", leaseID)
+	}
+	for _, sb := range boxes {
+		if err := m.rt.Remove(rctx, sb.ID); err != nil {
+			return wrapf(err, "remove container %s of lease %s", sb.ID, leaseID)
+		}
+	}
+	return nil
+}
+
+// backoff is the wait before removal attempt n+1: 200ms doubling to 30s.
+func backoff(n int) time.Duration {
+	d := 200 * time.Millisecond
+	for i := 1; i < n && d < 30*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 30*time.Second)
+}

@@ -1,0 +1,107 @@
+package lease
+
+import (
+	"context"
+	"time"
+)
+
+// reapLoop runs reapOnce every ReapInterval until ctx ends.
+func (m *Manager) reapLoop(ctx context.Context) {
+	t := time.NewTicker(m.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.reapOnce()
+	}
+}
+
+// reapOnce is one reaper pass. Under the mutex it only updates memory:
+// READY leases past their TTL or idle timeout become EXPIRED, containers
+// due for removal are queued for the workers, dirty activity is snapshotted
+// and purgeable records are dropped. Store writes and runtime calls happen
+// after the mutex is released, so Acquire never waits for them.
+func (m *Manager) reapOnce() {
+	now, real := m.now(), time.Now()
+	var snaps []snap
+	var purge []string
+	m.mu.Lock()
+	for id, e := range m.leases {
+		switch {
+		case e.l.State == StateReady:
+			if reason := expiryReason(&e.l, now); reason != "" {
+				_ = m.transitionLocked(e, StateExpired, reason)
+				m.enqueueCleanLocked(e)
+				l, rev := e.snapshot()
+				snaps = append(snaps, snap{l, rev})
+			} else if e.activityDirty && real.Sub(e.activityWritten) >= m.cfg.ActivityFlushInterval {
+				e.activityDirty, e.activityWritten = false, real
+				e.rev++
+				l, rev := e.snapshot()
+				snaps = append(snaps, snap{l, rev})
+			}
+		case e.needsClean():
+			if !real.Before(e.retryAt) {
+				m.enqueueCleanLocked(e)
+			}
+		case m.purgeable(e, now):
+			purge = append(purge, id)
+		}
+	}
+	m.mu.Unlock()
+	m.persistAll(snaps)
+	if len(purge) == 0 {
+		return
+	}
+	// Purge: the store first, so a record that could not be deleted stays
+	// visible and is retried on the next pass.
+	m.pmu.Lock()
+	err := m.store.Delete(purge...)
+	if err == nil {
+		for _, id := range purge {
+			delete(m.persisted, id)
+		}
+	}
+	m.pmu.Unlock()
+	if err != nil {
+		m.log.Warn("purging ended lease records failed", "count", len(purge), "err", err)
+		return
+	}
+	m.mu.Lock()
+	for _, id := range purge {
+		if e := m.leases[id]; e != nil && m.purgeable(e, now) {
+			delete(m.leases, id)
+			m.counts[e.l.State]--
+		}
+	}
+	m.mu.Unlock()
+	m.log.Debug("purged ended lease records", "count", len(purge))
+}
+
+// purgeable reports whether e is an ended, cleaned record older than
+// Config.Retention with no work in flight. Called with mu held.
+func (m *Manager) purgeable(e *entry, now time.Time) bool {
+	return e.l.State.Ended() && e.l.Cleaned && m.cfg.Retention >= 0 && now.Sub(e.l.EndedAt) >= m.cfg.Retention &&
+		e.cleaning == nil && !e.queued
+}
+
+// cleanWorker removes the containers queued in cleanQ until ctx ends.
+// Config.ReapConcurrency workers run at once.
+func (m *Manager) cleanWorker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-m.cleanQ:
+			m.mu.Lock()
+			if e := m.leases[id]; e != nil {
+				e.queued = false
+			}
+			m.mu.Unlock()
+			_ = m.cleanup(ctx, id)
+		}
+	}
+}

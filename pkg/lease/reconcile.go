@@ -1,0 +1,335 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// Reasons recorded by reconcile and the event watch.
+const (
+	ReasonVanishedWhileDown = "container vanished while the orchestrator was down"
+	ReasonRestartedCreating = "orchestrator restarted during creation"
+	ReasonVanished          = "container vanished"
+	ReasonOOMKilled         = "container was OOM-killed"
+	ReasonRemovedOutside    = "container was removed outside berth"
+)
+
+func alive(sb runtime.Sandbox) bool {
+	return sb.State == runtime.StateRunning || sb.State == runtime.StatePaused
+}
+
+// deadReason describes a sandbox that is not running.
+func deadReason(sb runtime.Sandbox) string {
+	switch {
+	case sb.OOMKilled:
+		return ReasonOOMKilled
+	case sb.State == runtime.StateExited:
+		return fmt.Sprintf("container exited with code %d", sb.ExitCode)
+	default:
+		return fmt.Sprintf("container is %s, not running", sb.State)
+	}
+}
+
+func (m *Manager) selector() runtime.Selector {
+	return runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID}
+}
+
+// reconcile makes the loaded records and this instance's containers agree.
+// It runs once in Start, before any client call is accepted:
+//
+//   - READY with a running container: adopted (stays READY; container id
+//     and endpoint refreshed from the runtime);
+//   - READY whose container is missing or not running: FAILED
+//     (ReasonVanishedWhileDown, or how it died);
+//   - PENDING: FAILED (ReasonRestartedCreating) — a half-created sandbox is
+//     not trusted;
+//   - RELEASING: the release is finished (RELEASED);
+//   - every container that is not an adopted lease's — those of the leases
+//     above, of ended leases, and orphans with no lease at all — is removed.
+//
+// Ended leases whose containers are all gone are marked Cleaned; a removal
+// that fails leaves its lease uncleaned (or RELEASING) for the reaper.
+func (m *Manager) reconcile(ctx context.Context) error {
+	boxes, err := m.rt.List(ctx, m.selector())
+	if err != nil {
+		return wrapf(err, "lease manager: reconcile: list containers")
+	}
+	byID := map[string]runtime.Sandbox{}
+	byLease := map[string][]runtime.Sandbox{}
+	for _, sb := range boxes {
+		byID[sb.ID] = sb
+		byLease[sb.LeaseID] = append(byLease[sb.LeaseID], sb)
+	}
+	keep := map[string]bool{}
+
+	m.mu.Lock()
+	for _, e := range m.leases {
+		switch e.l.State {
+		case StateReady:
+			sb, ok := byID[e.l.ContainerID]
+			if !ok { // container id unknown or changed: look by label
+				for _, c := range byLease[e.l.ID] {
+					if !ok || alive(c) {
+						sb, ok = c, true
+					}
+				}
+			}
+			switch {
+			case !ok:
+				_ = m.transitionLocked(e, StateFailed, ReasonVanishedWhileDown)
+			case !alive(sb):
+				_ = m.transitionLocked(e, StateFailed, deadReason(sb)+" while the orchestrator was down")
+			default:
+				keep[sb.ID] = true
+				e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
+				e.rev++
+				m.seq++
+				e.readySeq = m.seq
+				m.log.Info("adopted lease", "lease_id", e.l.ID, "container_id", sb.ID, "endpoint", sb.Endpoint)
+			}
+		case StatePending:
+			_ = m.transitionLocked(e, StateFailed, ReasonRestartedCreating)
+		}
+	}
+	m.mu.Unlock()
+
+	// Remove every container that is not adopted.
+	var (
+		mu     sync.Mutex
+		failed = map[string]bool{} // lease ids with a container left behind
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, m.cfg.ReapConcurrency)
+	)
+	for _, sb := range boxes {
+		if keep[sb.ID] {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+			defer cancel()
+			if err := m.rt.Remove(rctx, sb.ID); err != nil {
+				m.log.Warn("reconcile: removing container failed; will retry", "lease_id", sb.LeaseID, "container_id", sb.ID, "err", err)
+				mu.Lock()
+				failed[sb.LeaseID] = true
+				mu.Unlock()
+				return
+			}
+			m.log.Info("reconcile: removed container", "lease_id", sb.LeaseID, "container_id", sb.ID)
+		}()
+	}
+	wg.Wait()
+
+	var snaps []snap
+	m.mu.Lock()
+	for id, e := range m.leases {
+		switch {
+		case failed[id]:
+			// left for the reaper (RELEASING or ended and uncleaned)
+		case e.l.State == StateReleasing:
+			_ = m.transitionLocked(e, StateReleased, e.l.Reason)
+			e.l.Cleaned = true
+		case e.l.State.Ended() && !e.l.Cleaned:
+			e.l.Cleaned = true
+			e.rev++
+		}
+		if e.rev > 0 { // changed since load
+			l, rev := e.snapshot()
+			snaps = append(snaps, snap{l, rev})
+		}
+	}
+	m.mu.Unlock()
+	m.persistAll(snaps)
+	return nil
+}
+
+// watchLoop follows the runtime's events until ctx ends. When the event
+// channel closes or Watch fails it re-subscribes with backoff (100ms doubling
+// to 10s) and resyncs after every (re)subscription, so events missed in
+// between are caught; while Watch keeps failing, those resyncs are the
+// polling fallback. It also resyncs every ResyncInterval.
+func (m *Manager) watchLoop(ctx context.Context) {
+	const minBackoff, maxBackoff = 100 * time.Millisecond, 10 * time.Second
+	bo := minBackoff
+	resyncT := time.NewTicker(m.cfg.ResyncInterval)
+	defer resyncT.Stop()
+	sleep := func() bool {
+		t := time.NewTimer(bo)
+		defer t.Stop()
+		bo = min(bo*2, maxBackoff)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	for ctx.Err() == nil {
+		ch, err := m.rt.Watch(ctx)
+		if err != nil {
+			m.log.Warn("watching runtime events failed; polling", "err", err, "retry_in", bo)
+			m.resync(ctx)
+			if !sleep() {
+				return
+			}
+			continue
+		}
+		m.resync(ctx)
+		since := time.Now()
+	events:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-ch:
+				if !ok {
+					break events
+				}
+				m.handleEvent(ctx, ev)
+			case <-resyncT.C:
+				m.resync(ctx)
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(since) > time.Minute {
+			bo = minBackoff
+		}
+		m.log.Warn("runtime event watch ended; re-subscribing", "retry_in", bo)
+		if !sleep() {
+			return
+		}
+	}
+}
+
+// handleEvent fails a READY lease whose container died, was OOM-killed or
+// was removed behind berth's back, and queues the container's removal.
+func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
+	switch ev.Kind {
+	case runtime.EventDied, runtime.EventOOM, runtime.EventRemoved:
+	default:
+		return
+	}
+	find := func() *entry {
+		e := m.leases[ev.LeaseID]
+		if e == nil && ev.LeaseID == "" {
+			for _, x := range m.leases {
+				if x.l.ContainerID == ev.ID {
+					e = x
+					break
+				}
+			}
+		}
+		if e == nil || e.l.State != StateReady || e.l.ContainerID != ev.ID {
+			return nil
+		}
+		return e
+	}
+	m.mu.Lock()
+	e := find()
+	m.mu.Unlock()
+	if e == nil {
+		return
+	}
+	var reason string
+	switch ev.Kind {
+	case runtime.EventOOM:
+		reason = ReasonOOMKilled
+	case runtime.EventRemoved:
+		reason = ReasonRemovedOutside
+	case runtime.EventDied:
+		reason = fmt.Sprintf("container exited with code %d", ev.ExitCode)
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if sb, err := m.rt.Get(gctx, ev.ID); err == nil && sb.OOMKilled {
+			reason = fmt.Sprintf("%s (exit code %d)", ReasonOOMKilled, ev.ExitCode)
+		}
+		cancel()
+	}
+	m.mu.Lock()
+	if e = find(); e == nil {
+		m.mu.Unlock()
+		return
+	}
+	_ = m.transitionLocked(e, StateFailed, reason)
+	if ev.Kind == runtime.EventRemoved {
+		e.l.Cleaned = true
+	} else {
+		m.enqueueCleanLocked(e)
+	}
+	l, rev := e.snapshot()
+	m.mu.Unlock()
+	_ = m.persist(l, rev)
+}
+
+// resync compares READY leases with the runtime's containers, failing those
+// whose container is gone or dead, and removes containers of this instance
+// that no live lease owns (orphans). Leases that became READY after the
+// list was taken are left for the next resync.
+func (m *Manager) resync(ctx context.Context) {
+	m.mu.Lock()
+	seq := m.seq
+	m.mu.Unlock()
+	lctx, cancel := context.WithTimeout(ctx, m.cfg.RemoveTimeout)
+	boxes, err := m.rt.List(lctx, m.selector())
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("resync: listing containers failed", "err", err)
+		}
+		return
+	}
+	byID := make(map[string]runtime.Sandbox, len(boxes))
+	for _, sb := range boxes {
+		byID[sb.ID] = sb
+	}
+	var snaps []snap
+	var orphans []runtime.Sandbox
+	m.mu.Lock()
+	for _, e := range m.leases {
+		if e.l.State != StateReady || e.readySeq > seq {
+			continue
+		}
+		sb, ok := byID[e.l.ContainerID]
+		switch {
+		case !ok:
+			_ = m.transitionLocked(e, StateFailed, ReasonVanished)
+		case !alive(sb):
+			_ = m.transitionLocked(e, StateFailed, deadReason(sb))
+		default:
+			continue
+		}
+		m.enqueueCleanLocked(e)
+		l, rev := e.snapshot()
+		snaps = append(snaps, snap{l, rev})
+	}
+	for _, sb := range boxes {
+		e := m.leases[sb.LeaseID]
+		switch {
+		case e == nil:
+		case e.l.State == StatePending, e.l.State == StateReady && (e.l.ContainerID == sb.ID || e.readySeq > seq):
+			continue // being created, or in use
+		case e.needsClean():
+			continue // its own removal is under way
+		}
+		orphans = append(orphans, sb)
+	}
+	m.mu.Unlock()
+	m.persistAll(snaps)
+	for _, sb := range orphans {
+		rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+		err := m.rt.Remove(rctx, sb.ID)
+		cancel()
+		if err != nil {
+			m.log.Warn("resync: removing orphan container failed", "lease_id", sb.LeaseID, "container_id", sb.ID, "err", err)
+			continue
+		}
+		m.log.Info("resync: removed orphan container", "lease_id", sb.LeaseID, "container_id", sb.ID)
+	}
+}

@@ -1,0 +1,178 @@
+package lease
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// State is where a lease is in its life. The string values are persisted and
+// match the suffix of the proto enum (LEASE_STATE_<State>).
+type State string
+
+// Lease states. See the package documentation for the state machine.
+const (
+	// StateUnspecified is the zero State; it is the From of a lease's first
+	// transition (its creation) and is never a lease's current state.
+	StateUnspecified State = ""
+	// StatePending: the sandbox is being created.
+	StatePending State = "PENDING"
+	// StateReady: the sandbox's agent answers; the lease can be used.
+	StateReady State = "READY"
+	// StateReleasing: the sandbox is being removed after a release or reap.
+	StateReleasing State = "RELEASING"
+	// StateReleased: released by a caller or operator; the sandbox is gone.
+	StateReleased State = "RELEASED"
+	// StateExpired: the TTL or idle timeout passed; the sandbox is removed
+	// right after (see Lease.Cleaned).
+	StateExpired State = "EXPIRED"
+	// StateFailed: the sandbox failed to start, died or vanished; what is
+	// left of it is removed right after (see Lease.Cleaned).
+	StateFailed State = "FAILED"
+)
+
+// States lists every state a lease can be in, in life order.
+var States = []State{StatePending, StateReady, StateReleasing, StateReleased, StateExpired, StateFailed}
+
+// allowed is the transition table. Ended states have no way out.
+var allowed = map[State][]State{
+	StateUnspecified: {StatePending},
+	StatePending:     {StateReady, StateFailed, StateReleasing},
+	StateReady:       {StateReleasing, StateExpired, StateFailed},
+	StateReleasing:   {StateReleased, StateFailed},
+}
+
+// String returns the state's name ("READY"), or "UNSPECIFIED" for the zero value.
+func (s State) String() string {
+	if s == StateUnspecified {
+		return "UNSPECIFIED"
+	}
+	return string(s)
+}
+
+// Valid reports whether s is one of States.
+func (s State) Valid() bool { return slices.Contains(States, s) }
+
+// Live reports whether a lease in state s still has (or is getting, or is
+// losing) a sandbox: PENDING, READY or RELEASING. Live leases count against
+// Config.MaxLive.
+func (s State) Live() bool {
+	return s == StatePending || s == StateReady || s == StateReleasing
+}
+
+// Ended reports whether s is final: RELEASED, EXPIRED or FAILED.
+func (s State) Ended() bool {
+	return s == StateReleased || s == StateExpired || s == StateFailed
+}
+
+// CanTransition reports whether the state machine allows from → to.
+func CanTransition(from, to State) bool { return slices.Contains(allowed[from], to) }
+
+// ParseState parses a state name, case-insensitively, with or without the
+// proto prefix "LEASE_STATE_". It returns errdefs.ErrInvalidArgument for
+// anything else, including UNSPECIFIED.
+func ParseState(s string) (State, error) {
+	u := State(strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(s)), "LEASE_STATE_"))
+	if !u.Valid() {
+		return StateUnspecified, errdefs.InvalidArgument("state", "unknown lease state %q", s)
+	}
+	return u, nil
+}
+
+// Transition is one recorded state change.
+type Transition struct {
+	// From is the state before; StateUnspecified for the creation.
+	From State `json:"from"`
+	// To is the state after.
+	To State `json:"to"`
+	// Reason says why, in words meant for people ("ttl of 10m0s passed").
+	Reason string `json:"reason"`
+	// At is when it happened.
+	At time.Time `json:"at"`
+}
+
+// Lease is one conversation's claim on a sandbox. Values returned by the
+// Manager are copies: changing them changes nothing.
+//
+// Env is user data and is persisted with the lease (the store file is created
+// with mode 0600); callers should not put long-lived secrets in it. Tokens
+// are never stored: they are derived from the lease id and the server secret.
+type Lease struct {
+	// ID is the lease id: 26 characters of lowercase base32hex, sortable by
+	// creation time, safe in a DNS label and a URL path segment.
+	ID string `json:"id"`
+	// ConversationID is the caller's conversation; at most one live lease
+	// holds a conversation at a time (see Manager.Acquire).
+	ConversationID string `json:"conversation_id"`
+	// Owner is who acquired the lease (set by the edge from the credential).
+	Owner string `json:"owner,omitempty"`
+	// Labels are user labels; they are also put on the container.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Image is the image the sandbox was created from.
+	Image string `json:"image"`
+	// Env is the environment given to the sandbox (persisted, see above).
+	Env map[string]string `json:"env,omitempty"`
+	// Resources are the limits the sandbox was created with (after defaults).
+	Resources runtime.Resources `json:"resources"`
+	// State is the current state; Reason is the reason of the last transition.
+	State  State  `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	// CreatedAt is when the lease was acquired; UpdatedAt when it last changed
+	// state or expiry.
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// ExpiresAt is when the TTL runs out. It is set at acquire, reset to
+	// ready time + TTL when the sandbox becomes ready, and moved by Renew.
+	ExpiresAt time.Time `json:"expires_at"`
+	// LastActivityAt is the last time traffic (Manager.Touch) or an acquire
+	// used the lease; it drives the idle timeout. It is persisted lazily, so
+	// after a restart it may be a few seconds old.
+	LastActivityAt time.Time `json:"last_activity_at"`
+	// TTL is the lifetime granted by the last acquire or renew.
+	TTL time.Duration `json:"ttl"`
+	// IdleTimeout expires the lease after this long without activity; zero
+	// means none.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// ContainerID is the runtime's id of the sandbox, once created.
+	ContainerID string `json:"container_id,omitempty"`
+	// Endpoint is the agent's host:port, reachable from the orchestrator's host.
+	Endpoint string `json:"endpoint,omitempty"`
+	// Transitions is the history, oldest first; the first is the creation
+	// (From StateUnspecified, To StatePending).
+	Transitions []Transition `json:"transitions"`
+	// EndedAt is when the lease reached an ended state; zero while live.
+	EndedAt time.Time `json:"ended_at,omitzero"`
+	// Cleaned is true once the sandbox's removal was confirmed by the runtime.
+	// An ended lease with Cleaned false still has a container to remove; the
+	// reaper keeps trying, and the record is not purged until it succeeds.
+	Cleaned bool `json:"cleaned,omitempty"`
+}
+
+// Clone returns a deep copy of l.
+func (l Lease) Clone() Lease {
+	l.Labels = maps.Clone(l.Labels)
+	l.Env = maps.Clone(l.Env)
+	l.Transitions = slices.Clone(l.Transitions)
+	return l
+}
+
+// Transition moves l to state to, recording a Transition with reason at time
+// at and updating State, Reason, UpdatedAt (and EndedAt for an ended state).
+// An illegal transition leaves l unchanged and returns an error wrapping
+// errdefs.ErrFailedPrecondition: it means a bug, not a user error.
+func (l *Lease) Transition(to State, reason string, at time.Time) (Transition, error) {
+	if !CanTransition(l.State, to) {
+		return Transition{}, errdefs.FailedPrecondition("lease %s: illegal transition %s -> %s", l.ID, l.State, to)
+	}
+	t := Transition{From: l.State, To: to, Reason: reason, At: at}
+	l.Transitions = append(l.Transitions, t)
+	l.State, l.Reason, l.UpdatedAt = to, reason, at
+	if to.Ended() {
+		l.EndedAt = at
+	}
+	return t, nil
+}

@@ -1,0 +1,225 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the orchestrator's configuration. Sources, later ones winning:
+// built-in defaults, the JSON file named by --config (or BERTH_CONFIG),
+// BERTH_* environment variables, command-line flags.
+type Config struct {
+	// Listen is the address of the single listener. Default "127.0.0.1:7070".
+	Listen string `json:"listen"`
+	// DataDir holds the lease store (leases.db), the server secret and the
+	// instance id. Default "$HOME/.local/share/berth".
+	DataDir string `json:"dataDir"`
+	// Runtime selects the container backend. Default "docker".
+	Runtime string `json:"runtime"`
+	// AgentBinary is the static sandbox-agent injected into sandboxes.
+	// Default: "sandbox-agent" next to the orchestrator's executable.
+	AgentBinary string `json:"agentBinary"`
+	// Network is the Docker bridge network for sandboxes. Default "berth".
+	Network string `json:"network"`
+	// DefaultImage is used when an acquire names none. Default "berth/base".
+	DefaultImage string `json:"defaultImage"`
+	// DefaultTTL is a lease's lifetime when the acquire gives none. Default 10m.
+	DefaultTTL Duration `json:"defaultTTL"`
+	// MaxTTL bounds requested lifetimes. Default 24h.
+	MaxTTL Duration `json:"maxTTL"`
+	// DefaultIdleTimeout expires idle leases; 0 disables. Default 0.
+	DefaultIdleTimeout Duration `json:"defaultIdleTimeout"`
+	// MaxLeases bounds live leases; more acquires get RESOURCE_EXHAUSTED
+	// (HTTP 429). Default 100.
+	MaxLeases int `json:"maxLeases"`
+	// Retention is how long ended lease records are kept. Default 1h.
+	Retention Duration `json:"retention"`
+	// DefaultCPUs is the per-sandbox CPU limit. Default 1.
+	DefaultCPUs float64 `json:"defaultCPUs"`
+	// DefaultMemoryBytes is the per-sandbox memory limit (no swap). Default 512 MiB.
+	DefaultMemoryBytes int64 `json:"defaultMemoryBytes"`
+	// DefaultPids is the per-sandbox process limit. Default 512.
+	DefaultPids int64 `json:"defaultPids"`
+	// OperatorToken opens every call and every lease (env BERTH_OPERATOR_TOKEN).
+	// Empty disables operator access.
+	OperatorToken string `json:"-"`
+	// Clients maps client tokens to owners; a client sees only its own
+	// leases. From the file ("clients": [{"owner": "o", "token": "t"}]) or
+	// BERTH_CLIENT_TOKENS="owner:token,owner2:token2".
+	Clients []Client `json:"clients"`
+	// LogLevel is debug, info, warn or error. Default "info".
+	LogLevel string `json:"logLevel"`
+	// LogFormat is text or json. Default "text".
+	LogFormat string `json:"logFormat"`
+}
+
+// Client is one API client: a token bound to an owner.
+type Client struct {
+	Owner string `json:"owner"`
+	Token string `json:"token"`
+}
+
+// Duration is a time.Duration that reads "10m" from JSON.
+type Duration time.Duration
+
+// UnmarshalJSON parses a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string like \"10m\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Defaults returns the built-in configuration.
+func Defaults() Config {
+	home, _ := os.UserHomeDir()
+	agent := "sandbox-agent"
+	if exe, err := os.Executable(); err == nil {
+		agent = filepath.Join(filepath.Dir(exe), "sandbox-agent")
+	}
+	return Config{
+		Listen:             "127.0.0.1:7070",
+		DataDir:            filepath.Join(home, ".local", "share", "berth"),
+		Runtime:            "docker",
+		AgentBinary:        agent,
+		Network:            "berth",
+		DefaultImage:       "berth/base",
+		DefaultTTL:         Duration(10 * time.Minute),
+		MaxTTL:             Duration(24 * time.Hour),
+		MaxLeases:          100,
+		Retention:          Duration(time.Hour),
+		DefaultCPUs:        1,
+		DefaultMemoryBytes: 512 << 20,
+		DefaultPids:        512,
+		LogLevel:           "info",
+		LogFormat:          "text",
+	}
+}
+
+// LoadConfig builds the configuration from defaults, the optional file,
+// the environment (getenv) and args (flags of `orchestrator serve`).
+func LoadConfig(args []string, getenv func(string) string) (Config, error) {
+	cfg := Defaults()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	file := fs.String("config", getenv("BERTH_CONFIG"), "JSON config file (env BERTH_CONFIG)")
+	listen := fs.String("listen", "", "listen address (env BERTH_LISTEN; default 127.0.0.1:7070)")
+	dataDir := fs.String("data-dir", "", "data directory (env BERTH_DATA_DIR)")
+	rt := fs.String("runtime", "", "container runtime: docker (env BERTH_RUNTIME)")
+	agentBin := fs.String("agent-binary", "", "sandbox-agent to inject (env BERTH_AGENT_BINARY)")
+	image := fs.String("default-image", "", "default image (env BERTH_DEFAULT_IMAGE)")
+	maxLeases := fs.Int("max-leases", 0, "maximum live leases (env BERTH_MAX_LEASES)")
+	ttl := fs.Duration("default-ttl", 0, "default lease TTL (env BERTH_DEFAULT_TTL)")
+	idle := fs.Duration("default-idle-timeout", 0, "default idle timeout (env BERTH_DEFAULT_IDLE_TIMEOUT)")
+	logLevel := fs.String("log-level", "", "log level (env BERTH_LOG_LEVEL)")
+	logFormat := fs.String("log-format", "", "log format text|json (env BERTH_LOG_FORMAT)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	if *file != "" {
+		b, err := os.ReadFile(*file)
+		if err != nil {
+			return cfg, fmt.Errorf("config file: %w", err)
+		}
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&cfg); err != nil {
+			return cfg, fmt.Errorf("config file %s: %w", *file, err)
+		}
+	}
+	var errs []error
+	str := func(dst *string, env, flagVal string) {
+		if v := getenv(env); v != "" {
+			*dst = v
+		}
+		if flagVal != "" {
+			*dst = flagVal
+		}
+	}
+	dur := func(dst *Duration, env string, flagVal time.Duration) {
+		if v := getenv(env); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			}
+			*dst = Duration(d)
+		}
+		if flagVal != 0 {
+			*dst = Duration(flagVal)
+		}
+	}
+	str(&cfg.Listen, "BERTH_LISTEN", *listen)
+	str(&cfg.DataDir, "BERTH_DATA_DIR", *dataDir)
+	str(&cfg.Runtime, "BERTH_RUNTIME", *rt)
+	str(&cfg.AgentBinary, "BERTH_AGENT_BINARY", *agentBin)
+	str(&cfg.DefaultImage, "BERTH_DEFAULT_IMAGE", *image)
+	str(&cfg.LogLevel, "BERTH_LOG_LEVEL", *logLevel)
+	str(&cfg.LogFormat, "BERTH_LOG_FORMAT", *logFormat)
+	dur(&cfg.DefaultTTL, "BERTH_DEFAULT_TTL", *ttl)
+	dur(&cfg.DefaultIdleTimeout, "BERTH_DEFAULT_IDLE_TIMEOUT", *idle)
+	if v := getenv("BERTH_MAX_LEASES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("BERTH_MAX_LEASES: %w", err))
+		}
+		cfg.MaxLeases = n
+	}
+	if *maxLeases != 0 {
+		cfg.MaxLeases = *maxLeases
+	}
+	cfg.OperatorToken = getenv("BERTH_OPERATOR_TOKEN")
+	if v := getenv("BERTH_CLIENT_TOKENS"); v != "" {
+		for _, pair := range strings.Split(v, ",") {
+			owner, tok, ok := strings.Cut(strings.TrimSpace(pair), ":")
+			if !ok || owner == "" || tok == "" {
+				errs = append(errs, errors.New("BERTH_CLIENT_TOKENS: want owner:token[,owner:token]"))
+				continue
+			}
+			cfg.Clients = append(cfg.Clients, Client{Owner: owner, Token: tok})
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate checks the configuration for values that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Runtime != "docker":
+		return fmt.Errorf("runtime %q is not supported (supported: docker)", c.Runtime)
+	case c.MaxLeases <= 0:
+		return fmt.Errorf("max leases must be positive, got %d", c.MaxLeases)
+	case c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL:
+		return fmt.Errorf("default ttl must be positive and at most max ttl")
+	case c.DataDir == "":
+		return errors.New("data dir must be set")
+	}
+	seen := map[string]bool{}
+	for _, cl := range c.Clients {
+		if cl.Owner == "" || len(cl.Token) < 16 {
+			return fmt.Errorf("client %q: owner required and token at least 16 characters", cl.Owner)
+		}
+		if seen[cl.Token] || cl.Token == c.OperatorToken {
+			return fmt.Errorf("client %q: token reused", cl.Owner)
+		}
+		seen[cl.Token] = true
+	}
+	return nil
+}

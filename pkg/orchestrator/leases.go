@@ -1,0 +1,326 @@
+package orchestrator
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/lease"
+	"github.com/berth-dev/berth/pkg/runtime"
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// leaseServer is the gRPC adapter over the lease manager. It authorizes
+// each call by the caller's Principal and converts messages; the lease
+// logic lives in pkg/lease.
+type leaseServer struct {
+	orchv1.UnimplementedLeaseServiceServer
+	m *lease.Manager
+}
+
+func principal(ctx context.Context) Principal {
+	p, _ := PrincipalFrom(ctx)
+	return p
+}
+
+// grpcErr maps a manager error to a gRPC status; RESOURCE_EXHAUSTED carries
+// a RetryInfo detail with the retry hint.
+func grpcErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if d, ok := lease.RetryAfter(err); ok {
+		st := status.New(codes.ResourceExhausted, err.Error())
+		if ds, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); derr == nil {
+			return ds.Err()
+		}
+		return st.Err()
+	}
+	return errdefs.ToGRPC(err)
+}
+
+var errDenied = status.Error(codes.PermissionDenied, "this token may not make this call")
+
+// canSee reports whether p may read or change l.
+func canSee(p Principal, l lease.Lease) bool {
+	switch p.Role {
+	case RoleOperator:
+		return true
+	case RoleClient:
+		return l.Owner == p.Owner
+	case RoleLease:
+		return l.ID == p.LeaseID
+	}
+	return false
+}
+
+// lookup gets a lease the caller may see; others' leases are NOT_FOUND so
+// their existence is not revealed.
+func (s *leaseServer) lookup(ctx context.Context, id string) (lease.Lease, error) {
+	if id == "" {
+		return lease.Lease{}, status.Error(codes.InvalidArgument, "id: required")
+	}
+	l, err := s.m.Get(ctx, id)
+	if err != nil {
+		return l, grpcErr(err)
+	}
+	if !canSee(principal(ctx), l) {
+		return l, status.Errorf(codes.NotFound, "lease %s not found", id)
+	}
+	return l, nil
+}
+
+func (s *leaseServer) Acquire(ctx context.Context, req *orchv1.AcquireRequest) (*orchv1.AcquireResponse, error) {
+	p := principal(ctx)
+	owner := p.Owner
+	switch p.Role {
+	case RoleOperator:
+		if req.Owner != "" {
+			owner = req.Owner
+		}
+	case RoleClient:
+		if req.Owner != "" && req.Owner != p.Owner {
+			return nil, status.Error(codes.PermissionDenied, "owner: a client token acquires only for its own owner")
+		}
+	default:
+		return nil, errDenied
+	}
+	ar := lease.AcquireRequest{
+		ConversationID: req.ConversationId, Owner: owner, Image: req.Image,
+		Labels: req.Labels, Env: req.Env, Resources: fromResources(req.Resources),
+	}
+	var err error
+	if ar.TTL, err = duration("ttl", req.Ttl); err != nil {
+		return nil, err
+	}
+	if ar.IdleTimeout, err = duration("idle_timeout", req.IdleTimeout); err != nil {
+		return nil, err
+	}
+	if req.Resources != nil && req.Resources.Cpus < 0 {
+		return nil, status.Error(codes.InvalidArgument, "resources.cpus: must not be negative")
+	}
+	l, tok, created, err := s.m.Acquire(ctx, ar)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	return &orchv1.AcquireResponse{Lease: toLease(l), Token: tok, Created: created}, nil
+}
+
+func (s *leaseServer) Get(ctx context.Context, req *orchv1.GetLeaseRequest) (*orchv1.Lease, error) {
+	l, err := s.lookup(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return toLease(l), nil
+}
+
+func (s *leaseServer) List(ctx context.Context, req *orchv1.ListLeasesRequest) (*orchv1.ListLeasesResponse, error) {
+	p := principal(ctx)
+	f := lease.Filter{Owner: req.Owner, ConversationID: req.ConversationId, IncludeEnded: req.IncludeEnded,
+		PageSize: int(req.PageSize), PageToken: req.PageToken}
+	switch p.Role {
+	case RoleOperator:
+	case RoleClient:
+		if req.Owner != "" && req.Owner != p.Owner {
+			return nil, status.Error(codes.PermissionDenied, "owner: a client token lists only its own leases")
+		}
+		f.Owner = p.Owner
+	default:
+		return nil, errDenied
+	}
+	if req.PageSize < 0 {
+		return nil, status.Error(codes.InvalidArgument, "page_size: must not be negative")
+	}
+	if req.State != orchv1.LeaseState_LEASE_STATE_UNSPECIFIED {
+		st, err := lease.ParseState(req.State.String())
+		if err != nil {
+			return nil, grpcErr(errdefs.InvalidArgument("state", "%v", err))
+		}
+		f.States = []lease.State{st}
+	}
+	sel, err := lease.ParseSelector("label_selector", req.LabelSelector)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	f.Labels = sel
+	ls, next, err := s.m.List(ctx, f)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	out := &orchv1.ListLeasesResponse{NextPageToken: next}
+	for _, l := range ls {
+		out.Leases = append(out.Leases, toLease(l))
+	}
+	return out, nil
+}
+
+func (s *leaseServer) Renew(ctx context.Context, req *orchv1.RenewRequest) (*orchv1.Lease, error) {
+	if _, err := s.lookup(ctx, req.Id); err != nil {
+		return nil, err
+	}
+	ttl, err := duration("ttl", req.Ttl)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.m.Renew(ctx, req.Id, ttl)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	return toLease(l), nil
+}
+
+func (s *leaseServer) Release(ctx context.Context, req *orchv1.ReleaseRequest) (*orchv1.Lease, error) {
+	if _, err := s.lookup(ctx, req.Id); err != nil {
+		return nil, err
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "released by " + describe(principal(ctx))
+	}
+	l, err := s.m.Release(ctx, req.Id, reason)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	return toLease(l), nil
+}
+
+func (s *leaseServer) Reap(ctx context.Context, req *orchv1.ReapRequest) (*orchv1.ReapResponse, error) {
+	p := principal(ctx)
+	if p.Role != RoleOperator {
+		return nil, status.Error(codes.PermissionDenied, "reap needs the operator token")
+	}
+	sel, err := lease.ParseSelector("label_selector", req.LabelSelector)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "reaped by operator"
+	}
+	ids, err := s.m.Reap(ctx, lease.ReapFilter{IDs: req.Ids, Owner: req.Owner, ConversationID: req.ConversationId, Labels: sel, All: req.All, Reason: reason})
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	return &orchv1.ReapResponse{Reaped: ids}, nil
+}
+
+func (s *leaseServer) Watch(req *orchv1.WatchRequest, stream grpc.ServerStreamingServer[orchv1.LeaseEvent]) error {
+	ctx := stream.Context()
+	p := principal(ctx)
+	f := lease.EventFilter{Owner: req.Owner, LeaseID: req.LeaseId}
+	switch p.Role {
+	case RoleOperator:
+	case RoleClient:
+		if req.Owner != "" && req.Owner != p.Owner {
+			return status.Error(codes.PermissionDenied, "owner: a client token watches only its own leases")
+		}
+		f.Owner = p.Owner
+	case RoleLease:
+		if req.LeaseId != "" && req.LeaseId != p.LeaseID {
+			return errDenied
+		}
+		f.LeaseID = p.LeaseID
+	default:
+		return errDenied
+	}
+	// Send headers now so REST clients see the stream open.
+	if err := stream.SendHeader(nil); err != nil {
+		return err
+	}
+	events := s.m.Subscribe(ctx, f)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return status.Error(codes.Aborted, "watch fell behind; list again and re-watch")
+			}
+			out := &orchv1.LeaseEvent{Lease: toLease(ev.Lease)}
+			if ev.Transition != nil {
+				out.Transition = toTransition(*ev.Transition)
+			}
+			if err := stream.Send(out); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func describe(p Principal) string {
+	switch p.Role {
+	case RoleOperator:
+		return "operator"
+	case RoleClient:
+		return "client " + p.Owner
+	case RoleLease:
+		return "lease token"
+	}
+	return "unknown"
+}
+
+func duration(field string, d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
+	}
+	v := d.AsDuration()
+	if v < 0 {
+		return 0, status.Errorf(codes.InvalidArgument, "%s: must not be negative, got %s", field, v)
+	}
+	return v, nil
+}
+
+func fromResources(r *orchv1.Resources) runtime.Resources {
+	if r == nil {
+		return runtime.Resources{}
+	}
+	return runtime.Resources{NanoCPUs: int64(r.Cpus * 1e9), MemoryBytes: r.MemoryBytes, PidsLimit: r.Pids}
+}
+
+func toState(s lease.State) orchv1.LeaseState {
+	if v, ok := orchv1.LeaseState_value["LEASE_STATE_"+strings.ToUpper(string(s))]; ok {
+		return orchv1.LeaseState(v)
+	}
+	return orchv1.LeaseState_LEASE_STATE_UNSPECIFIED
+}
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func toTransition(t lease.Transition) *orchv1.Transition {
+	return &orchv1.Transition{From: toState(t.From), To: toState(t.To), Reason: t.Reason, At: ts(t.At)}
+}
+
+// toLease converts a lease for the wire. Env is deliberately left out: it
+// may hold secrets.
+func toLease(l lease.Lease) *orchv1.Lease {
+	out := &orchv1.Lease{
+		Id: l.ID, ConversationId: l.ConversationID, Owner: l.Owner, Labels: l.Labels, Image: l.Image,
+		Resources: &orchv1.Resources{Cpus: float64(l.Resources.NanoCPUs) / 1e9, MemoryBytes: l.Resources.MemoryBytes, Pids: l.Resources.PidsLimit},
+		State:     toState(l.State), Reason: l.Reason,
+		CreatedAt: ts(l.CreatedAt), UpdatedAt: ts(l.UpdatedAt), ExpiresAt: ts(l.ExpiresAt), LastActivityAt: ts(l.LastActivityAt),
+		Ttl: durationpb.New(l.TTL), IdleTimeout: durationpb.New(l.IdleTimeout),
+		ContainerId: l.ContainerID, Endpoint: l.Endpoint, EndedAt: ts(l.EndedAt),
+	}
+	for _, t := range l.Transitions {
+		out.Transitions = append(out.Transitions, toTransition(t))
+	}
+	return out
+}

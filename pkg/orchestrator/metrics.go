@@ -1,0 +1,49 @@
+package orchestrator
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+
+	"github.com/berth-dev/berth/pkg/lease"
+)
+
+// metricsHandler serves the lease manager's counters in the Prometheus text
+// exposition format. It is open (no token) like /healthz: it reveals counts
+// only, and the listener is loopback by default.
+func metricsHandler(m *lease.Manager) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		st := m.Stats()
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		fmt.Fprintln(w, "# HELP berth_leases Leases by state (ended leases until purged).")
+		fmt.Fprintln(w, "# TYPE berth_leases gauge")
+		for _, s := range lease.States {
+			if s == lease.StateUnspecified {
+				continue
+			}
+			fmt.Fprintf(w, "berth_leases{state=%q} %d\n", s.String(), st.ByState[s])
+		}
+		fmt.Fprintln(w, "# HELP berth_leases_live Live leases (PENDING, READY, RELEASING).")
+		fmt.Fprintln(w, "# TYPE berth_leases_live gauge")
+		fmt.Fprintf(w, "berth_leases_live %d\n", st.Live)
+		fmt.Fprintln(w, "# HELP berth_leases_max Maximum live leases.")
+		fmt.Fprintln(w, "# TYPE berth_leases_max gauge")
+		fmt.Fprintf(w, "berth_leases_max %d\n", st.MaxLive)
+		fmt.Fprintln(w, "# HELP berth_leases_created_total Leases created since start.")
+		fmt.Fprintln(w, "# TYPE berth_leases_created_total counter")
+		fmt.Fprintf(w, "berth_leases_created_total %d\n", st.Created)
+		fmt.Fprintln(w, "# HELP berth_lease_transitions_total Transitions into each state since start.")
+		fmt.Fprintln(w, "# TYPE berth_lease_transitions_total counter")
+		keys := make([]string, 0, len(st.Transitions))
+		for s := range st.Transitions {
+			keys = append(keys, string(s))
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "berth_lease_transitions_total{to=%q} %d\n", lease.State(k).String(), st.Transitions[lease.State(k)])
+		}
+		fmt.Fprintln(w, "# HELP berth_sandboxes_uncleaned Ended leases whose container removal has not succeeded yet.")
+		fmt.Fprintln(w, "# TYPE berth_sandboxes_uncleaned gauge")
+		fmt.Fprintf(w, "berth_sandboxes_uncleaned %d\n", st.Uncleaned)
+	})
+}

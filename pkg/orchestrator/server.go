@@ -1,0 +1,240 @@
+// Package orchestrator is the berth daemon's edge: it opens the data
+// directory (lease store, server secret, instance id), starts the lease
+// manager over a container runtime, and serves the lease API over gRPC and
+// REST (grpc-gateway) on one listener, with bearer-token authentication
+// (operator, client and lease tokens), health and Prometheus metrics.
+package orchestrator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/internal/edge"
+	"github.com/berth-dev/berth/pkg/lease"
+	"github.com/berth-dev/berth/pkg/runtime"
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
+	gwruntime "github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// Server is a running orchestrator: lease manager plus API edge.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	store   *lease.BoltStore
+	manager *lease.Manager
+	auth    *authenticator
+	grpc    *grpc.Server
+	health  *health.Server
+	inproc  *edge.InProc
+	handler http.Handler
+	cancel  context.CancelFunc
+}
+
+// instanceFile holds the orchestrator's instance id in the data directory.
+const instanceFile = "instance-id"
+
+// New opens the data directory, starts the lease manager on rt (reconciling
+// it with the containers rt finds) and builds the API. Close releases what
+// New opened; sandboxes keep running and are adopted by the next start.
+func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("orchestrator: data dir: %w", err)
+	}
+	secret, err := lease.LoadOrCreateSecret(filepath.Join(cfg.DataDir, lease.SecretFileName))
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: secret: %w", err)
+	}
+	instance, err := loadOrCreateInstanceID(filepath.Join(cfg.DataDir, instanceFile))
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: instance id: %w", err)
+	}
+	store, err := lease.OpenBolt(filepath.Join(cfg.DataDir, lease.DBFileName))
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: lease store: %w", err)
+	}
+	m, err := lease.New(lease.Config{
+		Store: store, Runtime: rt, InstanceID: instance, Secret: secret,
+		DefaultImage: cfg.DefaultImage, DefaultTTL: time.Duration(cfg.DefaultTTL), MaxTTL: time.Duration(cfg.MaxTTL),
+		DefaultIdleTimeout: time.Duration(cfg.DefaultIdleTimeout), MaxLive: cfg.MaxLeases,
+		DefaultResources: runtime.Resources{NanoCPUs: int64(cfg.DefaultCPUs * 1e9), MemoryBytes: cfg.DefaultMemoryBytes, PidsLimit: cfg.DefaultPids},
+		Retention:        time.Duration(cfg.Retention),
+		Logger:           log.With("component", "lease"),
+	})
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("orchestrator: lease manager: %w", err)
+	}
+	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if err := m.Start(mctx); err != nil {
+		cancel()
+		store.Close()
+		return nil, fmt.Errorf("orchestrator: start lease manager: %w", err)
+	}
+	s := &Server{cfg: cfg, log: log, store: store, manager: m, cancel: cancel,
+		auth: newAuthenticator(cfg.OperatorToken, cfg.Clients, m)}
+	if err := s.buildAPI(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	log.Info("orchestrator ready", "instance_id", instance, "data_dir", cfg.DataDir, "max_leases", cfg.MaxLeases,
+		"operator_token", cfg.OperatorToken != "", "clients", len(cfg.Clients))
+	return s, nil
+}
+
+// Manager returns the lease manager (for the proxy and tests).
+func (s *Server) Manager() *lease.Manager { return s.manager }
+
+// Handler returns the HTTP handler (REST, health, metrics).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) buildAPI() error {
+	rec := edge.Recoverer{Log: s.log}
+	s.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(rec.Unary, s.authUnary),
+		grpc.ChainStreamInterceptor(rec.Stream, s.authStream),
+	)
+	orchv1.RegisterLeaseServiceServer(s.grpc, &leaseServer{m: s.manager})
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+
+	inproc, err := edge.NewInProc()
+	if err != nil {
+		return err
+	}
+	s.inproc = inproc
+	gw := edge.GatewayMux(gwruntime.WithErrorHandler(retryAfterErrorHandler))
+	if err := orchv1.RegisterLeaseServiceHandler(context.Background(), gw, inproc.Conn); err != nil {
+		return fmt.Errorf("orchestrator: gateway: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"SERVING"}` + "\n"))
+	})
+	mux.Handle("GET /metrics", metricsHandler(s.manager))
+	mux.Handle("/", http.MaxBytesHandler(gw, 4<<20))
+	s.handler = rec.HTTP(mux)
+	return nil
+}
+
+// Serve serves the API on ln until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.log.Info("orchestrator serving", "addr", ln.Addr().String())
+	go func() {
+		<-ctx.Done()
+		s.health.Shutdown()
+	}()
+	srv := &edge.Server{GRPC: s.grpc, HTTP: s.handler, InProc: s.inproc, Logger: s.log, ShutdownGrace: 10 * time.Second}
+	if err := srv.Serve(ctx, ln); err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	return nil
+}
+
+// Close stops the lease manager and closes the store. Sandboxes are left
+// running; the next start adopts them.
+func (s *Server) Close() error {
+	s.cancel()
+	err := s.manager.Close()
+	return errors.Join(err, s.store.Close())
+}
+
+// open methods need no token.
+func open(method string) bool {
+	return strings.HasPrefix(method, "/grpc.health.v1.Health/")
+}
+
+func (s *Server) authenticate(ctx context.Context, method string) (context.Context, error) {
+	if open(method) {
+		return ctx, nil
+	}
+	p, err := s.auth.fromContext(ctx)
+	if err != nil {
+		return nil, status.Error(codes.Unauthenticated, "missing or invalid bearer token (send 'Authorization: Bearer TOKEN': the operator token, a client token, or a lease token)")
+	}
+	if strings.HasPrefix(method, "/grpc.reflection.") && p.Role == RoleLease {
+		return nil, errDenied
+	}
+	return withPrincipal(ctx, p), nil
+}
+
+func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	ctx, err := s.authenticate(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	ctx, err := s.authenticate(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return h(srv, &ctxStream{ServerStream: ss, ctx: ctx})
+}
+
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (c *ctxStream) Context() context.Context { return c.ctx }
+
+// retryAfterErrorHandler adds a Retry-After header to 429s that carry a
+// RetryInfo detail, then writes the error as grpc-gateway does.
+func retryAfterErrorHandler(ctx context.Context, mux *gwruntime.ServeMux, m gwruntime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.ResourceExhausted {
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok {
+				secs := int(ri.GetRetryDelay().AsDuration().Round(time.Second) / time.Second)
+				w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+			}
+		}
+	}
+	gwruntime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+}
+
+func loadOrCreateInstanceID(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	var r [6]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	id := "i-" + hex.EncodeToString(r[:])
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return id, os.Rename(tmp, path)
+}

@@ -1,0 +1,246 @@
+package orchestrator_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/orchtest"
+	"github.com/berth-dev/berth/pkg/orchestrator"
+)
+
+const (
+	opToken = orchtest.OperatorToken
+	tokA    = orchtest.ClientAToken
+	tokB    = orchtest.ClientBToken
+)
+
+type testServer struct {
+	base string
+	srv  *orchestrator.Server
+}
+
+func start(t *testing.T, mutate func(*orchestrator.Config)) *testServer {
+	t.Helper()
+	s := orchtest.Start(t, mutate)
+	return &testServer{base: s.Base, srv: s.Srv}
+}
+
+type reply struct {
+	code   int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("body %s: %v", r.body, err)
+	}
+	return m
+}
+
+func (s *testServer) do(t *testing.T, token, method, path, body string) reply {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.base+path, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, b}
+}
+
+// acquire returns the lease id and token.
+func (s *testServer) acquire(t *testing.T, token, conv string) (string, string) {
+	t.Helper()
+	r := s.do(t, token, "POST", "/v1/leases", `{"conversationId":"`+conv+`","ttl":"600s"}`)
+	if r.code != 200 {
+		t.Fatalf("acquire %s: %d %s", conv, r.code, r.body)
+	}
+	m := r.json(t)
+	l := m["lease"].(map[string]any)
+	if l["state"] != "LEASE_STATE_READY" {
+		t.Fatalf("acquire %s: state %v", conv, l["state"])
+	}
+	return l["id"].(string), m["token"].(string)
+}
+
+func TestAuthMatrix(t *testing.T) {
+	s := start(t, nil)
+	idA, leaseTokA := s.acquire(t, tokA, "conv-a")
+	idB, _ := s.acquire(t, tokB, "conv-b")
+
+	for _, tc := range []struct {
+		name, token, method, path, body string
+		want                            int
+	}{
+		{"no token", "", "GET", "/v1/leases", "", 401},
+		{"bad token", "nope", "GET", "/v1/leases/" + idA, "", 401},
+		{"operator sees A", opToken, "GET", "/v1/leases/" + idA, "", 200},
+		{"client A sees A", tokA, "GET", "/v1/leases/" + idA, "", 200},
+		{"client B cannot see A", tokB, "GET", "/v1/leases/" + idA, "", 404},
+		{"lease token sees own", leaseTokA, "GET", "/v1/leases/" + idA, "", 200},
+		{"lease token cannot see B", leaseTokA, "GET", "/v1/leases/" + idB, "", 404},
+		{"lease token cannot acquire", leaseTokA, "POST", "/v1/leases", `{"conversationId":"x"}`, 403},
+		{"lease token cannot list", leaseTokA, "GET", "/v1/leases", "", 403},
+		{"client cannot reap", tokA, "POST", "/v1/leases:reap", `{"all":true}`, 403},
+		{"client cannot list other owner", tokA, "GET", "/v1/leases?owner=team-b", "", 403},
+		{"client cannot acquire as other owner", tokA, "POST", "/v1/leases", `{"conversationId":"y","owner":"team-b"}`, 403},
+		{"client B cannot take A's conversation", tokB, "POST", "/v1/leases", `{"conversationId":"conv-a"}`, 403},
+		{"client B cannot release A", tokB, "DELETE", "/v1/leases/" + idA, "", 404},
+		{"lease token renews own", leaseTokA, "POST", "/v1/leases/" + idA + ":renew", `{}`, 200},
+	} {
+		if r := s.do(t, tc.token, tc.method, tc.path, tc.body); r.code != tc.want {
+			t.Errorf("%s: %s %s = %d %s, want %d", tc.name, tc.method, tc.path, r.code, r.body, tc.want)
+		}
+	}
+	// Client A lists only its own lease.
+	r := s.do(t, tokA, "GET", "/v1/leases", "")
+	if bytes.Contains(r.body, []byte(idB)) || !bytes.Contains(r.body, []byte(idA)) {
+		t.Errorf("client A list = %s", r.body)
+	}
+	// The lease token releases its own lease.
+	if r := s.do(t, leaseTokA, "DELETE", "/v1/leases/"+idA, ""); r.code != 200 || r.json(t)["state"] != "LEASE_STATE_RELEASED" {
+		t.Errorf("release own: %d %s", r.code, r.body)
+	}
+	// Operator reaps the rest.
+	r = s.do(t, opToken, "POST", "/v1/leases:reap", `{"all":true}`)
+	if r.code != 200 || !bytes.Contains(r.body, []byte(idB)) {
+		t.Errorf("reap: %d %s", r.code, r.body)
+	}
+}
+
+func TestAcquireValidationAndIdempotency(t *testing.T) {
+	s := start(t, nil)
+	for _, tc := range []struct{ body, field string }{
+		{`{}`, "conversation_id"},
+		{`{"conversationId":"c","ttl":"-5s"}`, "ttl"},
+		{`{"conversationId":"c","ttl":"1000000000s"}`, "ttl"},
+		{`{"conversationId":"c","idleTimeout":"-1s"}`, "idle_timeout"},
+		{`{"conversationId":"c","labels":{"":"x"}}`, "label"},
+		{`{"conversationId":"c","resources":{"cpus":-1}}`, "cpus"},
+		{`{"conversationId":"c","nope":1}`, "nope"},
+	} {
+		r := s.do(t, opToken, "POST", "/v1/leases", tc.body)
+		if r.code != 400 || !bytes.Contains(r.body, []byte(tc.field)) {
+			t.Errorf("acquire %s = %d %s, want 400 naming %s", tc.body, r.code, r.body, tc.field)
+		}
+	}
+	id1, tok1 := s.acquire(t, opToken, "same")
+	id2, tok2 := s.acquire(t, opToken, "same")
+	if id1 != id2 || tok1 != tok2 {
+		t.Errorf("second acquire gave %s/%s, want %s/%s", id2, tok2, id1, tok1)
+	}
+	if r := s.do(t, opToken, "GET", "/v1/leases/nope", ""); r.code != 404 && r.code != 400 {
+		t.Errorf("unknown id: %d %s", r.code, r.body)
+	}
+	// Release twice is fine and returns the same ended lease.
+	a := s.do(t, opToken, "DELETE", "/v1/leases/"+id1, "")
+	b := s.do(t, opToken, "DELETE", "/v1/leases/"+id1, "")
+	if a.code != 200 || b.code != 200 || a.json(t)["state"] != b.json(t)["state"] {
+		t.Errorf("release twice: %d %s / %d %s", a.code, a.body, b.code, b.body)
+	}
+	// Renewing a released lease is a failed precondition.
+	if r := s.do(t, opToken, "POST", "/v1/leases/"+id1+":renew", `{}`); r.code != 400 || !bytes.Contains(r.body, []byte(`"code":9`)) {
+		t.Errorf("renew released: %d %s", r.code, r.body)
+	}
+}
+
+func TestMaxLeasesRetryAfter(t *testing.T) {
+	s := start(t, func(c *orchestrator.Config) { c.MaxLeases = 1 })
+	s.acquire(t, opToken, "one")
+	r := s.do(t, opToken, "POST", "/v1/leases", `{"conversationId":"two"}`)
+	if r.code != 429 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("second acquire: %d Retry-After=%q %s", r.code, r.header.Get("Retry-After"), r.body)
+	}
+}
+
+func TestExecThroughAgentAndMetrics(t *testing.T) {
+	s := start(t, nil)
+	id, _ := s.acquire(t, opToken, "exec")
+	l, err := s.srv.Manager().Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", "http://"+l.Endpoint+"/v1/exec", strings.NewReader(`{"argv":["echo","hi"]}`))
+	req.Header.Set("Authorization", "Bearer "+s.srv.Manager().AgentToken(id))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"stdout":"hi\n"`)) {
+		t.Fatalf("exec: %d %s", resp.StatusCode, body)
+	}
+	r := s.do(t, "", "GET", "/metrics", "")
+	if r.code != 200 || !bytes.Contains(r.body, []byte("berth_leases_live 1")) || !bytes.Contains(r.body, []byte(`berth_leases{state="READY"} 1`)) {
+		t.Errorf("metrics: %d %s", r.code, r.body)
+	}
+	if r := s.do(t, "", "GET", "/healthz", ""); r.code != 200 {
+		t.Errorf("healthz: %d", r.code)
+	}
+}
+
+func TestWatchStreamsTransitions(t *testing.T) {
+	s := start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.base+"/v1/leases:watch", nil)
+	req.Header.Set("Authorization", "Bearer "+tokA)
+	// The gateway sends headers with the first event, so wait for the
+	// response while leases are acquired.
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	rc := make(chan result, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		rc <- result{resp, err}
+	}()
+	time.Sleep(200 * time.Millisecond) // let the watch subscribe
+	s.acquire(t, tokB, "other-owner")  // must not be seen by A
+	id, _ := s.acquire(t, tokA, "watched")
+	res := <-rc
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	resp := res.resp
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("watch: %d", resp.StatusCode)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var seen []string
+	for len(seen) < 2 && sc.Scan() {
+		var ev struct {
+			Result struct {
+				Lease      struct{ ID string } `json:"lease"`
+				Transition struct{ To string } `json:"transition"`
+			} `json:"result"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("event %s: %v", sc.Text(), err)
+		}
+		if ev.Result.Lease.ID != id {
+			t.Fatalf("client A saw event of lease %s: %s", ev.Result.Lease.ID, sc.Text())
+		}
+		seen = append(seen, ev.Result.Transition.To)
+	}
+	if strings.Join(seen, ",") != "LEASE_STATE_PENDING,LEASE_STATE_READY" {
+		t.Errorf("transitions = %v", seen)
+	}
+}
