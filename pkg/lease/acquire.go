@@ -30,6 +30,9 @@ const (
 // sandbox (BERTH_AGENT_TOKEN among them); an acquire may not set them.
 const ReservedEnvPrefix = "BERTH_"
 
+// MaxPublicPorts bounds AcquireRequest.PublicPorts.
+const MaxPublicPorts = 16
+
 // AcquireRequest asks for a conversation's sandbox. Only ConversationID is
 // required.
 type AcquireRequest struct {
@@ -55,6 +58,9 @@ type AcquireRequest struct {
 	Env map[string]string
 	// Resources are limits; zero fields take Config.DefaultResources.
 	Resources runtime.Resources
+	// PublicPorts are preview ports (1-65535) the proxy serves without a
+	// token. Default none.
+	PublicPorts []int
 }
 
 func noControl(field, s string) error {
@@ -175,6 +181,14 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if err := validResources("resources", req.Resources); err != nil {
 		return req, err
 	}
+	if len(req.PublicPorts) > MaxPublicPorts {
+		return req, errdefs.InvalidArgument("public_ports", "%d ports, at most %d", len(req.PublicPorts), MaxPublicPorts)
+	}
+	for _, p := range req.PublicPorts {
+		if p < 1 || p > 65535 {
+			return req, errdefs.InvalidArgument("public_ports", "port %d is not in 1-65535", p)
+		}
+	}
 	d := m.cfg.DefaultResources
 	if req.Resources.NanoCPUs == 0 {
 		req.Resources.NanoCPUs = d.NanoCPUs
@@ -294,6 +308,7 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 				Image:          req.Image,
 				Env:            req.Env,
 				Resources:      req.Resources,
+				PublicPorts:    req.PublicPorts,
 				CreatedAt:      now,
 				ExpiresAt:      now.Add(req.TTL),
 				LastActivityAt: now,

@@ -499,6 +499,9 @@ type Route struct {
 	Owner string
 	// Endpoint is the agent's host:port.
 	Endpoint string
+	// PublicPorts are preview ports served without a token (shared; do not
+	// modify).
+	PublicPorts []int
 }
 
 // Route returns the routing facts of lease id without copying the whole
@@ -511,7 +514,7 @@ func (m *Manager) Route(id string) (Route, error) {
 	if e == nil {
 		return Route{}, errdefs.NotFound("lease %s", id)
 	}
-	return Route{State: e.l.State, Reason: e.l.Reason, Owner: e.l.Owner, Endpoint: e.l.Endpoint}, nil
+	return Route{State: e.l.State, Reason: e.l.Reason, Owner: e.l.Owner, Endpoint: e.l.Endpoint, PublicPorts: e.l.PublicPorts}, nil
 }
 
 // Touch records activity on a live lease (the proxy calls it per request):

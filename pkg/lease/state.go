@@ -118,6 +118,8 @@ type Lease struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Resources are the limits the sandbox was created with (after defaults).
 	Resources runtime.Resources `json:"resources"`
+	// PublicPorts are preview ports the proxy serves without a token.
+	PublicPorts []int `json:"publicPorts,omitempty"`
 	// State is the current state; Reason is the reason of the last transition.
 	State  State  `json:"state"`
 	Reason string `json:"reason,omitempty"`
@@ -157,6 +159,7 @@ func (l Lease) Clone() Lease {
 	l.Labels = maps.Clone(l.Labels)
 	l.Env = maps.Clone(l.Env)
 	l.Transitions = slices.Clone(l.Transitions)
+	l.PublicPorts = slices.Clone(l.PublicPorts)
 	return l
 }
 

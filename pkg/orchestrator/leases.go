@@ -96,6 +96,9 @@ func (s *leaseServer) Acquire(ctx context.Context, req *orchv1.AcquireRequest) (
 		ConversationID: req.ConversationId, Owner: owner, Image: req.Image,
 		Labels: req.Labels, Env: req.Env, Resources: fromResources(req.Resources),
 	}
+	for _, p := range req.PublicPorts {
+		ar.PublicPorts = append(ar.PublicPorts, int(p))
+	}
 	var err error
 	if ar.TTL, err = duration("ttl", req.Ttl); err != nil {
 		return nil, err
@@ -318,6 +321,9 @@ func toLease(l lease.Lease) *orchv1.Lease {
 		CreatedAt: ts(l.CreatedAt), UpdatedAt: ts(l.UpdatedAt), ExpiresAt: ts(l.ExpiresAt), LastActivityAt: ts(l.LastActivityAt),
 		Ttl: durationpb.New(l.TTL), IdleTimeout: durationpb.New(l.IdleTimeout),
 		ContainerId: l.ContainerID, Endpoint: l.Endpoint, EndedAt: ts(l.EndedAt),
+	}
+	for _, p := range l.PublicPorts {
+		out.PublicPorts = append(out.PublicPorts, int32(p))
 	}
 	for _, t := range l.Transitions {
 		out.Transitions = append(out.Transitions, toTransition(t))

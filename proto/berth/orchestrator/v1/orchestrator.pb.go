@@ -248,9 +248,11 @@ type Lease struct {
 	IdleTimeout    *durationpb.Duration   `protobuf:"bytes,14,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
 	ContainerId    string                 `protobuf:"bytes,15,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
 	// endpoint is the agent's host:port (reachable from the orchestrator host).
-	Endpoint      string                 `protobuf:"bytes,16,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Transitions   []*Transition          `protobuf:"bytes,17,rep,name=transitions,proto3" json:"transitions,omitempty"`
-	EndedAt       *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	Endpoint    string                 `protobuf:"bytes,16,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Transitions []*Transition          `protobuf:"bytes,17,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	EndedAt     *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// public_ports are preview ports served without a token.
+	PublicPorts   []int32 `protobuf:"varint,19,rep,packed,name=public_ports,json=publicPorts,proto3" json:"public_ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -411,6 +413,13 @@ func (x *Lease) GetEndedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Lease) GetPublicPorts() []int32 {
+	if x != nil {
+		return x.PublicPorts
+	}
+	return nil
+}
+
 // AcquireRequest asks for a conversation's sandbox.
 type AcquireRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -426,7 +435,10 @@ type AcquireRequest struct {
 	Resources   *Resources           `protobuf:"bytes,6,opt,name=resources,proto3" json:"resources,omitempty"`
 	Env         map[string]string    `protobuf:"bytes,7,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// owner may be set by the operator only; clients own what they acquire.
-	Owner         string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	// public_ports are preview ports inside the sandbox that the proxy serves
+	// without a token (e.g. a demo web server). Default none.
+	PublicPorts   []int32 `protobuf:"varint,9,rep,packed,name=public_ports,json=publicPorts,proto3" json:"public_ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -515,6 +527,13 @@ func (x *AcquireRequest) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *AcquireRequest) GetPublicPorts() []int32 {
+	if x != nil {
+		return x.PublicPorts
+	}
+	return nil
 }
 
 // AcquireResponse holds the lease and its token.
@@ -1136,7 +1155,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x97\a\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xba\a\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x14\n" +
@@ -1159,10 +1178,11 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\fcontainer_id\x18\x0f \x01(\tR\vcontainerId\x12\x1a\n" +
 	"\bendpoint\x18\x10 \x01(\tR\bendpoint\x12C\n" +
 	"\vtransitions\x18\x11 \x03(\v2!.berth.orchestrator.v1.TransitionR\vtransitions\x125\n" +
-	"\bended_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x1a9\n" +
+	"\bended_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12!\n" +
+	"\fpublic_ports\x18\x13 \x03(\x05R\vpublicPorts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x90\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb3\x04\n" +
 	"\x0eAcquireRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12+\n" +
@@ -1171,7 +1191,8 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x06labels\x18\x05 \x03(\v21.berth.orchestrator.v1.AcquireRequest.LabelsEntryR\x06labels\x12>\n" +
 	"\tresources\x18\x06 \x01(\v2 .berth.orchestrator.v1.ResourcesR\tresources\x12@\n" +
 	"\x03env\x18\a \x03(\v2..berth.orchestrator.v1.AcquireRequest.EnvEntryR\x03env\x12\x14\n" +
-	"\x05owner\x18\b \x01(\tR\x05owner\x1a9\n" +
+	"\x05owner\x18\b \x01(\tR\x05owner\x12!\n" +
+	"\fpublic_ports\x18\t \x03(\x05R\vpublicPorts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
