@@ -1,0 +1,106 @@
+// Command orchestrator is the berth daemon and its operator/CI command line.
+//
+//	orchestrator serve [--listen 127.0.0.1:7070] [--data-dir DIR] [--config FILE] ...
+//	orchestrator lease acquire|get|list|renew|release|reap|watch [flags]
+//	orchestrator version
+//
+// Client commands take --addr (BERTH_ADDR, default http://127.0.0.1:7070)
+// and --token (BERTH_TOKEN, else BERTH_OPERATOR_TOKEN).
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/berth-dev/berth/internal/cli"
+	"github.com/berth-dev/berth/internal/logx"
+	"github.com/berth-dev/berth/internal/version"
+	"github.com/berth-dev/berth/pkg/orchestrator"
+	"github.com/berth-dev/berth/pkg/runtime/docker"
+)
+
+const usage = `usage:
+  orchestrator serve [--listen ADDR] [--data-dir DIR] [--config FILE] [flags]
+  orchestrator lease acquire|get|list|renew|release|reap|watch [flags]
+  orchestrator version
+Run "orchestrator serve -h" or "orchestrator lease acquire -h" for flags.`
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, usage)
+		return 2
+	}
+	env := cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:])
+	case "lease":
+		return cli.RunLease(context.Background(), args[1:], env)
+	case "version", "--version":
+		fmt.Println(version.Version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Println(usage)
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "orchestrator: unknown command %q\n%s\n", args[0], usage)
+		return 2
+	}
+}
+
+func serve(args []string) int {
+	cfg, err := orchestrator.LoadConfig(args, os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "orchestrator:", err)
+		return 2
+	}
+	log, err := logx.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "orchestrator:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	rt, err := docker.New(ctx, docker.Config{AgentBinary: cfg.AgentBinary, Network: cfg.Network, Logger: log.With("component", "docker")})
+	if err != nil {
+		log.Error("docker runtime", "err", err)
+		return 1
+	}
+	defer rt.Close()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = rt.Ping(pctx)
+	cancel()
+	if err != nil {
+		log.Error("docker engine unreachable", "err", err)
+		return 1
+	}
+	srv, err := orchestrator.New(ctx, cfg, rt, log)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 1
+	}
+	defer srv.Close()
+	if cfg.OperatorToken == "" && len(cfg.Clients) == 0 {
+		log.Warn("no BERTH_OPERATOR_TOKEN and no client tokens: only lease tokens will work and nobody can acquire")
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		log.Error("cannot listen", "addr", cfg.Listen, "err", err)
+		return 1
+	}
+	if err := srv.Serve(ctx, ln); err != nil {
+		log.Error("serve failed", "err", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,507 @@
+package docker
+
+import (
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	// DefaultNetwork is the bridge network sandboxes are attached to.
+	DefaultNetwork = "berth"
+	// DefaultNanoCPUs is one CPU.
+	DefaultNanoCPUs int64 = 1_000_000_000
+	// DefaultMemoryBytes is 512 MiB (swap disabled).
+	DefaultMemoryBytes int64 = 512 << 20
+	// DefaultPidsLimit is 512 processes.
+	DefaultPidsLimit int64 = 512
+	// DefaultReadyTimeout bounds create+inject+start+health when neither the
+	// Spec nor the Config sets one.
+	DefaultReadyTimeout = 30 * time.Second
+)
+
+// Paths inside every sandbox.
+const (
+	// AgentDir is the directory the agent and its token are copied into.
+	AgentDir = "/.berth"
+	// AgentPath is the injected agent binary (mode 0755, owned by root).
+	AgentPath = AgentDir + "/sandbox-agent"
+	// TokenPath is the injected token file (mode 0444, owned by root).
+	TokenPath = AgentDir + "/token"
+	// DefaultWorkDir is the agent's working directory when the image sets none.
+	DefaultWorkDir = "/workspace"
+)
+
+// CapAdd are the only capabilities a sandbox keeps (after CapDrop ALL). They
+// are what package managers, build tools and ordinary root-in-a-container
+// workflows need: file ownership and permission changes (CHOWN, DAC_OVERRIDE,
+// FOWNER, FSETID), signalling its own processes (KILL), switching users
+// (SETUID, SETGID, SETPCAP: apt drops to _apt, su, setpriv) and binding ports
+// below 1024 (NET_BIND_SERVICE). Compared with Docker's default set, NET_RAW
+// (raw sockets: ARP/ICMP spoofing on the bridge), MKNOD, SYS_CHROOT,
+// AUDIT_WRITE and SETFCAP are dropped.
+var CapAdd = []string{
+	"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL",
+	"SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE",
+}
+
+// Config configures a Docker Runtime. Zero fields take the defaults stated.
+type Config struct {
+	// AgentBinary is the host path of the static sandbox-agent binary that is
+	// copied into every sandbox. Required. It must be statically linked
+	// (CGO_ENABLED=0) since images may have no libc at all.
+	AgentBinary string
+	// Network is the bridge network sandboxes join; created on first use
+	// with inter-container communication disabled. Default "berth".
+	Network string
+	// InstanceID identifies this orchestrator; it becomes the instance label
+	// of sandboxes whose Spec leaves InstanceID empty. Default "".
+	InstanceID string
+	// DefaultResources apply to zero fields of Spec.Resources. Defaults:
+	// 1 CPU (NanoCPUs 1e9), 512 MiB memory without swap, 512 pids.
+	DefaultResources runtime.Resources
+	// Injection is how the agent gets into sandboxes: InjectCopy (default)
+	// or InjectVolume. See their docs.
+	Injection Injection
+	// ReadyTimeout applies when Spec.ReadyTimeout is zero. Default 30s.
+	ReadyTimeout time.Duration
+	// Logger receives the backend's logs (keys container_id, lease_id,
+	// image, network); the caller adds a component attribute if it wants
+	// one. Default slog.Default().
+	Logger *slog.Logger
+	// Client is the Docker API client. Default: NewClient() (configured from
+	// DOCKER_HOST etc., with API version negotiation); Close closes it.
+	Client Client
+}
+
+// Runtime is the Docker Engine backend. It is safe for concurrent use.
+type Runtime struct {
+	cfg       Config
+	cli       Client
+	ownClient io.Closer
+	log       *slog.Logger
+	agentSum  string // hex SHA-256 of the agent (InjectVolume)
+
+	netMu sync.Mutex
+	netID string // id of the sandbox network once ensured
+
+	volMu   sync.Mutex
+	volName string // the agent volume once ensured (InjectVolume)
+
+	negMu      sync.Mutex
+	negotiated atomic.Bool
+
+	health healthClient
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New returns a Docker backend. It checks that the agent binary exists and is
+// statically linked; it does not contact the engine (use Ping), and creates
+// the network on the first Create.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	_ = ctx
+	if cfg.AgentBinary == "" {
+		return nil, errdefs.InvalidArgument("agent_binary", "the host path of the static sandbox-agent binary is required")
+	}
+	_, err := checkAgentBinary(cfg.AgentBinary)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Network == "" {
+		cfg.Network = DefaultNetwork
+	}
+	if cfg.DefaultResources.NanoCPUs == 0 {
+		cfg.DefaultResources.NanoCPUs = DefaultNanoCPUs
+	}
+	if cfg.DefaultResources.MemoryBytes == 0 {
+		cfg.DefaultResources.MemoryBytes = DefaultMemoryBytes
+	}
+	if cfg.DefaultResources.PidsLimit == 0 {
+		cfg.DefaultResources.PidsLimit = DefaultPidsLimit
+	}
+	if err := checkResources(cfg.DefaultResources, "default_resources"); err != nil {
+		return nil, err
+	}
+	switch cfg.Injection {
+	case "":
+		cfg.Injection = InjectCopy
+	case InjectCopy, InjectVolume:
+	default:
+		return nil, errdefs.InvalidArgument("injection", "want %q or %q, got %q", InjectCopy, InjectVolume, cfg.Injection)
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Runtime{cfg: cfg, cli: cfg.Client, log: cfg.Logger}
+	if cfg.Injection == InjectVolume {
+		if r.agentSum, err = hashFile(cfg.AgentBinary); err != nil {
+			return nil, errdefs.InvalidArgument("agent_binary", "%v", err)
+		}
+	}
+	if r.cli == nil {
+		c, err := NewClient()
+		if err != nil {
+			return nil, errdefs.Unavailable("docker: create client: %v", err)
+		}
+		r.cli, r.ownClient = c, c
+	}
+	r.health = newHealthClient()
+	return r, nil
+}
+
+// Close releases the Docker client when New created it. Sandboxes keep
+// running.
+func (r *Runtime) Close() error {
+	r.health.close()
+	if r.ownClient != nil {
+		return r.ownClient.Close()
+	}
+	return nil
+}
+
+// Network returns the name of the bridge network sandboxes join.
+func (r *Runtime) Network() string { return r.cfg.Network }
+
+// versionNegotiator is implemented by *client.Client.
+type versionNegotiator interface {
+	NegotiateAPIVersionPing(types.Ping)
+}
+
+// negotiate settles the client's API version once, before the first API
+// call. The client would otherwise negotiate lazily inside whichever request
+// comes first, while other requests (Events, ContainerList) read the version
+// unsynchronised: a data race. Until the engine answers a ping it is retried
+// on every call.
+func (r *Runtime) negotiate(ctx context.Context) {
+	if r.negotiated.Load() {
+		return
+	}
+	n, ok := r.cli.(versionNegotiator)
+	if !ok {
+		r.negotiated.Store(true)
+		return
+	}
+	r.negMu.Lock()
+	defer r.negMu.Unlock()
+	if r.negotiated.Load() {
+		return
+	}
+	ping, err := r.cli.Ping(ctx)
+	if err != nil {
+		return
+	}
+	n.NegotiateAPIVersionPing(ping)
+	r.negotiated.Store(true)
+}
+
+// checkAgentBinary verifies path is a regular, statically linked ELF file and
+// returns its size.
+func checkAgentBinary(path string) (int64, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, errdefs.InvalidArgument("agent_binary", "%v (build it with: CGO_ENABLED=0 go build -o %s ./cmd/sandbox-agent)", err, path)
+	}
+	if !st.Mode().IsRegular() || st.Size() == 0 {
+		return 0, errdefs.InvalidArgument("agent_binary", "%s is not a regular non-empty file", path)
+	}
+	f, err := elf.Open(path)
+	if err != nil {
+		return 0, errdefs.InvalidArgument("agent_binary", "%s is not an ELF executable: %v", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return 0, errdefs.InvalidArgument("agent_binary", "%s is dynamically linked; images may have no libc, build it with CGO_ENABLED=0", path)
+		}
+	}
+	return st.Size(), nil
+}
+
+func checkResources(res runtime.Resources, field string) error {
+	if res.NanoCPUs < 0 {
+		return errdefs.InvalidArgument(field+".nano_cpus", "must not be negative, got %d", res.NanoCPUs)
+	}
+	if res.MemoryBytes < 0 {
+		return errdefs.InvalidArgument(field+".memory_bytes", "must not be negative, got %d", res.MemoryBytes)
+	}
+	if res.MemoryBytes > 0 && res.MemoryBytes < 6<<20 {
+		return errdefs.InvalidArgument(field+".memory_bytes", "must be at least 6 MiB (Docker's minimum), got %d", res.MemoryBytes)
+	}
+	if res.PidsLimit < 0 {
+		return errdefs.InvalidArgument(field+".pids_limit", "must not be negative, got %d", res.PidsLimit)
+	}
+	return nil
+}
+
+// Get returns the berth-managed sandbox with container id (or name) id.
+// A container that does not exist or is not managed by berth is NotFound.
+func (r *Runtime) Get(ctx context.Context, id string) (runtime.Sandbox, error) {
+	r.negotiate(ctx)
+	if id == "" {
+		return runtime.Sandbox{}, errdefs.InvalidArgument("id", "container id is required")
+	}
+	ins, err := r.inspectManaged(ctx, id)
+	if err != nil {
+		return runtime.Sandbox{}, err
+	}
+	return r.fromInspect(ins), nil
+}
+
+// inspectManaged inspects id and fails with NotFound unless it carries the
+// managed label: berth never touches containers it did not create.
+func (r *Runtime) inspectManaged(ctx context.Context, id string) (container.InspectResponse, error) {
+	ins, err := r.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		return ins, r.mapErr(err, "inspect container", id)
+	}
+	if ins.Config == nil || ins.Config.Labels[runtime.LabelManaged] != "true" {
+		return ins, errdefs.NotFound("docker: container %s is not managed by berth (no %s=true label)", id, runtime.LabelManaged)
+	}
+	return ins, nil
+}
+
+// List returns the berth-managed sandboxes whose labels match sel, in the
+// engine's order (newest first). ExitCode comes from the container status
+// text; OOMKilled is only reported by Get.
+func (r *Runtime) List(ctx context.Context, sel runtime.Selector) ([]runtime.Sandbox, error) {
+	r.negotiate(ctx)
+	args := filters.NewArgs(filters.Arg("label", runtime.LabelManaged+"=true"))
+	for k, v := range sel {
+		if k == "" || strings.Contains(k, "=") {
+			return nil, errdefs.InvalidArgument("selector", "invalid label key %q", k)
+		}
+		args.Add("label", k+"="+v)
+	}
+	list, err := r.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+	if err != nil {
+		return nil, r.mapErr(err, "list containers", "")
+	}
+	out := make([]runtime.Sandbox, 0, len(list))
+	for _, c := range list {
+		// The engine already filtered; re-check so a fake or an older engine
+		// with looser filtering cannot leak foreign containers.
+		if !matches(c.Labels, sel) || c.Labels[runtime.LabelManaged] != "true" {
+			continue
+		}
+		out = append(out, r.fromSummary(c))
+	}
+	return out, nil
+}
+
+func matches(labels map[string]string, sel runtime.Selector) bool {
+	for k, v := range sel {
+		got, ok := labels[k]
+		if !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Stop sends SIGTERM to the sandbox's agent (PID 1, which forwards it to its
+// children) and SIGKILL after grace, rounded up to whole seconds; zero or
+// negative grace kills at once. Stopping a stopped sandbox is a no-op.
+func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) error {
+	r.negotiate(ctx)
+	if _, err := r.inspectManaged(ctx, id); err != nil {
+		return err
+	}
+	secs := 0
+	if grace > 0 {
+		secs = int((grace + time.Second - 1) / time.Second)
+	}
+	if err := r.cli.ContainerStop(ctx, id, container.StopOptions{Timeout: &secs}); err != nil {
+		return r.mapErr(err, "stop container", id)
+	}
+	return nil
+}
+
+// Remove force-removes the sandbox and its anonymous volumes. A container
+// that does not exist (or is already being removed) is success; a container
+// not managed by berth is left alone and reported as FailedPrecondition.
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	r.negotiate(ctx)
+	if id == "" {
+		return errdefs.InvalidArgument("id", "container id is required")
+	}
+	ins, err := r.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		if errdefs.IsNotFound(r.mapErr(err, "", "")) {
+			return r.removeCreating(ctx, id) // gone, or still being created
+		}
+		return r.mapErr(err, "inspect container", id)
+	}
+	if ins.Config == nil || ins.Config.Labels[runtime.LabelManaged] != "true" {
+		return errdefs.FailedPrecondition("docker: refusing to remove container %s: not managed by berth", id)
+	}
+	return r.remove(ctx, ins.ID)
+}
+
+func (r *Runtime) remove(ctx context.Context, id string) error {
+	err := r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err == nil {
+		return nil
+	}
+	mapped := r.mapErr(err, "remove container", id)
+	// NotFound: gone already. Conflict "removal already in progress": someone
+	// else (a concurrent Remove, the reaper) is removing it.
+	if errdefs.IsNotFound(mapped) || strings.Contains(err.Error(), "already in progress") {
+		return nil
+	}
+	return mapped
+}
+
+// Pause freezes every process of the sandbox (cgroup freezer). Pausing a
+// sandbox that is not running (paused, stopped) is FailedPrecondition.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	r.negotiate(ctx)
+	ins, err := r.inspectManaged(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st := ins.State; st == nil || !st.Running || st.Paused {
+		return errdefs.FailedPrecondition("docker: cannot pause container %s: it is %s", id, stateText(ins))
+	}
+	return r.mapErr(r.cli.ContainerPause(ctx, id), "pause container", id)
+}
+
+// Resume thaws a paused sandbox. Resuming a sandbox that is not paused is
+// FailedPrecondition.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	r.negotiate(ctx)
+	ins, err := r.inspectManaged(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st := ins.State; st == nil || !st.Paused {
+		return errdefs.FailedPrecondition("docker: cannot resume container %s: it is %s, not paused", id, stateText(ins))
+	}
+	return r.mapErr(r.cli.ContainerUnpause(ctx, id), "unpause container", id)
+}
+
+func stateText(ins container.InspectResponse) string {
+	if ins.State == nil || ins.State.Status == "" {
+		return "in an unknown state"
+	}
+	return ins.State.Status
+}
+
+// Ping checks that the engine answers; errdefs.ErrUnavailable (with a hint
+// naming DOCKER_HOST) when it does not.
+func (r *Runtime) Ping(ctx context.Context) error {
+	r.negotiate(ctx)
+	if _, err := r.cli.Ping(ctx); err != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			if ctx.Err() == nil {
+				// A dial timeout rather than the caller giving up.
+				return fmt.Errorf("%w: docker: ping: %w (is the Docker Engine running? DOCKER_HOST=%s)",
+					errdefs.ErrUnavailable, err, r.daemonHost())
+			}
+			return fmt.Errorf("docker: ping: %w", err)
+		}
+		mapped := r.mapErr(err, "ping", "")
+		if errdefs.IsUnavailable(mapped) {
+			return mapped
+		}
+		return fmt.Errorf("%w: docker: ping: %w (is the Docker Engine running? DOCKER_HOST=%s)",
+			errdefs.ErrUnavailable, err, r.daemonHost())
+	}
+	return nil
+}
+
+func mapState(s string) runtime.State {
+	switch s {
+	case container.StateCreated:
+		return runtime.StateCreated
+	case container.StateRunning, container.StateRestarting:
+		return runtime.StateRunning
+	case container.StatePaused:
+		return runtime.StatePaused
+	case container.StateExited, container.StateDead, container.StateRemoving:
+		return runtime.StateExited
+	default:
+		return runtime.StateUnknown
+	}
+}
+
+func (r *Runtime) endpoint(ip string) string {
+	if ip == "" {
+		return ""
+	}
+	return net.JoinHostPort(ip, strconv.Itoa(runtime.AgentPort))
+}
+
+func (r *Runtime) fromInspect(ins container.InspectResponse) runtime.Sandbox {
+	sb := runtime.Sandbox{ID: ins.ID, Name: strings.TrimPrefix(ins.Name, "/")}
+	if ins.Config != nil {
+		sb.Labels = ins.Config.Labels
+		sb.Image = ins.Config.Image
+	}
+	sb.LeaseID = sb.Labels[runtime.LabelLease]
+	sb.ConversationID = sb.Labels[runtime.LabelConversation]
+	sb.InstanceID = sb.Labels[runtime.LabelInstance]
+	if t, err := time.Parse(time.RFC3339Nano, ins.Created); err == nil {
+		sb.CreatedAt = t
+	}
+	sb.State = runtime.StateUnknown
+	if st := ins.State; st != nil {
+		sb.State = mapState(st.Status)
+		if sb.State == runtime.StateExited {
+			sb.ExitCode = st.ExitCode
+			sb.OOMKilled = st.OOMKilled
+		}
+	}
+	if ns := ins.NetworkSettings; ns != nil && (sb.State == runtime.StateRunning || sb.State == runtime.StatePaused) {
+		if ep := ns.Networks[r.cfg.Network]; ep != nil {
+			sb.Endpoint = r.endpoint(ep.IPAddress)
+		}
+	}
+	return sb
+}
+
+var exitedRE = regexp.MustCompile(`^Exited \((-?\d+)\)`)
+
+func (r *Runtime) fromSummary(c container.Summary) runtime.Sandbox {
+	sb := runtime.Sandbox{ID: c.ID, Image: c.Image, Labels: c.Labels, CreatedAt: time.Unix(c.Created, 0)}
+	if len(c.Names) > 0 {
+		sb.Name = strings.TrimPrefix(c.Names[0], "/")
+	}
+	sb.LeaseID = c.Labels[runtime.LabelLease]
+	sb.ConversationID = c.Labels[runtime.LabelConversation]
+	sb.InstanceID = c.Labels[runtime.LabelInstance]
+	sb.State = mapState(c.State)
+	if sb.State == runtime.StateExited {
+		if m := exitedRE.FindStringSubmatch(c.Status); m != nil {
+			sb.ExitCode, _ = strconv.Atoi(m[1])
+		}
+	}
+	if ns := c.NetworkSettings; ns != nil && (sb.State == runtime.StateRunning || sb.State == runtime.StatePaused) {
+		if ep := ns.Networks[r.cfg.Network]; ep != nil {
+			sb.Endpoint = r.endpoint(ep.IPAddress)
+		}
+	}
+	return sb
+}

@@ -1,0 +1,685 @@
+package docker_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
+	"github.com/berth-dev/berth/pkg/runtime/conformance"
+	"github.com/berth-dev/berth/pkg/runtime/docker"
+)
+
+// Test images, built by TestMain with `docker import` (no registry needed).
+const (
+	emptyImage   = "berth-test/empty:latest"   // no files at all
+	badUserImage = "berth-test/baduser:latest" // USER that does not exist
+	numUserImage = "berth-test/uid1000:latest" // empty, USER 1000:1000
+	namedUser    = "berth-test/nobody:latest"  // berth/minimal's files, USER nobody
+	shellImage   = "berth/minimal:latest"
+	baseImage    = "berth/base:latest"
+)
+
+var (
+	agentBinary string // built by TestMain (or $BERTH_AGENT_BINARY)
+	skipReason  string // set when Docker is unreachable
+	dockerCli   *client.Client
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cli, err := docker.NewClient()
+	if err == nil {
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = cli.Ping(pctx)
+		pcancel()
+	}
+	if err != nil {
+		skipReason = fmt.Sprintf("Docker Engine unreachable (DOCKER_HOST=%q): %v", os.Getenv("DOCKER_HOST"), err)
+		return m.Run()
+	}
+	dockerCli = cli
+	defer cli.Close()
+
+	dir, err := os.MkdirTemp("", "berth-docker-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if agentBinary = os.Getenv("BERTH_AGENT_BINARY"); agentBinary == "" {
+		agentBinary = filepath.Join(dir, "sandbox-agent")
+		if err := buildAgent(agentBinary); err != nil {
+			fmt.Fprintln(os.Stderr, "build sandbox-agent:", err)
+			return 1
+		}
+	}
+	if err := importImage(ctx, cli, emptyImage, nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := importImage(ctx, cli, badUserImage, []string{"USER berth-no-such-user"}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := importImage(ctx, cli, numUserImage, []string{"USER 1000:1000"}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	// The agent volume of this test binary (InjectVolume tests); in use by
+	// no container once every test has cleaned up.
+	if b, err := os.ReadFile(agentBinary); err == nil {
+		sum := sha256.Sum256(b)
+		name := "berth-agent-" + hex.EncodeToString(sum[:])[:16]
+		if err := cli.VolumeRemove(context.Background(), name, false); err != nil && !cerrdefs.IsNotFound(err) {
+			fmt.Fprintf(os.Stderr, "cleanup: remove volume %s: %v\n", name, err)
+		}
+	}
+	return code
+}
+
+// buildAgent builds the static agent from this module.
+func buildAgent(out string) error {
+	root, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/sandbox-agent")
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(root)))
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%w\n%s", err, b)
+	}
+	return nil
+}
+
+// importImage creates ref from an empty root filesystem (idempotent).
+func importImage(ctx context.Context, cli *client.Client, ref string, changes []string) error {
+	if _, err := cli.ImageInspect(ctx, ref); err == nil {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := tar.NewWriter(&buf).Close(); err != nil {
+		return err
+	}
+	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ref, image.ImportOptions{Changes: changes})
+	if err != nil {
+		return fmt.Errorf("import %s: %w", ref, err)
+	}
+	defer rc.Close()
+	_, err = io.Copy(io.Discard, rc)
+	return err
+}
+
+func requireDocker(tb testing.TB) {
+	tb.Helper()
+	if skipReason != "" {
+		tb.Skip(skipReason)
+	}
+}
+
+func imagePresent(tb testing.TB, ref string) bool {
+	tb.Helper()
+	_, err := dockerCli.ImageInspect(context.Background(), ref)
+	return err == nil
+}
+
+func newRuntime(tb testing.TB, mutate ...func(*docker.Config)) *docker.Runtime {
+	tb.Helper()
+	requireDocker(tb)
+	cfg := docker.Config{
+		AgentBinary: agentBinary,
+		InstanceID:  "docker-test",
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	for _, f := range mutate {
+		f(&cfg)
+	}
+	rt, err := docker.New(context.Background(), cfg)
+	if err != nil {
+		tb.Fatalf("docker.New: %v", err)
+	}
+	tb.Cleanup(func() { _ = rt.Close() })
+	return rt
+}
+
+func TestConformance(t *testing.T) {
+	requireDocker(t)
+	images := conformance.Images{Empty: emptyImage, BadUser: badUserImage}
+	for _, ref := range []string{shellImage, baseImage} {
+		if imagePresent(t, ref) {
+			images.Shell = ref
+			break
+		}
+	}
+	if images.Shell == "" {
+		t.Logf("neither %s nor %s is present (make images); shell-based checks are skipped", shellImage, baseImage)
+	}
+	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
+	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) }, images, conformance.WithKill(kill))
+}
+
+// TestConformanceBase runs the shell-based checks against berth/base too
+// (bash and python3 instead of busybox) when both images are present.
+func TestConformanceBase(t *testing.T) {
+	requireDocker(t)
+	if !imagePresent(t, baseImage) || !imagePresent(t, shellImage) {
+		t.Skipf("needs both %s and %s (make images)", shellImage, baseImage)
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
+	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) },
+		conformance.Images{Empty: emptyImage, Shell: baseImage}, conformance.WithKill(kill))
+}
+
+// TestConformanceVolume runs the suite with the agent in a shared read-only
+// volume instead of copied into each container.
+func TestConformanceVolume(t *testing.T) {
+	requireDocker(t)
+	images := conformance.Images{Empty: emptyImage, BadUser: badUserImage}
+	if imagePresent(t, shellImage) {
+		images.Shell = shellImage
+	}
+	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
+	conformance.Run(t, func(t *testing.T) runtime.Runtime {
+		return newRuntime(t, func(c *docker.Config) { c.Injection = docker.InjectVolume })
+	}, images, conformance.WithKill(kill))
+}
+
+func TestAgentVolume(t *testing.T) {
+	rt := newRuntime(t, func(c *docker.Config) { c.Injection = docker.InjectVolume })
+	ctx := context.Background()
+	spec := testSpec(t, rt, numUserImage) // non-root: the workspace is still theirs
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins, err := dockerCli.ContainerInspect(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ins.Mounts) != 1 || ins.Mounts[0].Destination != docker.AgentDir || ins.Mounts[0].RW || !strings.HasPrefix(ins.Mounts[0].Name, "berth-agent-") {
+		t.Fatalf("mounts = %+v, want the agent volume read-only at %s", ins.Mounts, docker.AgentDir)
+	}
+	vol, err := dockerCli.VolumeInspect(ctx, ins.Mounts[0].Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vol.Labels[runtime.LabelManaged] != "true" || len(vol.Labels["dev.berth.agent.sha256"]) != 64 {
+		t.Errorf("volume labels = %v", vol.Labels)
+	}
+	if slices.Contains([]string(ins.Config.Entrypoint), "--token-file") {
+		t.Errorf("entrypoint %v: volume mode passes the token in the environment", ins.Config.Entrypoint)
+	}
+	if st := statInContainer(t, sb.ID, "/workspace"); st.uid != 1000 || st.gid != 1000 {
+		t.Errorf("/workspace owned by %d:%d, want 1000:1000", st.uid, st.gid)
+	}
+	out := agentExec(t, sb, spec.AgentToken, `{"argv":["/.berth/sandbox-agent","--version"]}`)
+	if !strings.Contains(out, `"exitCode":0`) {
+		t.Errorf("exec: %s", out)
+	}
+	// A second runtime (another orchestrator) reuses the populated volume.
+	rt2 := newRuntime(t, func(c *docker.Config) { c.Injection = docker.InjectVolume })
+	sb2, err := rt2.Create(ctx, testSpec(t, rt2, emptyImage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins2, _ := dockerCli.ContainerInspect(ctx, sb2.ID)
+	if len(ins2.Mounts) != 1 || ins2.Mounts[0].Name != ins.Mounts[0].Name {
+		t.Errorf("second runtime mounts %+v, want %s", ins2.Mounts, ins.Mounts[0].Name)
+	}
+}
+
+// spec returns a spec with a unique lease id and registers cleanup.
+func testSpec(t testing.TB, rt *docker.Runtime, img string) runtime.Spec {
+	t.Helper()
+	lease := fmt.Sprintf("dt-%d", time.Now().UnixNano())
+	t.Cleanup(func() { removeLease(t, rt, lease) })
+	return runtime.Spec{LeaseID: lease, ConversationID: "c-" + lease, Image: img, AgentToken: "token-" + lease}
+}
+
+func removeLease(t testing.TB, rt *docker.Runtime, lease string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := rt.List(ctx, runtime.Selector{runtime.LabelLease: lease})
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	for _, sb := range list {
+		if err := rt.Remove(ctx, sb.ID); err != nil {
+			t.Errorf("cleanup: remove %s: %v", sb.ID, err)
+		}
+	}
+}
+
+func TestHostConfigHardening(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	spec := testSpec(t, rt, emptyImage)
+	spec.Env = map[string]string{"FOO": "bar"}
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins, err := dockerCli.ContainerInspect(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := ins.HostConfig
+	if !slices.Contains(hc.SecurityOpt, "no-new-privileges:true") {
+		t.Errorf("SecurityOpt = %v, want no-new-privileges:true", hc.SecurityOpt)
+	}
+	if !slices.Equal([]string(hc.CapDrop), []string{"ALL"}) {
+		t.Errorf("CapDrop = %v, want [ALL]", hc.CapDrop)
+	}
+	var capAdd []string
+	for _, c := range hc.CapAdd {
+		capAdd = append(capAdd, strings.TrimPrefix(c, "CAP_"))
+	}
+	if !sameSet(capAdd, docker.CapAdd) {
+		t.Errorf("CapAdd = %v, want %v", hc.CapAdd, docker.CapAdd)
+	}
+	if hc.Privileged {
+		t.Error("Privileged")
+	}
+	if hc.Init != nil && *hc.Init {
+		t.Error("Init = true; the agent is PID 1 itself")
+	}
+	if hc.NanoCPUs != docker.DefaultNanoCPUs || hc.Memory != docker.DefaultMemoryBytes || hc.MemorySwap != hc.Memory {
+		t.Errorf("NanoCPUs %d Memory %d MemorySwap %d; want defaults %d, %d, swap = memory", hc.NanoCPUs, hc.Memory, hc.MemorySwap, docker.DefaultNanoCPUs, docker.DefaultMemoryBytes)
+	}
+	if hc.PidsLimit == nil || *hc.PidsLimit != docker.DefaultPidsLimit {
+		t.Errorf("PidsLimit = %v, want %d", hc.PidsLimit, docker.DefaultPidsLimit)
+	}
+	if len(hc.PortBindings) != 0 || hc.PublishAllPorts {
+		t.Errorf("ports are published: %v %v", hc.PortBindings, hc.PublishAllPorts)
+	}
+	if nw, err := dockerCli.NetworkInspect(ctx, string(hc.NetworkMode), network.InspectOptions{}); err != nil || nw.Name != docker.DefaultNetwork {
+		t.Errorf("NetworkMode = %q (%v), want the %q network", hc.NetworkMode, err, docker.DefaultNetwork)
+	}
+	if len(ins.NetworkSettings.Ports) != 0 {
+		for p, b := range ins.NetworkSettings.Ports {
+			if len(b) > 0 {
+				t.Errorf("port %s bound on the host: %v", p, b)
+			}
+		}
+	}
+	wantEntry := []string{docker.AgentPath, "--listen", "0.0.0.0:7000", "--workdir", "/workspace", "--token-file", docker.TokenPath}
+	if !slices.Equal([]string(ins.Config.Entrypoint), wantEntry) {
+		t.Errorf("Entrypoint = %v, want %v", ins.Config.Entrypoint, wantEntry)
+	}
+	if len(ins.Config.Cmd) != 0 {
+		t.Errorf("Cmd = %v, want empty", ins.Config.Cmd)
+	}
+	if !slices.Contains(ins.Config.Env, "FOO=bar") {
+		t.Errorf("Env = %v, want FOO=bar", ins.Config.Env)
+	}
+	for _, e := range ins.Config.Env {
+		if strings.Contains(e, spec.AgentToken) {
+			t.Errorf("the token is visible in the container's environment: %s", e)
+		}
+	}
+	if ins.Name != "/"+docker.ContainerName(spec.LeaseID) {
+		t.Errorf("Name = %q", ins.Name)
+	}
+	if ins.Config.Labels[runtime.LabelInstance] != "docker-test" {
+		t.Errorf("instance label = %q, want the Config.InstanceID", ins.Config.Labels[runtime.LabelInstance])
+	}
+}
+
+func TestNetworkICCDisabled(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	spec := testSpec(t, rt, emptyImage)
+	if _, err := rt.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	nw, err := dockerCli.NetworkInspect(ctx, rt.Network(), network.InspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nw.Driver != "bridge" {
+		t.Errorf("driver = %q", nw.Driver)
+	}
+	if nw.Options["com.docker.network.bridge.enable_icc"] != "false" {
+		t.Errorf("options = %v, want enable_icc=false", nw.Options)
+	}
+	if nw.Labels[runtime.LabelManaged] != "true" {
+		t.Errorf("labels = %v, want %s=true", nw.Labels, runtime.LabelManaged)
+	}
+}
+
+// TestNetworkCreateRace creates a fresh network from several runtimes at
+// once: exactly one network results and every Create succeeds.
+func TestNetworkCreateRace(t *testing.T) {
+	requireDocker(t)
+	ctx := context.Background()
+	name := fmt.Sprintf("berth-test-net-%d", time.Now().UnixNano())
+	t.Cleanup(func() { removeNetworks(t, name) })
+	const n = 3
+	errs := make(chan error, n)
+	for range n {
+		rt := newRuntime(t, func(c *docker.Config) { c.Network = name })
+		spec := testSpec(t, rt, emptyImage)
+		go func() {
+			sb, err := rt.Create(ctx, spec)
+			if err == nil {
+				err = rt.Remove(ctx, sb.ID)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	list, err := dockerCli.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", name))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for _, nw := range list {
+		if nw.Name == name {
+			count++
+		}
+	}
+	if count != 1 {
+		t.Errorf("%d networks named %s, want 1", count, name)
+	}
+}
+
+func TestNetworkWithICCRefused(t *testing.T) {
+	requireDocker(t)
+	ctx := context.Background()
+	name := fmt.Sprintf("berth-test-icc-%d", time.Now().UnixNano())
+	if _, err := dockerCli.NetworkCreate(ctx, name, network.CreateOptions{Driver: "bridge"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeNetworks(t, name) })
+	rt := newRuntime(t, func(c *docker.Config) { c.Network = name })
+	_, err := rt.Create(ctx, testSpec(t, rt, emptyImage))
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "inter-container") {
+		t.Fatalf("Create on a network with ICC: %v, want FailedPrecondition about inter-container communication", err)
+	}
+}
+
+func TestReadyTimeoutError(t *testing.T) {
+	rt := newRuntime(t)
+	spec := testSpec(t, rt, emptyImage)
+	spec.ReadyTimeout = 150 * time.Millisecond // enough to create, not to be ready
+	_, err := rt.Create(context.Background(), spec)
+	if err == nil {
+		t.Skip("ready within 150ms")
+	}
+	if !errdefs.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ReadyTimeout") {
+		t.Errorf("err = %v; want Unavailable, DeadlineExceeded, naming ReadyTimeout", err)
+	}
+}
+
+func TestImageMissingText(t *testing.T) {
+	rt := newRuntime(t)
+	_, err := rt.Create(context.Background(), runtime.Spec{LeaseID: "dt-missing", Image: "berth/does-not-exist", AgentToken: "x"})
+	want := "image berth/does-not-exist is not present locally; berth builds images locally (make images) since no registry is reachable"
+	if !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v\nwant NotFound containing %q", err, want)
+	}
+}
+
+// TestEarlyExit starves the agent of processes: Create must notice the exit
+// quickly (not wait for the ready timeout), report it, and leave nothing.
+func TestEarlyExit(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	spec := testSpec(t, rt, emptyImage)
+	spec.Resources.PidsLimit = 1 // the Go runtime cannot even start its threads
+	spec.ReadyTimeout = 20 * time.Second
+	began := time.Now()
+	sb, err := rt.Create(ctx, spec)
+	if err == nil {
+		t.Fatalf("the agent started with a pids limit of 1 (%s)", sb.ID)
+	}
+	t.Logf("failed in %s: %v", time.Since(began).Round(time.Millisecond), err)
+	if time.Since(began) > 10*time.Second {
+		t.Errorf("an agent that dies at once should fail Create fast")
+	}
+	if !strings.Contains(err.Error(), "exited with code") || !strings.Contains(err.Error(), "container output (last") {
+		t.Errorf("error should report the exit and the container's last log lines: %v", err)
+	}
+	list, _ := rt.List(ctx, runtime.Selector{runtime.LabelLease: spec.LeaseID})
+	if len(list) != 0 {
+		t.Errorf("container left behind: %v", list)
+	}
+}
+
+// TestNonRootUsers checks that images running as a non-root user (numeric,
+// or named and resolved through the image's /etc/passwd) get a workspace
+// they can write to and can run the injected agent.
+func TestNonRootUsers(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+
+	t.Run("numeric", func(t *testing.T) {
+		spec := testSpec(t, rt, numUserImage)
+		sb, err := rt.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := agentExec(t, sb, spec.AgentToken, `{"argv":["/.berth/sandbox-agent","--version"]}`)
+		if !strings.Contains(out, `"exitCode":0`) {
+			t.Errorf("exec as uid 1000: %s", out)
+		}
+		st := statInContainer(t, sb.ID, "/workspace")
+		if st.uid != 1000 || st.gid != 1000 {
+			t.Errorf("/workspace owned by %d:%d, want 1000:1000", st.uid, st.gid)
+		}
+	})
+	t.Run("named", func(t *testing.T) {
+		if !imagePresent(t, shellImage) {
+			t.Skipf("%s not present (make images)", shellImage)
+		}
+		if err := derive(ctx, shellImage, namedUser, []string{"USER nobody"}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = dockerCli.ImageRemove(context.Background(), namedUser, image.RemoveOptions{Force: true})
+		})
+		spec := testSpec(t, rt, namedUser)
+		sb, err := rt.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := agentExec(t, sb, spec.AgentToken, `{"command":"id -u; touch /workspace/ok && pwd"}`)
+		if !strings.Contains(out, `"exitCode":0`) || !strings.Contains(out, "/workspace") {
+			t.Errorf("exec as nobody: %s", out)
+		}
+	})
+}
+
+type fileOwner struct{ uid, gid int }
+
+func statInContainer(t *testing.T, id, path string) fileOwner {
+	t.Helper()
+	rc, _, err := dockerCli.CopyFromContainer(context.Background(), id, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	h, err := tar.NewReader(rc).Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fileOwner{h.Uid, h.Gid}
+}
+
+// derive makes ref from src's files (the busybox rootfs of berth/minimal
+// has an /etc/passwd with nobody) with the given Dockerfile changes and no
+// WORKDIR.
+func derive(ctx context.Context, src, ref string, changes []string) error {
+	c, err := dockerCli.ContainerCreate(ctx, &container.Config{Image: src, Entrypoint: []string{"/bin/true"}}, nil, nil, nil, "")
+	if err != nil {
+		return err
+	}
+	defer dockerCli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+	exp, err := dockerCli.ContainerExport(ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	defer exp.Close()
+	rc, err := dockerCli.ImageImport(ctx, image.ImportSource{Source: exp, SourceName: "-"}, ref, image.ImportOptions{Changes: changes})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	_, err = io.Copy(io.Discard, rc)
+	return err
+}
+
+func agentExec(t *testing.T, sb runtime.Sandbox, token, body string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+sb.Endpoint+"/v1/exec", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/exec: %s: %s", resp.Status, b)
+	}
+	return string(b)
+}
+
+func TestPingUnavailable(t *testing.T) {
+	requireDocker(t)
+	cli, err := client.NewClientWithOpts(client.WithHost("unix:///nonexistent/docker.sock"), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := newRuntime(t, func(c *docker.Config) { c.Client = cli })
+	err = rt.Ping(context.Background())
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "DOCKER_HOST=unix:///nonexistent/docker.sock") {
+		t.Fatalf("Ping: %v; want Unavailable with a DOCKER_HOST hint", err)
+	}
+	if _, err := rt.Get(context.Background(), "x"); !errdefs.IsUnavailable(err) {
+		t.Errorf("Get: %v; want Unavailable", err)
+	}
+}
+
+func TestUnmanagedContainerUntouched(t *testing.T) {
+	requireDocker(t)
+	rt := newRuntime(t)
+	ctx := context.Background()
+	c, err := dockerCli.ContainerCreate(ctx, &container.Config{Image: emptyImage, Entrypoint: []string{"/nothing"}}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = dockerCli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+	})
+	if _, err := rt.Get(ctx, c.ID); !errdefs.IsNotFound(err) {
+		t.Errorf("Get of an unmanaged container: %v, want NotFound", err)
+	}
+	if err := rt.Remove(ctx, c.ID); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("Remove of an unmanaged container: %v, want FailedPrecondition", err)
+	}
+	if _, err := dockerCli.ContainerInspect(ctx, c.ID); err != nil {
+		t.Errorf("the unmanaged container is gone: %v", err)
+	}
+}
+
+// BenchmarkCreate measures a cold Create (create, inject the agent, start,
+// wait for /healthz) of the empty image, then Remove (not timed).
+func BenchmarkCreate(b *testing.B) {
+	b.Run("copy", func(b *testing.B) { benchmarkCreate(b, docker.InjectCopy) })
+	b.Run("volume", func(b *testing.B) { benchmarkCreate(b, docker.InjectVolume) })
+}
+
+func benchmarkCreate(b *testing.B, mode docker.Injection) {
+	rt := newRuntime(b, func(c *docker.Config) { c.Injection = mode })
+	ctx := context.Background()
+	// Warm up: the network and the agent binary in the page cache.
+	spec := testSpec(b, rt, emptyImage)
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = rt.Remove(ctx, sb.ID)
+	b.ResetTimer()
+	for i := range b.N {
+		spec := runtime.Spec{LeaseID: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), Image: emptyImage, AgentToken: "bench"}
+		sb, err := rt.Create(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := rt.Remove(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// removeNetworks removes every network named name (by id: duplicates make
+// the name ambiguous).
+func removeNetworks(t testing.TB, name string) {
+	ctx := context.Background()
+	list, err := dockerCli.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", name))})
+	if err != nil {
+		t.Errorf("cleanup: list networks: %v", err)
+		return
+	}
+	for _, nw := range list {
+		if nw.Name == name {
+			if err := dockerCli.NetworkRemove(ctx, nw.ID); err != nil {
+				t.Errorf("cleanup: remove network %s: %v", nw.ID, err)
+			}
+		}
+	}
+}

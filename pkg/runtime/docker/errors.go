@@ -1,0 +1,60 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/client"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+)
+
+// mapErr wraps a Docker client error with the berth errdefs category that
+// matches it and with what was being done (op) to which object (id). The
+// original error stays in the chain (errors.Is works for both the berth
+// sentinel and the containerd/Docker category).
+func (r *Runtime) mapErr(err error, op, id string) error {
+	if err == nil {
+		return nil
+	}
+	what := op
+	if id != "" {
+		what = op + " " + id
+	}
+	var sentinel error
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("docker: %s: %w", what, err)
+	case client.IsErrConnectionFailed(err):
+		return fmt.Errorf("%w: docker: %s: %w (is the Docker Engine running? DOCKER_HOST=%s)",
+			errdefs.ErrUnavailable, what, err, r.daemonHost())
+	case cerrdefs.IsNotFound(err):
+		sentinel = errdefs.ErrNotFound
+	case cerrdefs.IsConflict(err), cerrdefs.IsAlreadyExists(err):
+		sentinel = errdefs.ErrFailedPrecondition
+	case cerrdefs.IsInvalidArgument(err):
+		sentinel = errdefs.ErrInvalidArgument
+	case cerrdefs.IsUnavailable(err):
+		sentinel = errdefs.ErrUnavailable
+	case cerrdefs.IsPermissionDenied(err):
+		sentinel = errdefs.ErrPermissionDenied
+	case cerrdefs.IsUnauthorized(err):
+		sentinel = errdefs.ErrUnauthenticated
+	case cerrdefs.IsResourceExhausted(err):
+		sentinel = errdefs.ErrResourceExhausted
+	case cerrdefs.IsNotImplemented(err):
+		sentinel = errdefs.ErrFailedPrecondition
+	default:
+		sentinel = errdefs.ErrInternal
+	}
+	return fmt.Errorf("%w: docker: %s: %w", sentinel, what, err)
+}
+
+func (r *Runtime) daemonHost() string {
+	if h := r.cli.DaemonHost(); h != "" {
+		return h
+	}
+	return "unix:///var/run/docker.sock"
+}
