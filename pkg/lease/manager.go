@@ -162,11 +162,15 @@ type Manager struct {
 	created uint64           // leases created since New
 	seq     uint64           // bumped when a lease becomes READY (resync races)
 	started bool
-	closed  bool
-	runCtx  context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // background loops and detached work
-	cleanQ  chan string    // lease ids whose container needs removing
+	// interrupted is set by reconcile when it failed a PENDING lease: the
+	// previous process died during a creation, which may still finish in
+	// the engine after reconcile (see watchLoop).
+	interrupted bool
+	closed      bool
+	runCtx      context.Context
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup // background loops and detached work
+	cleanQ      chan string    // lease ids whose container needs removing
 
 	pmu       sync.Mutex        // serialises store writes
 	persisted map[string]uint64 // lease id → revision last written
