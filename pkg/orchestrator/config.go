@@ -26,6 +26,10 @@ type Config struct {
 	// AgentBinary is the static sandbox-agent injected into sandboxes.
 	// Default: "sandbox-agent" next to the orchestrator's executable.
 	AgentBinary string `json:"agentBinary"`
+	// PreviewDomain is the host suffix of preview URLs
+	// ({port}-{lease}.{domain}); browsers resolve *.localhost to loopback.
+	// Default "sandbox.localhost"; empty disables host routing.
+	PreviewDomain string `json:"previewDomain"`
 	// Network is the Docker bridge network for sandboxes. Default "berth".
 	Network string `json:"network"`
 	// AgentInjection is how the agent enters a sandbox: "copy" (copied into
@@ -101,6 +105,7 @@ func Defaults() Config {
 		Runtime:            "docker",
 		AgentBinary:        agent,
 		Network:            "berth",
+		PreviewDomain:      "sandbox.localhost",
 		AgentInjection:     "copy",
 		DefaultImage:       "berth/base",
 		DefaultTTL:         Duration(10 * time.Minute),
@@ -126,6 +131,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	rt := fs.String("runtime", "", "container runtime: docker (env BERTH_RUNTIME)")
 	agentBin := fs.String("agent-binary", "", "sandbox-agent to inject (env BERTH_AGENT_BINARY)")
 	injection := fs.String("agent-injection", "", "copy or volume (env BERTH_AGENT_INJECTION; default copy)")
+	domain := fs.String("preview-domain", "", "preview host suffix (env BERTH_PREVIEW_DOMAIN; default sandbox.localhost)")
 	image := fs.String("default-image", "", "default image (env BERTH_DEFAULT_IMAGE)")
 	maxLeases := fs.Int("max-leases", 0, "maximum live leases (env BERTH_MAX_LEASES)")
 	ttl := fs.Duration("default-ttl", 0, "default lease TTL (env BERTH_DEFAULT_TTL)")
@@ -176,6 +182,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	str(&cfg.AgentBinary, "BERTH_AGENT_BINARY", *agentBin)
 	str(&cfg.AgentInjection, "BERTH_AGENT_INJECTION", *injection)
 	str(&cfg.DefaultImage, "BERTH_DEFAULT_IMAGE", *image)
+	str(&cfg.PreviewDomain, "BERTH_PREVIEW_DOMAIN", *domain)
 	str(&cfg.LogLevel, "BERTH_LOG_LEVEL", *logLevel)
 	str(&cfg.LogFormat, "BERTH_LOG_FORMAT", *logFormat)
 	dur(&cfg.DefaultTTL, "BERTH_DEFAULT_TTL", *ttl)

@@ -6,12 +6,13 @@ import (
 	"sort"
 
 	"github.com/berth-dev/berth/pkg/lease"
+	"github.com/berth-dev/berth/pkg/proxy"
 )
 
 // metricsHandler serves the lease manager's counters in the Prometheus text
 // exposition format. It is open (no token) like /healthz: it reveals counts
 // only, and the listener is loopback by default.
-func metricsHandler(m *lease.Manager) http.Handler {
+func metricsHandler(m *lease.Manager, px *proxy.Proxy) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		st := m.Stats()
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
@@ -45,5 +46,8 @@ func metricsHandler(m *lease.Manager) http.Handler {
 		fmt.Fprintln(w, "# HELP berth_sandboxes_uncleaned Ended leases whose container removal has not succeeded yet.")
 		fmt.Fprintln(w, "# TYPE berth_sandboxes_uncleaned gauge")
 		fmt.Fprintf(w, "berth_sandboxes_uncleaned %d\n", st.Uncleaned)
+		if px != nil {
+			_ = px.WriteMetrics(w)
+		}
 	})
 }

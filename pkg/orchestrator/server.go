@@ -22,6 +22,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/edge"
 	"github.com/berth-dev/berth/pkg/lease"
+	"github.com/berth-dev/berth/pkg/proxy"
 	"github.com/berth-dev/berth/pkg/runtime"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 	gwruntime "github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -46,6 +47,10 @@ type Server struct {
 	inproc  *edge.InProc
 	handler http.Handler
 	cancel  context.CancelFunc
+	proxy   *proxy.Proxy
+	// own are the gRPC services this server implements; calls to any
+	// other service are agent calls for the proxy.
+	own map[string]bool
 }
 
 // instanceFile holds the orchestrator's instance id in the data directory.
@@ -110,14 +115,32 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) buildAPI() error {
 	rec := edge.Recoverer{Log: s.log}
+	px, err := proxy.New(proxy.Config{
+		Leases: s.manager, OperatorToken: s.cfg.OperatorToken, Domain: s.cfg.PreviewDomain,
+		Logger: s.log.With("component", "proxy"),
+	})
+	if err != nil {
+		return fmt.Errorf("orchestrator: proxy: %w", err)
+	}
+	s.proxy = px
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(rec.Unary, s.authUnary),
-		grpc.ChainStreamInterceptor(rec.Stream, s.authStream),
+		// The proxy's interceptor goes first: it sends reflection calls
+		// that name a lease to that lease's agent.
+		grpc.ChainStreamInterceptor(rec.Stream, px.StreamInterceptor(), s.authStream),
+		// Agent RPCs (unknown services here) are forwarded as raw frames.
+		grpc.UnknownServiceHandler(px.GRPCHandler()),
+		grpc.ForceServerCodecV2(px.Codec()),
+		grpc.MaxRecvMsgSize(edge.MaxMessage),
 	)
 	orchv1.RegisterLeaseServiceServer(s.grpc, &leaseServer{m: s.manager})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
+	s.own = map[string]bool{}
+	for name := range s.grpc.GetServiceInfo() {
+		s.own[name] = true
+	}
 
 	inproc, err := edge.NewInProc()
 	if err != nil {
@@ -133,9 +156,10 @@ func (s *Server) buildAPI() error {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"SERVING"}` + "\n"))
 	})
-	mux.Handle("GET /metrics", metricsHandler(s.manager))
+	mux.Handle("GET /metrics", metricsHandler(s.manager, px))
+	mux.Handle(proxy.RoutePrefix, px) // not under MaxBytesHandler: bodies stream
 	mux.Handle("/", http.MaxBytesHandler(gw, 4<<20))
-	s.handler = rec.HTTP(mux)
+	s.handler = rec.HTTP(px.HostRouter(mux))
 	return nil
 }
 
@@ -156,6 +180,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // Close stops the lease manager and closes the store. Sandboxes are left
 // running; the next start adopts them.
 func (s *Server) Close() error {
+	if s.proxy != nil {
+		_ = s.proxy.Close()
+	}
 	s.cancel()
 	err := s.manager.Close()
 	return errors.Join(err, s.store.Close())
@@ -166,8 +193,15 @@ func open(method string) bool {
 	return strings.HasPrefix(method, "/grpc.health.v1.Health/")
 }
 
+// proxied reports whether method belongs to a service this server does not
+// implement: an agent RPC that the proxy authenticates and forwards.
+func (s *Server) proxied(method string) bool {
+	svc, _, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	return ok && !s.own[svc]
+}
+
 func (s *Server) authenticate(ctx context.Context, method string) (context.Context, error) {
-	if open(method) {
+	if open(method) || s.proxied(method) {
 		return ctx, nil
 	}
 	p, err := s.auth.fromContext(ctx)

@@ -1,0 +1,248 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/berth-dev/berth/internal/edge"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// target is where one request goes; it travels in the request's context
+// from ServeHTTP to rewrite and the error handler.
+type target struct {
+	leaseID    string
+	host       string // upstream host:port
+	path       string // upstream path, decoded
+	rawPath    string // upstream path, as the client escaped it
+	rawQuery   string
+	preview    bool
+	port       int    // preview port
+	prefix     string // path-form preview prefix, for X-Forwarded-Prefix
+	agentToken string // set on agent API routes
+	stripAuth  bool   // the Authorization header carried a berth token
+	status     int    // final status, for metrics
+}
+
+type targetKey struct{}
+
+func targetFrom(ctx context.Context) *target {
+	t, _ := ctx.Value(targetKey{}).(*target)
+	return t
+}
+
+// serveAgent proxies a request to lease id's agent REST API; rawPath is the
+// agent path, escaped.
+func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath string) {
+	var ts tokens
+	for _, v := range r.Header.Values("Authorization") {
+		if tok, ok := bearer(v); ok {
+			ts.add(tok)
+		}
+	}
+	for _, v := range r.Header.Values(TokenHeader) {
+		ts.add(v)
+	}
+	acc, _, aerr := p.authorize(id, &ts)
+	if aerr != nil {
+		p.fail(w, r, false, id, aerr)
+		return
+	}
+	rt, rerr := p.lookup(id)
+	if rerr == nil {
+		rerr = usable(id, rt)
+	}
+	if rerr != nil {
+		p.fail(w, r, false, id, rerr)
+		return
+	}
+	if acc == accessOperator {
+		p.logOperator(id, "http", r.Method, r.URL.Path, r.RemoteAddr)
+	}
+	path, err := url.PathUnescape(rawPath)
+	if err != nil {
+		p.fail(w, r, false, id, &routeError{status: http.StatusBadRequest, code: codes.InvalidArgument, msg: "bad path escape"})
+		return
+	}
+	p.forward(w, r, &target{
+		leaseID: id, host: rt.Endpoint, path: path, rawPath: rawPath, rawQuery: r.URL.RawQuery,
+		agentToken: p.leases.AgentToken(id), stripAuth: true,
+	})
+}
+
+// forward runs the reverse proxy for t, touching the lease while it runs
+// and counting the outcome.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
+	stop := p.track(t.leaseID)
+	p.metrics.inFlight.Add(1)
+	defer func() {
+		p.metrics.inFlight.Add(-1)
+		stop()
+		if v := recover(); v != nil {
+			// The response was already under way when the copy failed: the
+			// reverse proxy aborts the connection with ErrAbortHandler.
+			if v == http.ErrAbortHandler && r.Context().Err() != nil {
+				t.status = StatusClientClosedRequest
+				p.clientGone(r, t, "while streaming the response")
+			}
+			p.metrics.http(t.status)
+			panic(v)
+		}
+		p.metrics.http(t.status)
+	}()
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+}
+
+// rewrite builds the upstream request.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	t := targetFrom(pr.In.Context())
+	out := pr.Out
+	out.URL.Scheme = "http"
+	out.URL.Host = t.host
+	out.URL.Path = t.path
+	out.URL.RawPath = t.rawPath
+	out.URL.RawQuery = t.rawQuery
+	out.Host = ""
+	pr.SetXForwarded()
+	h := out.Header
+	if t.prefix != "" {
+		h.Set("X-Forwarded-Prefix", t.prefix)
+	}
+	h.Del(TokenHeader)
+	stripTokenCookie(h)
+	if t.stripAuth {
+		h.Del("Authorization")
+	}
+	if t.agentToken != "" {
+		h.Set("Authorization", "Bearer "+t.agentToken)
+	}
+}
+
+// stripTokenCookie removes berth_token cookies from the Cookie headers,
+// keeping every other cookie as it was sent.
+func stripTokenCookie(h http.Header) {
+	vals := h["Cookie"]
+	if len(vals) == 0 {
+		return
+	}
+	found := false
+	for _, v := range vals {
+		if strings.Contains(v, TokenCookie) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return
+	}
+	var kept []string
+	for _, v := range vals {
+		var parts []string
+		for part := range strings.SplitSeq(v, ";") {
+			name, _, _ := strings.Cut(strings.TrimSpace(part), "=")
+			if name == TokenCookie || strings.TrimSpace(part) == "" {
+				continue
+			}
+			parts = append(parts, strings.TrimSpace(part))
+		}
+		if len(parts) > 0 {
+			kept = append(kept, strings.Join(parts, "; "))
+		}
+	}
+	if len(kept) == 0 {
+		h.Del("Cookie")
+		return
+	}
+	h["Cookie"] = kept
+}
+
+// modifyResponse records the upstream's status.
+func (p *Proxy) modifyResponse(res *http.Response) error {
+	if t := targetFrom(res.Request.Context()); t != nil {
+		t.status = res.StatusCode
+	}
+	return nil
+}
+
+// errorHandler maps a failed round trip to 499, 502 or 504.
+func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	t := targetFrom(r.Context())
+	if t == nil { // not reached: every request carries a target
+		t = &target{}
+	}
+	st, code, msg := classify(r.Context(), err)
+	t.status = st
+	switch st {
+	case StatusClientClosedRequest:
+		p.clientGone(r, t, "before the response")
+		w.WriteHeader(st)
+		return
+	case http.StatusBadGateway:
+		if t.preview {
+			msg = "nothing answers on port " + strconv.Itoa(t.port) + " of lease " + t.leaseID + ": " + msg
+		} else {
+			msg = "agent of lease " + t.leaseID + " unreachable: " + msg
+		}
+	case http.StatusGatewayTimeout:
+		if t.preview {
+			msg = "port " + strconv.Itoa(t.port) + " of lease " + t.leaseID + " timed out: " + msg
+		} else {
+			msg = "agent of lease " + t.leaseID + " timed out: " + msg
+		}
+	}
+	p.log.Warn("proxy upstream error", "lease_id", t.leaseID, "method", r.Method, "path", r.URL.Path,
+		"upstream", t.host, "status", st, "error", err.Error())
+	if t.preview {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(st)
+		_, _ = w.Write([]byte(msg + "\n"))
+		return
+	}
+	edge.WriteJSONErrorStatus(w, st, status.New(code, msg))
+}
+
+// clientGone logs a client that went away; the upstream request was
+// cancelled with it.
+func (p *Proxy) clientGone(r *http.Request, t *target, when string) {
+	p.log.Info("client went away", "lease_id", t.leaseID, "method", r.Method, "path", r.URL.Path,
+		"status", StatusClientClosedRequest, "when", when)
+}
+
+// classify maps an upstream round-trip error to an HTTP status and gRPC
+// code: the client's context cancelled is 499; a deadline or a timeout
+// (dial, response headers) is 504; anything else — refused, reset, no
+// route, a broken response — is 502.
+func classify(ctx context.Context, err error) (int, codes.Code, string) {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return StatusClientClosedRequest, codes.Canceled, "client went away"
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout()) {
+		return http.StatusGatewayTimeout, codes.DeadlineExceeded, "upstream timeout: " + err.Error()
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		msg := oe.Err.Error()
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			msg = "connection refused"
+		}
+		if oe.Addr != nil {
+			msg = oe.Addr.String() + ": " + msg
+		}
+		return http.StatusBadGateway, codes.Unavailable, "dial " + msg
+	}
+	if errors.Is(err, context.Canceled) {
+		// Cancelled without the client's context: the proxy is shutting down.
+		return http.StatusBadGateway, codes.Unavailable, "upstream request cancelled"
+	}
+	return http.StatusBadGateway, codes.Unavailable, err.Error()
+}

@@ -1,0 +1,136 @@
+package proxy
+
+import (
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+)
+
+// servePreview proxies a request to port of lease id's sandbox; prefix is
+// the path-form prefix ("" for the host form) and rawPath the upstream
+// path, escaped.
+func (p *Proxy) servePreview(w http.ResponseWriter, r *http.Request, id string, port int, prefix, rawPath string) {
+	rt, lerr := p.lookup(id)
+	public := lerr == nil && slices.Contains(rt.PublicPorts, port)
+
+	var ts tokens
+	authTok := ""
+	for _, v := range r.Header.Values("Authorization") {
+		if tok, ok := bearer(v); ok {
+			ts.add(tok)
+			if p.isBerthToken(tok) {
+				authTok = tok
+			}
+		}
+	}
+	for _, v := range r.Header.Values(TokenHeader) {
+		ts.add(v)
+	}
+	for _, c := range r.CookiesNamed(TokenCookie) {
+		ts.add(c.Value)
+	}
+	rawQuery, qtok := cutQueryParam(r.URL.RawQuery, TokenQuery)
+	ts.add(qtok)
+
+	acc, matched := accessPublic, ""
+	if !public {
+		var aerr *routeError
+		acc, matched, aerr = p.authorize(id, &ts)
+		if aerr != nil {
+			p.fail(w, r, true, id, aerr)
+			return
+		}
+	}
+	if lerr == nil {
+		lerr = usable(id, rt)
+	}
+	if lerr != nil {
+		p.fail(w, r, true, id, lerr)
+		return
+	}
+	if acc == accessOperator {
+		p.logOperator(id, "preview", r.Method, r.URL.Path, r.RemoteAddr)
+	}
+	if qtok != "" && matched == strings.TrimSpace(qtok) && (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.Header.Get("Upgrade") == "" {
+		p.bootstrap(w, r, matched, prefix, rawQuery)
+		return
+	}
+	host, _, err := net.SplitHostPort(rt.Endpoint)
+	if err != nil {
+		p.fail(w, r, true, id, &routeError{status: http.StatusBadGateway, code: codes.Unavailable, msg: "lease " + id + " has a bad endpoint " + strconv.Quote(rt.Endpoint)})
+		return
+	}
+	path, err := url.PathUnescape(rawPath)
+	if err != nil {
+		p.fail(w, r, true, id, &routeError{status: http.StatusBadRequest, code: codes.InvalidArgument, msg: "bad path escape"})
+		return
+	}
+	p.forward(w, r, &target{
+		leaseID: id, host: net.JoinHostPort(host, strconv.Itoa(port)), path: path, rawPath: rawPath,
+		rawQuery: rawQuery, preview: true, port: port, prefix: prefix, stripAuth: authTok != "",
+	})
+}
+
+// bootstrap turns a ?berth_token=TOKEN query into a cookie scoped to this
+// preview (its host, or its path prefix) and redirects to the same URL
+// without the parameter, so the token leaves the address bar and history.
+func (p *Proxy) bootstrap(w http.ResponseWriter, r *http.Request, tok, prefix, rawQuery string) {
+	path := "/"
+	if prefix != "" {
+		path = prefix + "/"
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: TokenCookie, Value: tok, Path: path,
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil,
+	})
+	loc := r.URL.EscapedPath()
+	if rawQuery != "" {
+		loc += "?" + rawQuery
+	}
+	h := w.Header()
+	h.Set("Cache-Control", "no-store")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Location", loc)
+	w.WriteHeader(http.StatusFound)
+	p.metrics.http(http.StatusFound)
+}
+
+// isBerthToken reports whether tok is the operator token or any lease's
+// token (such a value is never passed to a preview port).
+func (p *Proxy) isBerthToken(tok string) bool {
+	if p.isOperator(tok) {
+		return true
+	}
+	_, ok := p.leases.VerifyToken(tok)
+	return ok
+}
+
+// cutQueryParam removes every name=value pair from a raw query, keeping the
+// rest in order and as escaped, and returns the first value (decoded).
+func cutQueryParam(raw, name string) (rest, value string) {
+	if raw == "" || !strings.Contains(raw, name) {
+		return raw, ""
+	}
+	var kept []string
+	found := false
+	for part := range strings.SplitSeq(raw, "&") {
+		k, v, _ := strings.Cut(part, "=")
+		if dk, err := url.QueryUnescape(k); err == nil && dk == name {
+			if !found {
+				if dv, err := url.QueryUnescape(v); err == nil {
+					value, found = dv, true
+				}
+			}
+			continue
+		}
+		if part != "" {
+			kept = append(kept, part)
+		}
+	}
+	return strings.Join(kept, "&"), value
+}
