@@ -2,6 +2,9 @@
 //
 //	orchestrator serve [--listen 127.0.0.1:7070] [--data-dir DIR] [--config FILE] ...
 //	orchestrator lease acquire|get|list|renew|release|reap|watch [flags]
+//	orchestrator exec LEASE -- CMD [ARGS...]   (exits with the command's code)
+//	orchestrator cp SRC DST                    (LEASE:/abs/path on one side)
+//	orchestrator git status|diff LEASE [REPO]
 //	orchestrator version
 //
 // Client commands take --addr (BERTH_ADDR, default http://127.0.0.1:7070)
@@ -27,6 +30,9 @@ import (
 const usage = `usage:
   orchestrator serve [--listen ADDR] [--data-dir DIR] [--config FILE] [flags]
   orchestrator lease acquire|get|list|renew|release|reap|watch [flags]
+  orchestrator exec [--cwd DIR] [--timeout D] [--stdin] [--sh] LEASE -- CMD [ARGS...]
+  orchestrator cp [--parents] SRC DST      (one side LEASE:/abs/path, the other a local path or -)
+  orchestrator git status|diff [--file F] [--ref R] LEASE [REPO]
   orchestrator version
 Run "orchestrator serve -h" or "orchestrator lease acquire -h" for flags.`
 
@@ -45,6 +51,12 @@ func run(args []string) int {
 		return serve(args[1:])
 	case "lease":
 		return cli.RunLease(context.Background(), args[1:], env)
+	case "exec":
+		return cli.RunExec(context.Background(), args[1:], env, os.Stdin)
+	case "cp":
+		return cli.RunCp(context.Background(), args[1:], env, os.Stdin)
+	case "git":
+		return cli.RunGit(context.Background(), args[1:], env)
 	case "version", "--version":
 		fmt.Println(version.Version)
 		return 0

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -71,5 +72,93 @@ func TestLeaseCommands(t *testing.T) {
 	code, _, errs = runCLI(t, s, "frobnicate")
 	if code != 2 || !strings.Contains(errs, "unknown command") {
 		t.Errorf("unknown subcommand: %d %q", code, errs)
+	}
+}
+
+// runTool runs one of the sandbox commands with the lease token.
+func runTool(t *testing.T, s *orchtest.Server, tok string, f func(context.Context, []string, Env) int, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env := Env{Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
+		switch k {
+		case "BERTH_ADDR":
+			return s.Base
+		case "BERTH_TOKEN":
+			return tok
+		}
+		return ""
+	}}
+	code := f(context.Background(), args, env)
+	return code, out.String(), errb.String()
+}
+
+func TestExecCpGit(t *testing.T) {
+	s := orchtest.Start(t, nil)
+	_, out, _ := runCLI(t, s, "acquire", "--conversation", "tools", "-o", "json")
+	var acq struct {
+		Lease struct{ ID string } `json:"lease"`
+		Token string
+	}
+	if err := json.Unmarshal([]byte(out), &acq); err != nil {
+		t.Fatal(err)
+	}
+	id, tok := acq.Lease.ID, acq.Token
+	exec := func(ctx context.Context, a []string, e Env) int { return RunExec(ctx, a, e, strings.NewReader("piped\n")) }
+
+	code, out, errs := runTool(t, s, tok, exec, id, "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+	if code != 7 || out != "out\n" || errs != "err\n" {
+		t.Errorf("exec: code %d out %q err %q", code, out, errs)
+	}
+	code, out, _ = runTool(t, s, tok, exec, "--stdin", id, "--", "cat")
+	if code != 0 || out != "piped\n" {
+		t.Errorf("exec --stdin: %d %q", code, out)
+	}
+	code, _, errs = runTool(t, s, "wrong", exec, id, "--", "true")
+	if code == 0 || !strings.Contains(errs, "unauthenticated") {
+		t.Errorf("exec with a wrong token: %d %q", code, errs)
+	}
+
+	// Find the sandbox's workspace, then copy a file in and out.
+	_, root, _ := runTool(t, s, tok, exec, id, "--", "pwd")
+	root = strings.TrimSpace(root)
+	local := t.TempDir() + "/in.txt"
+	if err := os.WriteFile(local, []byte("hello cp\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cp := func(ctx context.Context, a []string, e Env) int { return RunCp(ctx, a, e, strings.NewReader("from stdin")) }
+	if code, _, errs := runTool(t, s, tok, cp, "--parents", local, id+":"+root+"/repo/a.txt"); code != 0 {
+		t.Fatalf("cp up: %d %s", code, errs)
+	}
+	if code, _, errs := runTool(t, s, tok, cp, "-", id+":"+root+"/repo/b.txt"); code != 0 {
+		t.Fatalf("cp stdin up: %d %s", code, errs)
+	}
+	code, out, _ = runTool(t, s, tok, cp, id+":"+root+"/repo/b.txt", "-")
+	if code != 0 || out != "from stdin" {
+		t.Errorf("cp down to stdout: %d %q", code, out)
+	}
+	back := t.TempDir() + "/back.txt"
+	if code, _, errs := runTool(t, s, tok, cp, id+":"+root+"/repo/a.txt", back); code != 0 {
+		t.Fatalf("cp down: %d %s", code, errs)
+	}
+	if b, _ := os.ReadFile(back); string(b) != "hello cp\n" {
+		t.Errorf("downloaded %q", b)
+	}
+	if code, _, _ := runTool(t, s, tok, cp, id+":"+root+"/missing", t.TempDir()+"/x"); code == 0 {
+		t.Error("cp of a missing file succeeded")
+	}
+
+	// git status and diff through the proxy.
+	if code, _, errs := runTool(t, s, tok, exec, "--cwd", root+"/repo", id, "--", "sh", "-c",
+		"git init -q -b main && git -c user.name=t -c user.email=t@t add . && git -c user.name=t -c user.email=t@t commit -qm init && echo changed > a.txt"); code != 0 {
+		t.Fatalf("git setup: %d %s", code, errs)
+	}
+	git := func(ctx context.Context, a []string, e Env) int { return RunGit(ctx, a, e) }
+	code, out, errs = runTool(t, s, tok, git, "status", id, root+"/repo")
+	if code != 0 || !strings.Contains(out, "branch main") || !strings.Contains(out, "MODIFIED") || !strings.Contains(out, "a.txt") {
+		t.Errorf("git status: %d %q %s", code, out, errs)
+	}
+	code, out, _ = runTool(t, s, tok, git, "diff", id, root+"/repo")
+	if code != 0 || !strings.Contains(out, "+changed") {
+		t.Errorf("git diff: %d %q", code, out)
 	}
 }
