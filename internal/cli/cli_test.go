@@ -103,7 +103,9 @@ func TestExecCpGit(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, tok := acq.Lease.ID, acq.Token
-	exec := func(ctx context.Context, a []string, e Env) int { return RunExec(ctx, a, e, strings.NewReader("piped\n")) }
+	exec := func(ctx context.Context, a []string, e Env) int {
+		return RunExec(ctx, a, e, strings.NewReader("piped\n"))
+	}
 
 	code, out, errs := runTool(t, s, tok, exec, id, "--", "sh", "-c", "echo out; echo err >&2; exit 7")
 	if code != 7 || out != "out\n" || errs != "err\n" {
@@ -125,7 +127,9 @@ func TestExecCpGit(t *testing.T) {
 	if err := os.WriteFile(local, []byte("hello cp\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cp := func(ctx context.Context, a []string, e Env) int { return RunCp(ctx, a, e, strings.NewReader("from stdin")) }
+	cp := func(ctx context.Context, a []string, e Env) int {
+		return RunCp(ctx, a, e, strings.NewReader("from stdin"))
+	}
 	if code, _, errs := runTool(t, s, tok, cp, "--parents", local, id+":"+root+"/repo/a.txt"); code != 0 {
 		t.Fatalf("cp up: %d %s", code, errs)
 	}

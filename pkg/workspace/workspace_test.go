@@ -1,0 +1,124 @@
+package workspace_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/agent"
+	"github.com/berth-dev/berth/pkg/workspace"
+	"github.com/berth-dev/berth/pkg/workspace/conformance"
+)
+
+const agentToken = "workspace-test-token"
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// testAgent is a real sandbox agent on a loopback port, with its own
+// workspace directory.
+type testAgent struct {
+	addr    string // host:port
+	base    string // http://host:port
+	workDir string
+}
+
+func startAgent(t *testing.T) *testAgent {
+	t.Helper()
+	work := t.TempDir()
+	srv, err := agent.New(agent.Config{Token: agentToken, WorkDir: work, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("agent Serve: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("agent did not shut down")
+		}
+	})
+	return &testAgent{addr: ln.Addr().String(), base: "http://" + ln.Addr().String(), workDir: work}
+}
+
+func TestLocalConformance(t *testing.T) {
+	conformance.Run(t, func(t *testing.T) workspace.Workspace {
+		ws, err := workspace.NewLocal(t.TempDir(), workspace.WithLogger(quietLog()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ws
+	})
+}
+
+func newRemote(t *testing.T, cfg workspace.RemoteConfig) *workspace.Remote {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quietLog()
+	}
+	ws, err := workspace.NewRemote(testCtx(t), cfg)
+	if err != nil {
+		t.Fatalf("NewRemote: %v", err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	return ws
+}
+
+func TestRemoteGRPCConformance(t *testing.T) {
+	conformance.Run(t, func(t *testing.T) workspace.Workspace {
+		a := startAgent(t)
+		ws := newRemote(t, workspace.RemoteConfig{Target: a.addr, Token: agentToken})
+		if ws.Root() != a.workDir {
+			t.Fatalf("Root() = %q, want the agent's workspace %q", ws.Root(), a.workDir)
+		}
+		return ws
+	})
+}
+
+func TestRemoteRESTConformance(t *testing.T) {
+	conformance.Run(t, func(t *testing.T) workspace.Workspace {
+		a := startAgent(t)
+		ws := newRemote(t, workspace.RemoteConfig{Target: a.base, Token: agentToken, Transport: workspace.TransportREST})
+		if ws.Root() != a.workDir {
+			t.Fatalf("Root() = %q, want the agent's workspace %q", ws.Root(), a.workDir)
+		}
+		return ws
+	})
+}
+
+func TestNewLocalErrors(t *testing.T) {
+	if _, err := workspace.NewLocal(""); !isInvalid(err) {
+		t.Fatalf("NewLocal(\"\"): %v", err)
+	}
+	if _, err := workspace.NewLocal(t.TempDir() + "/missing"); !isNotFound(err) {
+		t.Fatalf("NewLocal(missing): %v", err)
+	}
+	// A relative root is made absolute.
+	t.Chdir(t.TempDir())
+	ws, err := workspace.NewLocal(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if ws.Root() == "." || ws.Root()[0] != '/' {
+		t.Fatalf("Root() = %q", ws.Root())
+	}
+}
