@@ -93,6 +93,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			}
 		case StatePending:
 			_ = m.transitionLocked(e, StateFailed, ReasonRestartedCreating)
+			m.interrupted = true
 		}
 	}
 	m.mu.Unlock()
@@ -159,6 +160,22 @@ func (m *Manager) watchLoop(ctx context.Context) {
 	bo := minBackoff
 	resyncT := time.NewTicker(m.cfg.ResyncInterval)
 	defer resyncT.Stop()
+	// A creation the previous process had in flight when it died may still
+	// finish in the engine after reconcile and the first resync listed the
+	// containers (the engine keeps creating after its client is gone): when
+	// reconcile found one, resync again 1s and 5s after start rather than
+	// leave its container to the next periodic resync.
+	var settle *time.Timer
+	var settleC <-chan time.Time
+	settleAfter := []time.Duration{time.Second, 4 * time.Second}
+	m.mu.Lock()
+	interrupted := m.interrupted
+	m.mu.Unlock()
+	if interrupted {
+		settle = time.NewTimer(settleAfter[0])
+		defer settle.Stop()
+		settleC, settleAfter = settle.C, settleAfter[1:]
+	}
 	sleep := func() bool {
 		t := time.NewTimer(bo)
 		defer t.Stop()
@@ -194,6 +211,14 @@ func (m *Manager) watchLoop(ctx context.Context) {
 				m.handleEvent(ctx, ev)
 			case <-resyncT.C:
 				m.resync(ctx)
+			case <-settleC:
+				m.resync(ctx)
+				if len(settleAfter) > 0 {
+					settle.Reset(settleAfter[0])
+					settleAfter = settleAfter[1:]
+				} else {
+					settleC = nil
+				}
 			}
 		}
 		if ctx.Err() != nil {
