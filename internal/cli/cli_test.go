@@ -42,6 +42,13 @@ func TestLeaseCommands(t *testing.T) {
 	}
 	id := acq.Lease.ID
 
+	code, out, _ = runCLI(t, s, "get", id, "-o", "json") // flags after the id
+	if code != 0 || !strings.Contains(out, `"id": "`+id+`"`) {
+		t.Errorf("get ID -o json: %d %q", code, out)
+	}
+	if code, _, errs := runCLI(t, s, "get", id, "extra"); code != 2 || !strings.Contains(errs, "exactly one lease id") {
+		t.Errorf("get with two ids: %d %q", code, errs)
+	}
 	code, out, _ = runCLI(t, s, "get", id)
 	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "READY") || !strings.HasPrefix(out, "ID") {
 		t.Errorf("get table: %d %q", code, out)
@@ -62,7 +69,7 @@ func TestLeaseCommands(t *testing.T) {
 		t.Errorf("release: %d %q", code, out)
 	}
 	code, out, errs = runCLI(t, s, "get", "nonexistent")
-	if code == 0 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "not") {
+	if code != 1 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "(NotFound)") {
 		t.Errorf("get nonexistent: code %d stdout %q stderr %q", code, out, errs)
 	}
 	code, _, errs = runCLI(t, s, "list", "--state", "bogus")
@@ -116,7 +123,7 @@ func TestExecCpGit(t *testing.T) {
 		t.Errorf("exec --stdin: %d %q", code, out)
 	}
 	code, _, errs = runTool(t, s, "wrong", exec, id, "--", "true")
-	if code == 0 || !strings.Contains(errs, "unauthenticated") {
+	if code != 1 || !strings.Contains(errs, "(Unauthenticated)") {
 		t.Errorf("exec with a wrong token: %d %q", code, errs)
 	}
 

@@ -70,6 +70,13 @@ func RunLease(ctx context.Context, args []string, env Env) int {
 	var cf clientFlags
 	cf.register(fs, env)
 
+	var pos []string // positional arguments, set once flags are parsed
+	oneArg := func() (string, error) {
+		if len(pos) != 1 {
+			return "", usageError{fmt.Sprintf("want exactly one lease id, got %d arguments", len(pos))}
+		}
+		return pos[0], nil
+	}
 	var run func(context.Context, orchv1.LeaseServiceClient) (proto.Message, error)
 	switch sub {
 	case "acquire":
@@ -96,7 +103,7 @@ func RunLease(ctx context.Context, args []string, env Env) int {
 		}
 	case "get":
 		run = func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-			id, err := oneArg(fs)
+			id, err := oneArg()
 			if err != nil {
 				return nil, err
 			}
@@ -130,7 +137,7 @@ func RunLease(ctx context.Context, args []string, env Env) int {
 	case "renew":
 		ttl := fs.Duration("ttl", 0, "new lifetime from now (default: the lease's ttl)")
 		run = func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-			id, err := oneArg(fs)
+			id, err := oneArg()
 			if err != nil {
 				return nil, err
 			}
@@ -143,7 +150,7 @@ func RunLease(ctx context.Context, args []string, env Env) int {
 	case "release":
 		reason := fs.String("reason", "", "reason recorded with the release")
 		run = func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-			id, err := oneArg(fs)
+			id, err := oneArg()
 			if err != nil {
 				return nil, err
 			}
@@ -156,12 +163,12 @@ func RunLease(ctx context.Context, args []string, env Env) int {
 		all := fs.Bool("all", false, "reap every live lease")
 		reason := fs.String("reason", "", "reason recorded with the release")
 		run = func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-			return c.Reap(ctx, &orchv1.ReapRequest{Ids: fs.Args(), LabelSelector: *sel, Owner: *owner, ConversationId: *conv, All: *all, Reason: *reason})
+			return c.Reap(ctx, &orchv1.ReapRequest{Ids: pos, LabelSelector: *sel, Owner: *owner, ConversationId: *conv, All: *all, Reason: *reason})
 		}
 	case "watch":
 		owner := fs.String("owner", "", "only this owner's leases")
 		lease := fs.String("lease", "", "only this lease")
-		if err := fs.Parse(args); err != nil {
+		if _, _, err := parseArgs(fs, args); err != nil {
 			return 2
 		}
 		return watch(ctx, cf, &orchv1.WatchRequest{Owner: *owner, LeaseId: *lease}, env)
@@ -169,7 +176,8 @@ func RunLease(ctx context.Context, args []string, env Env) int {
 		fmt.Fprintf(env.Stderr, "orchestrator lease: unknown command %q\n", sub)
 		return 2
 	}
-	if err := fs.Parse(args); err != nil {
+	var err error
+	if pos, _, err = parseArgs(fs, args); err != nil {
 		return 2
 	}
 	if cf.output != "table" && cf.output != "json" {
@@ -186,6 +194,11 @@ func RunLease(ctx context.Context, args []string, env Env) int {
 	defer cancel()
 	msg, err := run(withToken(ctx, cf.token), orchv1.NewLeaseServiceClient(conn))
 	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(env.Stderr, "orchestrator lease %s: %s\n", sub, ue.msg)
+			return 2
+		}
 		return fail(env, err)
 	}
 	if cf.output == "json" {
@@ -229,18 +242,42 @@ func watch(ctx context.Context, cf clientFlags, req *orchv1.WatchRequest, env En
 	}
 }
 
-// fail prints a one-line error and returns the exit code for its category.
+// fail prints a one-line error (the message, then the gRPC code) and
+// returns 1.
 func fail(env Env, err error) int {
 	st := status.Convert(err)
-	fmt.Fprintf(env.Stderr, "orchestrator: %s: %s\n", strings.ToLower(st.Code().String()), st.Message())
+	msg := strings.ReplaceAll(st.Message(), "\n", " ")
+	fmt.Fprintf(env.Stderr, "orchestrator: %s (%s)\n", msg, st.Code())
 	return 1
 }
 
-func oneArg(fs *flag.FlagSet) (string, error) {
-	if fs.NArg() != 1 {
-		return "", fmt.Errorf("want exactly one lease id, got %d arguments", fs.NArg())
+// usageError is a mistake in the command line (exit code 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// parseArgs parses flags anywhere among the arguments (so "get ID -o json"
+// works) and returns the positional arguments; everything after "--" is
+// returned separately and untouched.
+func parseArgs(fs *flag.FlagSet, args []string) (pos, rest []string, err error) {
+	head := args
+	for i, a := range args {
+		if a == "--" {
+			head, rest = args[:i], args[i+1:]
+			break
+		}
 	}
-	return fs.Arg(0), nil
+	for {
+		if err := fs.Parse(head); err != nil {
+			return nil, nil, err
+		}
+		head = fs.Args()
+		if len(head) == 0 {
+			return pos, rest, nil
+		}
+		pos = append(pos, head[0])
+		head = head[1:]
+	}
 }
 
 func parseState(s string) (orchv1.LeaseState, error) {

@@ -53,18 +53,20 @@ func RunExec(ctx context.Context, args []string, env Env, stdin io.Reader) int {
 	timeout := fs.Duration("timeout", 0, "kill the command after this long")
 	withStdin := fs.Bool("stdin", false, "send this process's stdin to the command")
 	shell := fs.Bool("sh", false, "run the arguments as one shell line (/bin/sh -c)")
-	if err := fs.Parse(args); err != nil {
+	pos, argv, err := parseArgs(fs, args)
+	if err != nil {
 		return 2
 	}
-	rest := fs.Args()
-	if len(rest) < 2 {
+	if len(pos) == 2 && argv == nil {
+		// "exec LEASE CMD" without "--" and without arguments to CMD.
+		argv = pos[1:]
+		pos = pos[:1]
+	}
+	if len(pos) != 1 {
 		fmt.Fprintln(env.Stderr, "usage: orchestrator exec [flags] LEASE -- CMD [ARGS...]")
 		return 2
 	}
-	lease, argv := rest[0], rest[1:]
-	if argv[0] == "--" {
-		argv = argv[1:]
-	}
+	lease := pos[0]
 	if len(argv) == 0 {
 		fmt.Fprintln(env.Stderr, "orchestrator exec: no command given")
 		return 2
@@ -140,14 +142,16 @@ func RunCp(ctx context.Context, args []string, env Env, stdin io.Reader) int {
 	var cf clientFlags
 	cf.register(fs, env)
 	parents := fs.Bool("parents", false, "create missing parent directories in the sandbox")
-	if err := fs.Parse(args); err != nil {
+	pos, rest, err := parseArgs(fs, args)
+	if err != nil {
 		return 2
 	}
-	if fs.NArg() != 2 {
+	pos = append(pos, rest...)
+	if len(pos) != 2 {
 		fmt.Fprintln(env.Stderr, "usage: orchestrator cp [flags] SRC DST   (one side LEASE:/abs/path, the other a local path or -)")
 		return 2
 	}
-	src, dst := fs.Arg(0), fs.Arg(1)
+	src, dst := pos[0], pos[1]
 	srcLease, srcPath, srcRemote := splitRemote(src)
 	dstLease, dstPath, dstRemote := splitRemote(dst)
 	if srcRemote == dstRemote {
@@ -297,15 +301,19 @@ func RunGit(ctx context.Context, args []string, env Env) int {
 	cf.register(fs, env)
 	file := fs.String("file", "", "diff: one file's original and modified text")
 	ref := fs.String("ref", "", "diff: compare with this ref (default HEAD)")
-	if err := fs.Parse(args[1:]); err != nil {
+	pos, _, err := parseArgs(fs, args[1:])
+	if err != nil {
 		return 2
 	}
-	if fs.NArg() < 1 || fs.NArg() > 2 {
+	if len(pos) < 1 || len(pos) > 2 {
 		fmt.Fprintln(env.Stderr, "usage: orchestrator git status|diff [flags] LEASE [REPO]")
 		return 2
 	}
-	repo := fs.Arg(1)
-	sc, err := openSandbox(ctx, cf, fs.Arg(0))
+	repo := ""
+	if len(pos) == 2 {
+		repo = pos[1]
+	}
+	sc, err := openSandbox(ctx, cf, pos[0])
 	if err != nil {
 		fmt.Fprintln(env.Stderr, "orchestrator:", err)
 		return 2

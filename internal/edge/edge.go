@@ -32,10 +32,10 @@ const MaxMessage = 24 << 20
 // values are emitted (so "exitCode": 0 is present), field names are
 // lowerCamelCase, and unknown request fields are rejected.
 func GatewayMux(opts ...runtime.ServeMuxOption) *runtime.ServeMux {
-	m := &runtime.JSONPb{
+	m := namingJSONPb{&runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-	}
+	}}
 	return runtime.NewServeMux(append([]runtime.ServeMuxOption{runtime.WithMarshalerOption(runtime.MIMEWildcard, m)}, opts...)...)
 }
 

@@ -135,6 +135,7 @@ func TestAcquireValidationAndIdempotency(t *testing.T) {
 		{`{}`, "conversation_id"},
 		{`{"conversationId":"c","ttl":"-5s"}`, "ttl"},
 		{`{"conversationId":"c","ttl":"1000000000s"}`, "ttl"},
+		{`{"conversationId":"c","ttl":"999999h"}`, "ttl"},
 		{`{"conversationId":"c","idleTimeout":"-1s"}`, "idle_timeout"},
 		{`{"conversationId":"c","labels":{"":"x"}}`, "label"},
 		{`{"conversationId":"c","resources":{"cpus":-1}}`, "cpus"},
