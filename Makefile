@@ -59,9 +59,19 @@ test: images ## run all tests, e2e included (needs a running Docker Engine; buil
 e2e: images ## run only the end-to-end tests against the real Docker Engine
 	$(GO) test -count=1 -timeout 20m -v ./e2e/...
 
-bench: build images ## benchmarks; prints ratios measured in one run
-	$(GO) test -run '^$$' -bench 'ExecTrue' -benchtime 2000x ./pkg/agent/
-	$(GO) test -run '^$$' -bench 'UploadDownload' -benchtime 3x ./pkg/agent/
+bench: build images ## benchmarks; each prints ratios measured in one run
+	@echo "== agent: exec /bin/true over gRPC vs bare fork/exec (target: within 3x)"
+	$(GO) test -run '^$$' -bench 'ExecTrueVsForkExec' -benchtime 2000x ./pkg/agent/
+	@echo "== agent: 256 MiB upload + download over gRPC on loopback"
+	$(GO) test -run '^$$' -bench 'UploadDownload256MiB' -benchtime 2x ./pkg/agent/
+	@echo "== proxy (in-process agents): exec true through the proxy vs direct (overhead target <= 0.5 ms p50)"
+	$(GO) test -run '^$$' -bench 'ExecTrue' -benchtime 2000x ./pkg/proxy/
+	@echo "== docker: cold acquire vs docker run -d + docker exec (target <= 1.3x); release; expiry to gone"
+	$(GO) test -run '^$$' -bench 'ColdAcquire' -benchtime 20x ./e2e/
+	@echo "== docker: exec true through the proxy vs direct vs docker exec (target >= 20x faster than docker exec)"
+	$(GO) test -run '^$$' -bench 'ProxyExecTrue' -benchtime 200x ./e2e/
+	@echo "== docker: 256 MiB through the proxy vs docker cp, both ways"
+	$(GO) test -run '^$$' -bench 'ProxyFiles256MiB' -benchtime 1x ./e2e/
 
 clean:
 	rm -rf $(BIN)
