@@ -7,9 +7,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 
+	"github.com/berth-dev/berth/internal/testserve"
 	"github.com/berth-dev/berth/pkg/orchestrator"
 	"github.com/berth-dev/berth/pkg/runtime/inproc"
 )
@@ -53,19 +53,7 @@ func Start(t testing.TB, mutate func(*orchestrator.Config)) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		srv.Close()
-	})
-	return &Server{Base: "http://" + ln.Addr().String(), Addr: ln.Addr().String(), Srv: srv, Runtime: rt}
+	t.Cleanup(func() { srv.Close() }) // runs after the server has stopped
+	addr := testserve.Serve(t, srv.Serve)
+	return &Server{Base: "http://" + addr, Addr: addr, Srv: srv, Runtime: rt}
 }

@@ -7,15 +7,14 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/berth-dev/berth/internal/testserve"
 	"github.com/berth-dev/berth/pkg/agent"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"google.golang.org/grpc"
@@ -47,30 +46,13 @@ func startAgentB(t testing.TB) *testAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("agent did not shut down")
-		}
-	})
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr := testserve.Serve(t, srv.Serve)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &testAgent{addr: ln.Addr().String(), base: "http://" + ln.Addr().String(), workDir: work, conn: conn}
+	return &testAgent{addr: addr, base: "http://" + addr, workDir: work, conn: conn}
 }
 
 func authed(ctx context.Context, tok string) context.Context {

@@ -2,9 +2,9 @@ package workspace_test
 
 import (
 	"context"
+	"github.com/berth-dev/berth/internal/testserve"
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -38,25 +38,8 @@ func startAgent(t *testing.T) *testAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("agent Serve: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("agent did not shut down")
-		}
-	})
-	return &testAgent{addr: ln.Addr().String(), base: "http://" + ln.Addr().String(), workDir: work}
+	addr := testserve.Serve(t, srv.Serve)
+	return &testAgent{addr: addr, base: "http://" + addr, workDir: work}
 }
 
 func TestLocalConformance(t *testing.T) {
