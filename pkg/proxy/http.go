@@ -81,6 +81,16 @@ func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath s
 // forward runs the reverse proxy for t, touching the lease while it runs
 // and counting the outcome.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
+	if r.ContentLength != 0 {
+		// The upstream may answer, and its answer be flushed to the client,
+		// before the transport has finished reading the request body (an
+		// exec stream answers at once). Without full duplex, net/http's
+		// HTTP/1 server then discards and closes the unread body, the
+		// transport's last body read fails, and it closes the upstream
+		// connection mid-response: the client's stream is cut. (HTTP/2
+		// requests are full duplex already; the error is ignored.)
+		_ = http.NewResponseController(w).EnableFullDuplex()
+	}
 	stop := p.track(t.leaseID)
 	p.metrics.inFlight.Add(1)
 	defer func() {
