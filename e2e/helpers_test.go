@@ -119,6 +119,13 @@ func testMain(m *testing.M) int {
 			code = 1
 		}
 	}
+	// The orchestrator's default injection keeps the agent in a volume per
+	// agent build; remove the ones no container uses any more.
+	if out, err := dockerCLI(context.Background(), "volume", "ls", "-q", "--filter", "label=dev.berth.agent.sha256"); err == nil {
+		for _, v := range strings.Fields(out) {
+			_, _ = dockerCLI(context.Background(), "volume", "rm", v)
+		}
+	}
 	return code
 }
 
@@ -575,7 +582,8 @@ func startOrch(tb testing.TB, dataDir string, mutate ...func(*orchestrator.Confi
 	}
 	log := testLogger(tb, "inproc:"+filepath.Base(dataDir))
 	ctx := context.Background()
-	rt, err := docker.New(ctx, docker.Config{AgentBinary: cfg.AgentBinary, Network: cfg.Network, Logger: log.With("component", "docker")})
+	rt, err := docker.New(ctx, docker.Config{AgentBinary: cfg.AgentBinary, Network: cfg.Network,
+		Injection: docker.Injection(cfg.AgentInjection), Logger: log.With("component", "docker")})
 	if err != nil {
 		tb.Fatalf("docker.New: %v", err)
 	}
