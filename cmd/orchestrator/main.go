@@ -24,7 +24,6 @@ import (
 	"github.com/berth-dev/berth/internal/logx"
 	"github.com/berth-dev/berth/internal/version"
 	"github.com/berth-dev/berth/pkg/orchestrator"
-	"github.com/berth-dev/berth/pkg/runtime/docker"
 )
 
 const usage = `usage:
@@ -83,19 +82,14 @@ func serve(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	rt, err := docker.New(ctx, docker.Config{AgentBinary: cfg.AgentBinary, Network: cfg.Network, Injection: docker.Injection(cfg.AgentInjection), Logger: log.With("component", "docker")})
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rt, err := orchestrator.NewRuntime(pctx, cfg, log)
+	cancel()
 	if err != nil {
-		log.Error("docker runtime", "err", err)
+		log.Error("cannot start the runtime", "runtime", cfg.Runtime, "err", err)
 		return 1
 	}
 	defer rt.Close()
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = rt.Ping(pctx)
-	cancel()
-	if err != nil {
-		log.Error("docker engine unreachable", "err", err)
-		return 1
-	}
 	srv, err := orchestrator.New(ctx, cfg, rt, log)
 	if err != nil {
 		log.Error("cannot start", "err", err)

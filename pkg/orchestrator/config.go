@@ -21,8 +21,26 @@ type Config struct {
 	// DataDir holds the lease store (leases.db), the server secret and the
 	// instance id. Default "$HOME/.local/share/berth".
 	DataDir string `json:"dataDir"`
-	// Runtime selects the container backend. Default "docker".
+	// Runtime selects the container backend: "docker" or "containerd".
+	// Default "docker".
 	Runtime string `json:"runtime"`
+	// ContainerdAddress is containerd's socket. Default: auto-detected
+	// (/run/containerd/containerd.sock, else Docker's own containerd at
+	// /var/run/docker/containerd/containerd.sock).
+	ContainerdAddress string `json:"containerdAddress"`
+	// ContainerdNamespace is the containerd namespace of sandboxes and
+	// imported images. Default "berth".
+	ContainerdNamespace string `json:"containerdNamespace"`
+	// ContainerdStateDir holds per-sandbox host state (agent bind mount,
+	// token). Default "/var/lib/berth/containerd".
+	ContainerdStateDir string `json:"containerdStateDir"`
+	// CNIBinDir is where the CNI plugins are. Default: /usr/lib/cni, then
+	// /opt/cni/bin (Debian's containernetworking-plugins).
+	CNIBinDir string `json:"cniBinDir"`
+	// SandboxSubnet is the containerd sandboxes' subnet. Default "10.213.0.0/16".
+	SandboxSubnet string `json:"sandboxSubnet"`
+	// SandboxBridge is the containerd sandboxes' bridge. Default "berth-ctrd0".
+	SandboxBridge string `json:"sandboxBridge"`
 	// AgentBinary is the static sandbox-agent injected into sandboxes.
 	// Default: "sandbox-agent" next to the orchestrator's executable.
 	AgentBinary string `json:"agentBinary"`
@@ -131,7 +149,9 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	file := fs.String("config", getenv("BERTH_CONFIG"), "JSON config file (env BERTH_CONFIG)")
 	listen := fs.String("listen", "", "listen address (env BERTH_LISTEN; default 127.0.0.1:7070)")
 	dataDir := fs.String("data-dir", "", "data directory (env BERTH_DATA_DIR)")
-	rt := fs.String("runtime", "", "container runtime: docker (env BERTH_RUNTIME)")
+	rt := fs.String("runtime", "", "container runtime: docker or containerd (env BERTH_RUNTIME)")
+	ctrdAddr := fs.String("containerd-address", "", "containerd socket (env BERTH_CONTAINERD_ADDRESS; default auto)")
+	ctrdNS := fs.String("containerd-namespace", "", "containerd namespace (env BERTH_CONTAINERD_NAMESPACE; default berth)")
 	agentBin := fs.String("agent-binary", "", "sandbox-agent to inject (env BERTH_AGENT_BINARY)")
 	injection := fs.String("agent-injection", "", "volume or copy (env BERTH_AGENT_INJECTION; default volume)")
 	domain := fs.String("preview-domain", "", "preview host suffix (env BERTH_PREVIEW_DOMAIN; default sandbox.localhost)")
@@ -182,6 +202,12 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	str(&cfg.Listen, "BERTH_LISTEN", *listen)
 	str(&cfg.DataDir, "BERTH_DATA_DIR", *dataDir)
 	str(&cfg.Runtime, "BERTH_RUNTIME", *rt)
+	str(&cfg.ContainerdAddress, "BERTH_CONTAINERD_ADDRESS", *ctrdAddr)
+	str(&cfg.ContainerdNamespace, "BERTH_CONTAINERD_NAMESPACE", *ctrdNS)
+	str(&cfg.ContainerdStateDir, "BERTH_CONTAINERD_STATE_DIR", "")
+	str(&cfg.CNIBinDir, "BERTH_CNI_BIN_DIR", "")
+	str(&cfg.SandboxSubnet, "BERTH_SANDBOX_SUBNET", "")
+	str(&cfg.SandboxBridge, "BERTH_SANDBOX_BRIDGE", "")
 	str(&cfg.AgentBinary, "BERTH_AGENT_BINARY", *agentBin)
 	str(&cfg.AgentInjection, "BERTH_AGENT_INJECTION", *injection)
 	str(&cfg.DefaultImage, "BERTH_DEFAULT_IMAGE", *image)
@@ -220,9 +246,9 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 // Validate checks the configuration for values that cannot work.
 func (c Config) Validate() error {
 	switch {
-	case c.Runtime != "docker":
-		return fmt.Errorf("runtime %q is not supported (supported: docker)", c.Runtime)
-	case c.AgentInjection != "copy" && c.AgentInjection != "volume":
+	case c.Runtime != "docker" && c.Runtime != "containerd":
+		return fmt.Errorf("runtime %q is not supported (supported: docker, containerd)", c.Runtime)
+	case c.Runtime == "docker" && c.AgentInjection != "copy" && c.AgentInjection != "volume":
 		return fmt.Errorf("agent injection must be copy or volume, got %q", c.AgentInjection)
 	case c.MaxLeases <= 0:
 		return fmt.Errorf("max leases must be positive, got %d", c.MaxLeases)

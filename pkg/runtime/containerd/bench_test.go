@@ -1,0 +1,192 @@
+package containerd_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/image"
+	dockerclient "github.com/docker/docker/client"
+
+	"github.com/berth-dev/berth/pkg/runtime"
+	"github.com/berth-dev/berth/pkg/runtime/docker"
+)
+
+// The benchmarks compare this backend with the Docker backend in one run:
+//
+//	go test -run '^$' -bench . -benchtime 20x ./pkg/runtime/containerd/
+//
+// BenchmarkCreate is a cold Create (create, agent in place, start, GET
+// /healthz answers) of the empty image; Remove is not timed. The
+// docker-cli sub-benchmark is the DESIGN's yardstick for a cold acquire:
+// `docker run -d` plus one `docker exec`.
+func BenchmarkCreate(b *testing.B) {
+	b.Run("containerd", func(b *testing.B) { benchmarkCreate(b, newRuntime(b), emptyImage) })
+	b.Run("docker-copy", func(b *testing.B) {
+		benchmarkCreate(b, newDockerRuntime(b, docker.InjectCopy), emptyImage)
+	})
+	b.Run("docker-volume", func(b *testing.B) {
+		benchmarkCreate(b, newDockerRuntime(b, docker.InjectVolume), emptyImage)
+	})
+	b.Run("docker-cli-run+exec", benchmarkDockerCLI)
+}
+
+func benchmarkCreate(b *testing.B, rt runtime.Runtime, img string) {
+	ctx := context.Background()
+	// Warm up: host setup, network, image unpacked, agent in the page cache.
+	spec := testSpec(b, img)
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = rt.Remove(ctx, sb.ID)
+	b.ResetTimer()
+	for i := range b.N {
+		spec := testSpec(b, img)
+		spec.LeaseID = fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)
+		sb, err := rt.Create(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := rt.Remove(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// benchmarkDockerCLI times `docker run -d` of berth/minimal plus one
+// `docker exec true`; `docker rm -f` is not timed.
+func benchmarkDockerCLI(b *testing.B) {
+	requireDockerImage(b, shellImage)
+	run := func(args ...string) string {
+		out, err := exec.Command("docker", args...).CombinedOutput()
+		if err != nil {
+			b.Fatalf("docker %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for i := 0; i <= b.N; i++ {
+		if i == 1 {
+			b.ResetTimer() // the first round warms up
+		}
+		id := run("run", "-d", "--network", "none", shellImage, "sleep", "300")
+		run("exec", id, "true")
+		b.StopTimer()
+		run("rm", "-f", id)
+		b.StartTimer()
+	}
+}
+
+// BenchmarkExecTrue is one round trip of POST /v1/exec {"argv":["true"]}
+// straight to the agent of a berth/minimal sandbox, over a kept-alive
+// connection, on each backend.
+func BenchmarkExecTrue(b *testing.B) {
+	b.Run("containerd", func(b *testing.B) {
+		if !shellOK {
+			b.Skipf("%s not in the namespace", shellImage)
+		}
+		benchmarkExec(b, newRuntime(b))
+	})
+	b.Run("docker", func(b *testing.B) {
+		requireDockerImage(b, shellImage)
+		benchmarkExec(b, newDockerRuntime(b, docker.InjectVolume))
+	})
+}
+
+func benchmarkExec(b *testing.B, rt runtime.Runtime) {
+	ctx := context.Background()
+	spec := testSpec(b, shellImage)
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = rt.Remove(context.Background(), sb.ID) })
+	c := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	exec := func() {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+sb.Endpoint+"/v1/exec", strings.NewReader(`{"argv":["true"]}`))
+		req.Header.Set("Authorization", "Bearer "+spec.AgentToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var res struct {
+			ExitCode int `json:"exitCode"`
+		}
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &res) != nil || res.ExitCode != 0 {
+			b.Fatalf("exec true: HTTP %d: %s", resp.StatusCode, body)
+		}
+	}
+	for range 10 {
+		exec()
+	}
+	b.ResetTimer()
+	for range b.N {
+		exec()
+	}
+}
+
+// newDockerRuntime returns the Docker backend for comparison, skipping when
+// no Docker Engine answers. The empty image is created there if missing.
+func newDockerRuntime(b *testing.B, mode docker.Injection) *docker.Runtime {
+	b.Helper()
+	requireContainerd(b) // for the agent binary
+	cli := dockerCLI(b)
+	ctx := context.Background()
+	if _, err := cli.ImageInspect(ctx, emptyImage); err != nil {
+		var buf bytes.Buffer
+		_ = tar.NewWriter(&buf).Close()
+		rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, emptyImage, image.ImportOptions{})
+		if err != nil {
+			b.Fatalf("docker import %s: %v", emptyImage, err)
+		}
+		_, _ = io.Copy(io.Discard, rc)
+		rc.Close()
+	}
+	rt, err := docker.New(ctx, docker.Config{
+		AgentBinary: agentBinary,
+		InstanceID:  "containerd-bench",
+		Injection:   mode,
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = rt.Close() })
+	return rt
+}
+
+func dockerCLI(b *testing.B) *dockerclient.Client {
+	b.Helper()
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = cli.Ping(ctx)
+		cancel()
+	}
+	if err != nil {
+		b.Skipf("Docker Engine unreachable: %v", err)
+	}
+	b.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+func requireDockerImage(b *testing.B, ref string) {
+	b.Helper()
+	if _, err := dockerCLI(b).ImageInspect(context.Background(), ref); err != nil {
+		b.Skipf("%s not in the Docker Engine (make images)", ref)
+	}
+}

@@ -1,0 +1,53 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Health probe timeouts: a sandbox that is starting refuses connections at
+// once, so short timeouts only matter for a frozen or overloaded one.
+const (
+	probeDialTimeout = 500 * time.Millisecond
+	probeTimeout     = 2 * time.Second
+)
+
+// healthClient probes agents' GET /healthz. Keep-alives are off: each
+// sandbox is probed only until it is ready.
+type healthClient struct {
+	c *http.Client
+}
+
+func newHealthClient() healthClient {
+	tr := &http.Transport{
+		Proxy:                 nil, // the agent is on a local bridge; never use HTTP_PROXY
+		DialContext:           (&net.Dialer{Timeout: probeDialTimeout}).DialContext,
+		DisableKeepAlives:     true,
+		ResponseHeaderTimeout: probeTimeout,
+	}
+	return healthClient{c: &http.Client{Transport: tr, Timeout: probeTimeout}}
+}
+
+func (h healthClient) close() { h.c.CloseIdleConnections() }
+
+// probe reports whether http://endpoint/healthz answers 200.
+func (h healthClient) probe(ctx context.Context, endpoint string) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+"/healthz", nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := h.c.Do(req)
+	if err != nil {
+		return false, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("GET /healthz: %s", resp.Status)
+	}
+	return true, nil
+}
