@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/runtime/containerd"
@@ -47,6 +48,17 @@ func NewRuntime(ctx context.Context, cfg Config, log *slog.Logger) (ClosableRunt
 		})
 		if err != nil {
 			return nil, fmt.Errorf("containerd runtime: %w", err)
+		}
+		// Bring the locally built images over from the Docker Engine when
+		// there is one (cheap when they are current); a host without
+		// Docker imports by hand (docs/runtime-containerd.md).
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		names, err := c.ImportFromDocker(ictx)
+		cancel()
+		if err != nil {
+			log.Warn("containerd: images not imported from Docker; import them by hand (docs/runtime-containerd.md)", "err", err)
+		} else {
+			log.Info("containerd: images ready", "images", names)
 		}
 		rt = c
 	default:
