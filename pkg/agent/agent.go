@@ -90,7 +90,7 @@ func New(cfg Config) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 
-	runner := process.NewRunner(process.Config{WorkDir: cfg.WorkDir, MaxProcesses: cfg.MaxProcesses, Logger: log.With("component", "process")})
+	runner := process.NewRunner(process.Config{WorkDir: cfg.WorkDir, MaxProcesses: cfg.MaxProcesses, OOMScoreAdj: 500, Logger: log.With("component", "process")})
 	fsys := files.New(files.Config{Logger: log.With("component", "files")})
 	g := git.New(git.Config{WorkDir: cfg.WorkDir, Logger: log.With("component", "git")})
 

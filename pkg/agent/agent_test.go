@@ -365,3 +365,11 @@ func TestNewRequiresToken(t *testing.T) {
 		t.Fatal("New without token or NoAuth succeeded")
 	}
 }
+
+func TestCommandsAreOOMKilledBeforeTheAgent(t *testing.T) {
+	a := startAgent(t)
+	_, body := a.do(t, "POST", "/v1/exec", map[string]any{"command": "sleep 0.1; cat /proc/self/oom_score_adj"})
+	if !bytes.Contains(body, []byte(`"stdout":"500\n"`)) {
+		t.Fatalf("oom_score_adj of a command = %s, want 500", body)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -139,6 +140,12 @@ func (r *Runner) spawn(ctx context.Context, s Spec, pl plan, id string, logs *lo
 	}
 	p.cmd = cmd
 	p.pid = cmd.Process.Pid
+	if r.cfg.OOMScoreAdj != 0 {
+		// Make the kernel's OOM killer pick the command (and, by
+		// inheritance, what it forks) before the agent that serves it.
+		// Raising the score needs no privilege; failure is harmless.
+		_ = os.WriteFile("/proc/"+strconv.Itoa(p.pid)+"/oom_score_adj", []byte(strconv.Itoa(r.cfg.OOMScoreAdj)), 0)
+	}
 	// The child has its copies; keeping ours would hold the pipes open.
 	_ = outW.Close()
 	_ = errW.Close()

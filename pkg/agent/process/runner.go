@@ -38,6 +38,11 @@ const drainDelay = 500 * time.Millisecond
 
 // Config configures a Runner. The zero value is usable.
 type Config struct {
+	// OOMScoreAdj, when non-zero, is written to each command's
+	// /proc/PID/oom_score_adj right after it starts, so that under memory
+	// pressure the kernel kills commands before the agent (the sandbox-agent
+	// sets 500). Default 0: leave it as inherited.
+	OOMScoreAdj int
 	// WorkDir is the working directory of commands that set no Cwd; default:
 	// the current directory of this process.
 	WorkDir string
