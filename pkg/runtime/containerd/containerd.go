@@ -161,7 +161,7 @@ type Runtime struct {
 	cli       *ctd.Client
 	ownClient bool
 	log       *slog.Logger
-	health    healthClient
+	health    runtime.HealthProber
 	cni       gocni.CNI
 	subnet    *net.IPNet
 	gateway   net.IP
@@ -275,7 +275,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 		r.cli, r.ownClient = c, true
 	}
-	r.health = newHealthClient()
+	r.health = runtime.NewHealthProber()
 	return r, nil
 }
 
@@ -292,7 +292,7 @@ func defaultAddress() string {
 // Close releases the containerd client when New created it. Sandboxes keep
 // running.
 func (r *Runtime) Close() error {
-	r.health.close()
+	r.health.Close()
 	if r.ownClient {
 		return r.cli.Close()
 	}

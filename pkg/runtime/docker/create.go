@@ -391,7 +391,7 @@ func (r *Runtime) waitReady(ctx context.Context, id, endpoint string) error {
 			return fmt.Errorf("agent at %s not ready: %w (last probe: %v)", endpoint, ctx.Err(), lastErr)
 		case <-timer.C:
 		}
-		ok, err := r.health.probe(ctx, endpoint)
+		ok, err := r.health.Probe(ctx, endpoint)
 		if ok {
 			return nil
 		}

@@ -110,7 +110,7 @@ type Runtime struct {
 	negMu      sync.Mutex
 	negotiated atomic.Bool
 
-	health healthClient
+	health runtime.HealthProber
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -168,14 +168,14 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 		r.cli, r.ownClient = c, c
 	}
-	r.health = newHealthClient()
+	r.health = runtime.NewHealthProber()
 	return r, nil
 }
 
 // Close releases the Docker client when New created it. Sandboxes keep
 // running.
 func (r *Runtime) Close() error {
-	r.health.close()
+	r.health.Close()
 	if r.ownClient != nil {
 		return r.ownClient.Close()
 	}

@@ -117,7 +117,7 @@ func newFakeRuntime(t *testing.T, f *fakeClient) *Runtime {
 			DefaultResources: runtime.Resources{NanoCPUs: DefaultNanoCPUs, MemoryBytes: DefaultMemoryBytes, PidsLimit: DefaultPidsLimit}},
 		cli:    f,
 		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		health: newHealthClient(),
+		health: runtime.NewHealthProber(),
 	}
 	return r
 }

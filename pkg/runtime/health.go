@@ -1,4 +1,4 @@
-package docker
+package runtime
 
 import (
 	"context"
@@ -16,27 +16,29 @@ const (
 	probeTimeout     = 2 * time.Second
 )
 
-// healthClient probes agents' GET /healthz. Keep-alives are off: each
+// HealthProber probes agents' GET /healthz. Keep-alives are off: each
 // sandbox is probed only until it is ready, so pooled connections would only
 // pile up.
-type healthClient struct {
+type HealthProber struct {
 	c *http.Client
 }
 
-func newHealthClient() healthClient {
+// NewHealthProber returns a prober with short timeouts and no keep-alives.
+func NewHealthProber() HealthProber {
 	tr := &http.Transport{
 		Proxy:                 nil, // the agent is on a local bridge; never use HTTP_PROXY
 		DialContext:           (&net.Dialer{Timeout: probeDialTimeout}).DialContext,
 		DisableKeepAlives:     true,
 		ResponseHeaderTimeout: probeTimeout,
 	}
-	return healthClient{c: &http.Client{Transport: tr, Timeout: probeTimeout}}
+	return HealthProber{c: &http.Client{Transport: tr, Timeout: probeTimeout}}
 }
 
-func (h healthClient) close() { h.c.CloseIdleConnections() }
+// Close releases idle connections.
+func (h HealthProber) Close() { h.c.CloseIdleConnections() }
 
-// probe reports whether http://endpoint/healthz answers 200.
-func (h healthClient) probe(ctx context.Context, endpoint string) (bool, error) {
+// Probe reports whether http://endpoint/healthz answers 200.
+func (h HealthProber) Probe(ctx context.Context, endpoint string) (bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+"/healthz", nil)
 	if err != nil {
 		return false, err
