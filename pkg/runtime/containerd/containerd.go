@@ -336,24 +336,7 @@ func checkAgentBinary(path string) error {
 	return nil
 }
 
-func checkResources(res runtime.Resources, field string) error {
-	if res.NanoCPUs < 0 {
-		return errdefs.InvalidArgument(field+".nano_cpus", "must not be negative, got %d", res.NanoCPUs)
-	}
-	if res.NanoCPUs > 0 && res.NanoCPUs < 10_000_000 {
-		return errdefs.InvalidArgument(field+".nano_cpus", "must be at least 0.01 CPU (1e7), got %d", res.NanoCPUs)
-	}
-	if res.MemoryBytes < 0 {
-		return errdefs.InvalidArgument(field+".memory_bytes", "must not be negative, got %d", res.MemoryBytes)
-	}
-	if res.MemoryBytes > 0 && res.MemoryBytes < 6<<20 {
-		return errdefs.InvalidArgument(field+".memory_bytes", "must be at least 6 MiB, got %d", res.MemoryBytes)
-	}
-	if res.PidsLimit < 0 {
-		return errdefs.InvalidArgument(field+".pids_limit", "must not be negative, got %d", res.PidsLimit)
-	}
-	return nil
-}
+func checkResources(res runtime.Resources, field string) error { return res.Validate(field) }
 
 // namespaceValid checks a containerd namespace name.
 func namespaceValid(ns string) error {

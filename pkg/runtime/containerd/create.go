@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	ctd "github.com/containerd/containerd/v2/client"
@@ -24,7 +23,6 @@ import (
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
-	"github.com/distribution/reference"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -45,8 +43,6 @@ const (
 	// runs even when the caller's context is done) and the wait for a task
 	// to exit after SIGKILL.
 	cleanupTimeout = 20 * time.Second
-	// maxLeaseID bounds the lease id (the Docker backend's bound).
-	maxLeaseID = 128
 	// maxContainerID is containerd's limit on identifiers.
 	maxContainerID = 76
 	// staleSnapshotAge is how old a snapshot without its container must be
@@ -62,10 +58,8 @@ const (
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 var (
-	leaseIDRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 	// containerIDRE is containerd's identifier syntax (pkg/identifiers).
 	containerIDRE = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
-	imageIDRE     = regexp.MustCompile(`^(sha256:)?[a-f0-9]{12,64}$`)
 )
 
 // ContainerID is the containerd container id of lease leaseID's sandbox:
@@ -84,46 +78,7 @@ func ContainerID(leaseID string) string {
 	return "berth-" + hex.EncodeToString(sum[:16])
 }
 
-// validateSpec checks the fields Create relies on, naming the bad field.
-func validateSpec(spec runtime.Spec) error {
-	switch {
-	case spec.LeaseID == "":
-		return errdefs.InvalidArgument("lease_id", "is required")
-	case len(spec.LeaseID) > maxLeaseID:
-		return errdefs.InvalidArgument("lease_id", "longer than %d characters", maxLeaseID)
-	case !leaseIDRE.MatchString(spec.LeaseID):
-		return errdefs.InvalidArgument("lease_id", "%q: use letters, digits, '_', '.' and '-', starting with a letter or digit", spec.LeaseID)
-	case spec.Image == "":
-		return errdefs.InvalidArgument("image", "is required")
-	case spec.AgentToken == "":
-		return errdefs.InvalidArgument("agent_token", "is required")
-	case strings.IndexFunc(spec.AgentToken, unicode.IsSpace) >= 0:
-		return errdefs.InvalidArgument("agent_token", "must not contain whitespace")
-	case spec.ReadyTimeout < 0:
-		return errdefs.InvalidArgument("ready_timeout", "must not be negative")
-	}
-	if !imageIDRE.MatchString(spec.Image) {
-		if _, err := reference.ParseNormalizedNamed(spec.Image); err != nil {
-			return errdefs.InvalidArgument("image", "%q is not a valid image reference: %v", spec.Image, err)
-		}
-	}
-	for k, v := range spec.Env {
-		switch {
-		case k == "" || strings.ContainsAny(k, "=\x00"):
-			return errdefs.InvalidArgument("env", "invalid variable name %q", k)
-		case strings.HasPrefix(k, "BERTH_AGENT_"):
-			return errdefs.InvalidArgument("env", "%s: the BERTH_AGENT_ prefix is reserved for the agent", k)
-		case strings.ContainsRune(v, 0):
-			return errdefs.InvalidArgument("env", "%s: value contains a NUL byte", k)
-		}
-	}
-	for k := range spec.Labels {
-		if k == "" || strings.ContainsAny(k, "=\"\x00") {
-			return errdefs.InvalidArgument("labels", "invalid label key %q", k)
-		}
-	}
-	return checkResources(spec.Resources, "resources")
-}
+func validateSpec(spec runtime.Spec) error { return spec.Validate() }
 
 // Create creates a hardened container from spec.Image (which must have been
 // imported into the namespace; any image works, even one with no files),

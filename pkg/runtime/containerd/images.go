@@ -14,6 +14,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
 )
 
 // imageInfo is what Create needs from an image's configuration.
@@ -54,7 +55,7 @@ func (r *Runtime) missingImage(ref string) error {
 func (r *Runtime) image(ctx context.Context, ref string) (ctd.Image, imageInfo, error) {
 	var meta images.Image
 	var err error
-	if imageIDRE.MatchString(ref) {
+	if runtime.ImageIDRE.MatchString(ref) {
 		meta, err = r.imageByID(ctx, ref)
 	} else {
 		var name string

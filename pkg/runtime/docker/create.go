@@ -9,14 +9,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
-	"github.com/distribution/reference"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -38,8 +35,6 @@ const (
 	// cleanupTimeout bounds the removal of a container whose Create failed;
 	// it runs even when the caller's context is done.
 	cleanupTimeout = 20 * time.Second
-	// maxLeaseID bounds the lease id, which is part of the container name.
-	maxLeaseID = 128
 )
 
 // ContainerName is the name of the container of lease leaseID. Naming by
@@ -47,51 +42,7 @@ const (
 // lease fails with errdefs.ErrAlreadyExists while the first container exists.
 func ContainerName(leaseID string) string { return "berth-" + leaseID }
 
-var (
-	leaseIDRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
-	imageIDRE = regexp.MustCompile(`^(sha256:)?[a-f0-9]{12,64}$`)
-)
-
-// validateSpec checks the fields Create relies on, naming the bad field.
-func validateSpec(spec runtime.Spec) error {
-	switch {
-	case spec.LeaseID == "":
-		return errdefs.InvalidArgument("lease_id", "is required")
-	case len(spec.LeaseID) > maxLeaseID:
-		return errdefs.InvalidArgument("lease_id", "longer than %d characters", maxLeaseID)
-	case !leaseIDRE.MatchString(spec.LeaseID):
-		return errdefs.InvalidArgument("lease_id", "%q: use letters, digits, '_', '.' and '-', starting with a letter or digit", spec.LeaseID)
-	case spec.Image == "":
-		return errdefs.InvalidArgument("image", "is required")
-	case spec.AgentToken == "":
-		return errdefs.InvalidArgument("agent_token", "is required")
-	case strings.IndexFunc(spec.AgentToken, unicode.IsSpace) >= 0:
-		return errdefs.InvalidArgument("agent_token", "must not contain whitespace")
-	case spec.ReadyTimeout < 0:
-		return errdefs.InvalidArgument("ready_timeout", "must not be negative")
-	}
-	if !imageIDRE.MatchString(spec.Image) {
-		if _, err := reference.ParseNormalizedNamed(spec.Image); err != nil {
-			return errdefs.InvalidArgument("image", "%q is not a valid image reference: %v", spec.Image, err)
-		}
-	}
-	for k, v := range spec.Env {
-		switch {
-		case k == "" || strings.ContainsAny(k, "=\x00"):
-			return errdefs.InvalidArgument("env", "invalid variable name %q", k)
-		case strings.HasPrefix(k, "BERTH_AGENT_"):
-			return errdefs.InvalidArgument("env", "%s: the BERTH_AGENT_ prefix is reserved for the agent", k)
-		case strings.ContainsRune(v, 0):
-			return errdefs.InvalidArgument("env", "%s: value contains a NUL byte", k)
-		}
-	}
-	for k := range spec.Labels {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return errdefs.InvalidArgument("labels", "invalid label key %q", k)
-		}
-	}
-	return checkResources(spec.Resources, "resources")
-}
+func validateSpec(spec runtime.Spec) error { return spec.Validate() }
 
 // Create creates a hardened container from spec.Image (which must be present
 // locally; any image works, even one with no files), injects the agent and

@@ -240,21 +240,7 @@ func checkAgentBinary(path string) (int64, error) {
 	return st.Size(), nil
 }
 
-func checkResources(res runtime.Resources, field string) error {
-	if res.NanoCPUs < 0 {
-		return errdefs.InvalidArgument(field+".nano_cpus", "must not be negative, got %d", res.NanoCPUs)
-	}
-	if res.MemoryBytes < 0 {
-		return errdefs.InvalidArgument(field+".memory_bytes", "must not be negative, got %d", res.MemoryBytes)
-	}
-	if res.MemoryBytes > 0 && res.MemoryBytes < 6<<20 {
-		return errdefs.InvalidArgument(field+".memory_bytes", "must be at least 6 MiB (Docker's minimum), got %d", res.MemoryBytes)
-	}
-	if res.PidsLimit < 0 {
-		return errdefs.InvalidArgument(field+".pids_limit", "must not be negative, got %d", res.PidsLimit)
-	}
-	return nil
-}
+func checkResources(res runtime.Resources, field string) error { return res.Validate(field) }
 
 // Get returns the berth-managed sandbox with container id (or name) id.
 // A container that does not exist or is not managed by berth is NotFound.

@@ -1,0 +1,80 @@
+package runtime
+
+import (
+	"regexp"
+	"strings"
+	"unicode"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/distribution/reference"
+)
+
+// MaxLeaseIDLen bounds Spec.LeaseID.
+const MaxLeaseIDLen = 128
+
+var (
+	leaseIDRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+	// ImageIDRE matches an image id (with or without "sha256:"), which is
+	// accepted wherever an image reference is.
+	ImageIDRE = regexp.MustCompile(`^(sha256:)?[a-f0-9]{12,64}$`)
+)
+
+// Validate checks the fields every backend's Create relies on; the error is
+// errdefs.ErrInvalidArgument naming the bad field.
+func (s Spec) Validate() error {
+	switch {
+	case s.LeaseID == "":
+		return errdefs.InvalidArgument("lease_id", "is required")
+	case len(s.LeaseID) > MaxLeaseIDLen:
+		return errdefs.InvalidArgument("lease_id", "longer than %d characters", MaxLeaseIDLen)
+	case !leaseIDRE.MatchString(s.LeaseID):
+		return errdefs.InvalidArgument("lease_id", "%q: use letters, digits, '_', '.' and '-', starting with a letter or digit", s.LeaseID)
+	case s.Image == "":
+		return errdefs.InvalidArgument("image", "is required")
+	case s.AgentToken == "":
+		return errdefs.InvalidArgument("agent_token", "is required")
+	case strings.IndexFunc(s.AgentToken, unicode.IsSpace) >= 0:
+		return errdefs.InvalidArgument("agent_token", "must not contain whitespace")
+	case s.ReadyTimeout < 0:
+		return errdefs.InvalidArgument("ready_timeout", "must not be negative")
+	}
+	if !ImageIDRE.MatchString(s.Image) {
+		if _, err := reference.ParseNormalizedNamed(s.Image); err != nil {
+			return errdefs.InvalidArgument("image", "%q is not a valid image reference: %v", s.Image, err)
+		}
+	}
+	for k, v := range s.Env {
+		switch {
+		case k == "" || strings.ContainsAny(k, "=\x00"):
+			return errdefs.InvalidArgument("env", "invalid variable name %q", k)
+		case strings.HasPrefix(k, "BERTH_AGENT_"):
+			return errdefs.InvalidArgument("env", "%s: the BERTH_AGENT_ prefix is reserved for the agent", k)
+		case strings.ContainsRune(v, 0):
+			return errdefs.InvalidArgument("env", "%s: value contains a NUL byte", k)
+		}
+	}
+	for k := range s.Labels {
+		if k == "" || strings.ContainsAny(k, "=\"\x00") {
+			return errdefs.InvalidArgument("labels", "invalid label key %q", k)
+		}
+	}
+	return s.Resources.Validate("resources")
+}
+
+// Validate checks limits: none negative, memory at least 6 MiB and CPU at
+// least 0.01 when set. field prefixes the names in errors.
+func (r Resources) Validate(field string) error {
+	switch {
+	case r.NanoCPUs < 0:
+		return errdefs.InvalidArgument(field+".nano_cpus", "must not be negative, got %d", r.NanoCPUs)
+	case r.NanoCPUs > 0 && r.NanoCPUs < 10_000_000:
+		return errdefs.InvalidArgument(field+".nano_cpus", "must be at least 0.01 CPU (1e7), got %d", r.NanoCPUs)
+	case r.MemoryBytes < 0:
+		return errdefs.InvalidArgument(field+".memory_bytes", "must not be negative, got %d", r.MemoryBytes)
+	case r.MemoryBytes > 0 && r.MemoryBytes < 6<<20:
+		return errdefs.InvalidArgument(field+".memory_bytes", "must be at least 6 MiB, got %d", r.MemoryBytes)
+	case r.PidsLimit < 0:
+		return errdefs.InvalidArgument(field+".pids_limit", "must not be negative, got %d", r.PidsLimit)
+	}
+	return nil
+}
