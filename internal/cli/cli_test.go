@@ -43,7 +43,8 @@ func TestLeaseCommands(t *testing.T) {
 	id := acq.Lease.ID
 
 	code, out, _ = runCLI(t, s, "get", id, "-o", "json") // flags after the id
-	if code != 0 || !strings.Contains(out, `"id": "`+id+`"`) {
+	var got struct{ ID string }
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.ID != id {
 		t.Errorf("get ID -o json: %d %q", code, out)
 	}
 	if code, _, errs := runCLI(t, s, "get", id, "extra"); code != 2 || !strings.Contains(errs, "exactly one lease id") {

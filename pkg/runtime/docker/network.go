@@ -2,7 +2,11 @@ package docker
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sort"
+	"sync"
+	"syscall"
 
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
@@ -30,6 +34,10 @@ func (r *Runtime) ensureNetwork(ctx context.Context) (string, error) {
 		return r.netID, nil
 	}
 	name := r.cfg.Network
+	// Creators on this host take turns (in-process and across processes),
+	// so only creators on different hosts sharing an engine can race.
+	unlock := lockNetwork(name)
+	defer unlock()
 	nets, err := r.networksNamed(ctx, name)
 	if err != nil {
 		return "", err
@@ -104,4 +112,30 @@ func (r *Runtime) forgetNetwork() {
 	r.netMu.Lock()
 	r.netID = ""
 	r.netMu.Unlock()
+}
+
+// netLocks serialize network creation by name within this process.
+var netLocks sync.Map // name -> *sync.Mutex
+
+// lockNetwork serializes creators of network name: a mutex within the
+// process and, best effort, an flock on a file in the temp dir across
+// processes. It returns the unlock function.
+func lockNetwork(name string) func() {
+	mu, _ := netLocks.LoadOrStore(name, &sync.Mutex{})
+	m := mu.(*sync.Mutex)
+	m.Lock()
+	path := filepath.Join(os.TempDir(), "berth-network-"+name+".lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return m.Unlock
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return m.Unlock
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+		m.Unlock()
+	}
 }
