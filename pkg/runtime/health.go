@@ -54,3 +54,46 @@ func (h HealthProber) Probe(ctx context.Context, endpoint string) (bool, error) 
 	}
 	return true, nil
 }
+
+// Readiness polling: the probe interval doubles from readyPollMin to
+// readyPollMax; the backend's liveness check runs at most every
+// readyCheckEvery so an agent that cannot start fails fast.
+const (
+	readyPollMin    = 2 * time.Millisecond
+	readyPollMax    = 50 * time.Millisecond
+	readyCheckEvery = 50 * time.Millisecond
+)
+
+// WaitReady probes http://endpoint/healthz until it answers 200, alive
+// returns an error (the sandbox exited: that error is returned), or ctx
+// ends.
+func (h HealthProber) WaitReady(ctx context.Context, endpoint string, alive func(context.Context) error) error {
+	delay := readyPollMin
+	lastCheck := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var lastErr error
+	for {
+		select {
+		case <-ctx.Done():
+			if lastErr == nil {
+				lastErr = ctx.Err()
+			}
+			return fmt.Errorf("agent at %s not ready: %w (last probe: %v)", endpoint, ctx.Err(), lastErr)
+		case <-timer.C:
+		}
+		ok, err := h.Probe(ctx, endpoint)
+		if ok {
+			return nil
+		}
+		lastErr = err
+		if time.Since(lastCheck) >= readyCheckEvery {
+			lastCheck = time.Now()
+			if err := alive(ctx); err != nil {
+				return err
+			}
+		}
+		timer.Reset(delay)
+		delay = min(delay*2, readyPollMax)
+	}
+}

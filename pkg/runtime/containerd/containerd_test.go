@@ -454,7 +454,7 @@ func TestFailedCreateCleansHost(t *testing.T) {
 	rt := newRuntime(t)
 	ctx := context.Background()
 	for name, mutate := range map[string]func(*runtime.Spec){
-		"ready timeout": func(s *runtime.Spec) { s.ReadyTimeout = 150 * time.Millisecond },
+		"ready timeout": func(s *runtime.Spec) { s.ReadyTimeout = 20 * time.Millisecond }, // well under a cold create (~150 ms)
 		"bad user":      func(s *runtime.Spec) { s.Image = badUserImage },
 		"early exit":    func(s *runtime.Spec) { s.Resources.PidsLimit = 1 },
 	} {

@@ -29,13 +29,7 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
-// Readiness polling: the first probe follows start at once, then the delay
-// doubles from pollMin up to pollMax. The task's status is checked at most
-// every statusEvery, so an agent that cannot start fails fast.
 const (
-	pollMin     = 2 * time.Millisecond
-	pollMax     = 50 * time.Millisecond
-	statusEvery = 50 * time.Millisecond
 	// logTail is how many of the sandbox's last log lines a failed Create
 	// reports.
 	logTail = 20
@@ -378,38 +372,16 @@ func (r *Runtime) startErr(err error, op, id string) error {
 // waitReady polls the agent's /healthz until it answers 200, the task
 // stops, or ctx ends.
 func (r *Runtime) waitReady(ctx context.Context, id, endpoint string) error {
-	delay := pollMin
-	lastStatus := time.Now()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	var lastErr error
-	for {
-		select {
-		case <-ctx.Done():
-			if lastErr == nil {
-				lastErr = ctx.Err()
-			}
-			return fmt.Errorf("agent at %s not ready: %w (last probe: %v)", endpoint, ctx.Err(), lastErr)
-		case <-timer.C:
+	return r.health.WaitReady(ctx, endpoint, func(ctx context.Context) error {
+		proc, err := r.taskProcess(ctx, id)
+		if err != nil {
+			return err
 		}
-		ok, err := r.health.Probe(ctx, endpoint)
-		if ok {
-			return nil
+		if proc == nil || proc.GetStatus() == tasktypes.Status_STOPPED {
+			return r.exitedErr(ctx, id, proc)
 		}
-		lastErr = err
-		if time.Since(lastStatus) >= statusEvery {
-			lastStatus = time.Now()
-			proc, perr := r.taskProcess(ctx, id)
-			if perr != nil {
-				return perr
-			}
-			if proc == nil || proc.GetStatus() == tasktypes.Status_STOPPED {
-				return r.exitedErr(ctx, id, proc)
-			}
-		}
-		timer.Reset(delay)
-		delay = min(delay*2, pollMax)
-	}
+		return nil
+	})
 }
 
 // exitedErr reports a sandbox whose agent exited before it was ready.

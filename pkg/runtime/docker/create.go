@@ -22,13 +22,7 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
-// Readiness polling: the first probe follows start at once, then the delay
-// doubles from pollMin up to pollMax. The container state is inspected at
-// most every inspectEvery so an agent that cannot start fails fast.
 const (
-	pollMin      = 2 * time.Millisecond
-	pollMax      = 50 * time.Millisecond
-	inspectEvery = 50 * time.Millisecond
 	// logTail is how many of the container's last log lines a failed Create
 	// reports.
 	logTail = 20
@@ -328,38 +322,16 @@ func exitedErr(id string, st *container.State) error {
 // waitReady polls the agent's /healthz until it answers 200, the container
 // exits, or ctx ends.
 func (r *Runtime) waitReady(ctx context.Context, id, endpoint string) error {
-	delay := pollMin
-	lastInspect := time.Now()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	var lastErr error
-	for {
-		select {
-		case <-ctx.Done():
-			if lastErr == nil {
-				lastErr = ctx.Err()
-			}
-			return fmt.Errorf("agent at %s not ready: %w (last probe: %v)", endpoint, ctx.Err(), lastErr)
-		case <-timer.C:
+	return r.health.WaitReady(ctx, endpoint, func(ctx context.Context) error {
+		ins, err := r.cli.ContainerInspect(ctx, id)
+		if err != nil {
+			return r.mapErr(err, "inspect container", id)
 		}
-		ok, err := r.health.Probe(ctx, endpoint)
-		if ok {
-			return nil
+		if ins.State != nil && !ins.State.Running {
+			return exitedErr(id, ins.State)
 		}
-		lastErr = err
-		if time.Since(lastInspect) >= inspectEvery {
-			lastInspect = time.Now()
-			ins, ierr := r.cli.ContainerInspect(ctx, id)
-			if ierr != nil {
-				return r.mapErr(ierr, "inspect container", id)
-			}
-			if ins.State != nil && !ins.State.Running {
-				return exitedErr(id, ins.State)
-			}
-		}
-		timer.Reset(delay)
-		delay = min(delay*2, pollMax)
-	}
+		return nil
+	})
 }
 
 // timeoutErr turns an error caused by Create's own deadline into a clear
