@@ -256,7 +256,7 @@ func TestConformanceBase(t *testing.T) {
 		t.Skipf("%s is not present (make images, with Docker running to import it)", baseImage)
 	}
 	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) },
-		conformance.Images{Empty: emptyImage, Shell: baseImage}, conformance.WithKill(kill))
+		conformance.Images{Empty: emptyImage, Shell: baseImage, BadUser: badUserImage}, conformance.WithKill(kill))
 }
 
 var leaseSeq int

@@ -202,7 +202,7 @@ func TestConformanceBase(t *testing.T) {
 	}
 	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
 	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) },
-		conformance.Images{Empty: emptyImage, Shell: baseImage}, conformance.WithKill(kill))
+		conformance.Images{Empty: emptyImage, Shell: baseImage, BadUser: badUserImage}, conformance.WithKill(kill))
 }
 
 // TestConformanceVolume runs the suite with the agent in a shared read-only
