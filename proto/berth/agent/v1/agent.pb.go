@@ -278,7 +278,10 @@ type ExecRequest struct {
 	OutputLimit int64 `protobuf:"varint,8,opt,name=output_limit,json=outputLimit,proto3" json:"output_limit,omitempty"`
 	// kill_grace is the time between SIGTERM and SIGKILL when the command is
 	// stopped; zero means 2s.
-	KillGrace     *durationpb.Duration `protobuf:"bytes,9,opt,name=kill_grace,json=killGrace,proto3" json:"kill_grace,omitempty"`
+	KillGrace *durationpb.Duration `protobuf:"bytes,9,opt,name=kill_grace,json=killGrace,proto3" json:"kill_grace,omitempty"`
+	// user runs the command as this user ("name", "uid" or "uid:gid");
+	// empty means the agent's default user (the lease's user).
+	User          string `protobuf:"bytes,10,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -376,6 +379,13 @@ func (x *ExecRequest) GetKillGrace() *durationpb.Duration {
 	return nil
 }
 
+func (x *ExecRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 // ExecResponse is the result of Exec.
 type ExecResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -400,7 +410,10 @@ type ExecResponse struct {
 	// timed_out is true when the timeout stopped the command.
 	TimedOut bool `protobuf:"varint,10,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	// pid was the command's process id.
-	Pid           int32 `protobuf:"varint,11,opt,name=pid,proto3" json:"pid,omitempty"`
+	Pid int32 `protobuf:"varint,11,opt,name=pid,proto3" json:"pid,omitempty"`
+	// oom_killed is true when the kernel's OOM killer ended the command
+	// (exit_code is then -1 and signal "SIGKILL"); the sandbox lives on.
+	OomKilled     bool `protobuf:"varint,12,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -510,6 +523,13 @@ func (x *ExecResponse) GetPid() int32 {
 		return x.Pid
 	}
 	return 0
+}
+
+func (x *ExecResponse) GetOomKilled() bool {
+	if x != nil {
+		return x.OomKilled
+	}
+	return false
 }
 
 // ExecEvent is one event of a streamed or background command.
@@ -713,7 +733,9 @@ type Exited struct {
 	// timed_out is true when the timeout stopped the command.
 	TimedOut bool `protobuf:"varint,3,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	// duration is the wall time from start to exit.
-	Duration      *durationpb.Duration `protobuf:"bytes,4,opt,name=duration,proto3" json:"duration,omitempty"`
+	Duration *durationpb.Duration `protobuf:"bytes,4,opt,name=duration,proto3" json:"duration,omitempty"`
+	// oom_killed is true when the kernel's OOM killer ended the command.
+	OomKilled     bool `protobuf:"varint,5,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,6 +798,13 @@ func (x *Exited) GetDuration() *durationpb.Duration {
 	return nil
 }
 
+func (x *Exited) GetOomKilled() bool {
+	if x != nil {
+		return x.OomKilled
+	}
+	return false
+}
+
 // Gap reports output that a replay could not deliver.
 type Gap struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -824,19 +853,21 @@ func (x *Gap) GetDroppedBytes() int64 {
 
 // ProcessInfo describes a background process.
 type ProcessInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Pid           int32                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
-	Argv          []string               `protobuf:"bytes,3,rep,name=argv,proto3" json:"argv,omitempty"`
-	Command       string                 `protobuf:"bytes,4,opt,name=command,proto3" json:"command,omitempty"`
-	Cwd           string                 `protobuf:"bytes,5,opt,name=cwd,proto3" json:"cwd,omitempty"`
-	State         ProcessState           `protobuf:"varint,6,opt,name=state,proto3,enum=berth.agent.v1.ProcessState" json:"state,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Signal        string                 `protobuf:"bytes,8,opt,name=signal,proto3" json:"signal,omitempty"`
-	TimedOut      bool                   `protobuf:"varint,9,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	ExitedAt      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=exited_at,json=exitedAt,proto3" json:"exited_at,omitempty"`
-	StdinClosed   bool                   `protobuf:"varint,12,opt,name=stdin_closed,json=stdinClosed,proto3" json:"stdin_closed,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Pid         int32                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	Argv        []string               `protobuf:"bytes,3,rep,name=argv,proto3" json:"argv,omitempty"`
+	Command     string                 `protobuf:"bytes,4,opt,name=command,proto3" json:"command,omitempty"`
+	Cwd         string                 `protobuf:"bytes,5,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	State       ProcessState           `protobuf:"varint,6,opt,name=state,proto3,enum=berth.agent.v1.ProcessState" json:"state,omitempty"`
+	ExitCode    int32                  `protobuf:"varint,7,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Signal      string                 `protobuf:"bytes,8,opt,name=signal,proto3" json:"signal,omitempty"`
+	TimedOut    bool                   `protobuf:"varint,9,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	StartedAt   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	ExitedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=exited_at,json=exitedAt,proto3" json:"exited_at,omitempty"`
+	StdinClosed bool                   `protobuf:"varint,12,opt,name=stdin_closed,json=stdinClosed,proto3" json:"stdin_closed,omitempty"`
+	// oom_killed is true when the kernel's OOM killer ended the process.
+	OomKilled     bool `protobuf:"varint,13,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -951,6 +982,13 @@ func (x *ProcessInfo) GetExitedAt() *timestamppb.Timestamp {
 func (x *ProcessInfo) GetStdinClosed() bool {
 	if x != nil {
 		return x.StdinClosed
+	}
+	return false
+}
+
+func (x *ProcessInfo) GetOomKilled() bool {
+	if x != nil {
+		return x.OomKilled
 	}
 	return false
 }
@@ -1350,11 +1388,15 @@ type UploadHeader struct {
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// mode is the permission bits; zero means 0644.
 	Mode uint32 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
-	// create_parents creates missing parent directories.
+	// create_parents is kept for compatibility: missing parent directories
+	// are created by default unless no_create_parents is set.
 	CreateParents bool            `protobuf:"varint,3,opt,name=create_parents,json=createParents,proto3" json:"create_parents,omitempty"`
 	Overwrite     OverwritePolicy `protobuf:"varint,4,opt,name=overwrite,proto3,enum=berth.agent.v1.OverwritePolicy" json:"overwrite,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// no_create_parents refuses the upload (NOT_FOUND) when the parent
+	// directory does not exist, instead of creating it.
+	NoCreateParents bool `protobuf:"varint,5,opt,name=no_create_parents,json=noCreateParents,proto3" json:"no_create_parents,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *UploadHeader) Reset() {
@@ -1413,6 +1455,13 @@ func (x *UploadHeader) GetOverwrite() OverwritePolicy {
 		return x.Overwrite
 	}
 	return OverwritePolicy_OVERWRITE_POLICY_UNSPECIFIED
+}
+
+func (x *UploadHeader) GetNoCreateParents() bool {
+	if x != nil {
+		return x.NoCreateParents
+	}
+	return false
 }
 
 // UploadRequest is one message of an upload stream.
@@ -3322,7 +3371,7 @@ var File_berth_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1aberth/agent/v1/agent.proto\x12\x0eberth.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x03\n" +
+	"\x1aberth/agent/v1/agent.proto\x12\x0eberth.agent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x03\n" +
 	"\vExecRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12\x10\n" +
@@ -3334,10 +3383,12 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12!\n" +
 	"\foutput_limit\x18\b \x01(\x03R\voutputLimit\x128\n" +
 	"\n" +
-	"kill_grace\x18\t \x01(\v2\x19.google.protobuf.DurationR\tkillGrace\x1a6\n" +
+	"kill_grace\x18\t \x01(\v2\x19.google.protobuf.DurationR\tkillGrace\x12\x12\n" +
+	"\x04user\x18\n" +
+	" \x01(\tR\x04user\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x03\n" +
 	"\fExecResponse\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x16\n" +
@@ -3350,7 +3401,9 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\bduration\x18\t \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1b\n" +
 	"\ttimed_out\x18\n" +
 	" \x01(\bR\btimedOut\x12\x10\n" +
-	"\x03pid\x18\v \x01(\x05R\x03pid\"\xd8\x01\n" +
+	"\x03pid\x18\v \x01(\x05R\x03pid\x12\x1d\n" +
+	"\n" +
+	"oom_killed\x18\f \x01(\bR\toomKilled\"\xd8\x01\n" +
 	"\tExecEvent\x123\n" +
 	"\astarted\x18\x01 \x01(\v2\x17.berth.agent.v1.StartedH\x00R\astarted\x12\x18\n" +
 	"\x06stdout\x18\x02 \x01(\fH\x00R\x06stdout\x12\x18\n" +
@@ -3361,14 +3414,16 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\aStarted\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1d\n" +
 	"\n" +
-	"process_id\x18\x02 \x01(\tR\tprocessId\"\x91\x01\n" +
+	"process_id\x18\x02 \x01(\tR\tprocessId\"\xb0\x01\n" +
 	"\x06Exited\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x1b\n" +
 	"\ttimed_out\x18\x03 \x01(\bR\btimedOut\x125\n" +
-	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\"*\n" +
+	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1d\n" +
+	"\n" +
+	"oom_killed\x18\x05 \x01(\bR\toomKilled\"*\n" +
 	"\x03Gap\x12#\n" +
-	"\rdropped_bytes\x18\x01 \x01(\x03R\fdroppedBytes\"\x8c\x03\n" +
+	"\rdropped_bytes\x18\x01 \x01(\x03R\fdroppedBytes\"\xab\x03\n" +
 	"\vProcessInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x12\n" +
@@ -3383,7 +3438,9 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"started_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x127\n" +
 	"\texited_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\bexitedAt\x12!\n" +
-	"\fstdin_closed\x18\f \x01(\bR\vstdinClosed\"#\n" +
+	"\fstdin_closed\x18\f \x01(\bR\vstdinClosed\x12\x1d\n" +
+	"\n" +
+	"oom_killed\x18\r \x01(\bR\toomKilled\"#\n" +
 	"\x11GetProcessRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x16\n" +
 	"\x14ListProcessesRequest\"R\n" +
@@ -3403,12 +3460,13 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\x14SignalProcessRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x17\n" +
-	"\x15SignalProcessResponse\"\x9c\x01\n" +
+	"\x15SignalProcessResponse\"\xc8\x01\n" +
 	"\fUploadHeader\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12%\n" +
 	"\x0ecreate_parents\x18\x03 \x01(\bR\rcreateParents\x12=\n" +
-	"\toverwrite\x18\x04 \x01(\x0e2\x1f.berth.agent.v1.OverwritePolicyR\toverwrite\"f\n" +
+	"\toverwrite\x18\x04 \x01(\x0e2\x1f.berth.agent.v1.OverwritePolicyR\toverwrite\x12*\n" +
+	"\x11no_create_parents\x18\x05 \x01(\bR\x0fnoCreateParents\"f\n" +
 	"\rUploadRequest\x126\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.berth.agent.v1.UploadHeaderH\x00R\x06header\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x05\n" +

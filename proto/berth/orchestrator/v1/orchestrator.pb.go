@@ -103,7 +103,10 @@ type Resources struct {
 	// memory_bytes is the memory limit (no swap).
 	MemoryBytes int64 `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
 	// pids is the maximum number of processes.
-	Pids          int64 `protobuf:"varint,3,opt,name=pids,proto3" json:"pids,omitempty"`
+	Pids int64 `protobuf:"varint,3,opt,name=pids,proto3" json:"pids,omitempty"`
+	// disk_bytes bounds what the sandbox may write (its writable layer and
+	// workspace); enforced by the engine where it can, else by berth.
+	DiskBytes     int64 `protobuf:"varint,4,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -159,6 +162,68 @@ func (x *Resources) GetPids() int64 {
 	return 0
 }
 
+func (x *Resources) GetDiskBytes() int64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+// Usage is what a sandbox consumes, as last measured.
+type Usage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// disk_bytes is the size of the sandbox's writable layer (and volumes).
+	DiskBytes int64 `protobuf:"varint,1,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	// measured_at is when disk_bytes was measured.
+	MeasuredAt    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=measured_at,json=measuredAt,proto3" json:"measured_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Usage) Reset() {
+	*x = Usage{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Usage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Usage) ProtoMessage() {}
+
+func (x *Usage) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Usage.ProtoReflect.Descriptor instead.
+func (*Usage) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Usage) GetDiskBytes() int64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *Usage) GetMeasuredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.MeasuredAt
+	}
+	return nil
+}
+
 // Transition is one recorded state change.
 type Transition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -172,7 +237,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -184,7 +249,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[1]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -197,7 +262,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{1}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Transition) GetFrom() LeaseState {
@@ -252,14 +317,23 @@ type Lease struct {
 	Transitions []*Transition          `protobuf:"bytes,17,rep,name=transitions,proto3" json:"transitions,omitempty"`
 	EndedAt     *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
 	// public_ports are preview ports served without a token.
-	PublicPorts   []int32 `protobuf:"varint,19,rep,packed,name=public_ports,json=publicPorts,proto3" json:"public_ports,omitempty"`
+	PublicPorts []int32 `protobuf:"varint,19,rep,packed,name=public_ports,json=publicPorts,proto3" json:"public_ports,omitempty"`
+	// user is the user that the sandbox's commands run as.
+	User string `protobuf:"bytes,20,opt,name=user,proto3" json:"user,omitempty"`
+	// usage is what the sandbox consumes, where the runtime can report it.
+	Usage *Usage `protobuf:"bytes,21,opt,name=usage,proto3" json:"usage,omitempty"`
+	// restarts counts in-place restarts of the sandbox after it exited
+	// unexpectedly (files kept).
+	Restarts int32 `protobuf:"varint,22,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	// warnings are conditions that need attention, e.g. the disk limit.
+	Warnings      []string `protobuf:"bytes,23,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[2]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +345,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[2]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +358,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{2}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Lease) GetId() string {
@@ -420,6 +494,34 @@ func (x *Lease) GetPublicPorts() []int32 {
 	return nil
 }
 
+func (x *Lease) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *Lease) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *Lease) GetRestarts() int32 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+func (x *Lease) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
 // AcquireRequest asks for a conversation's sandbox.
 type AcquireRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -438,14 +540,18 @@ type AcquireRequest struct {
 	Owner string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
 	// public_ports are preview ports inside the sandbox that the proxy serves
 	// without a token (e.g. a demo web server). Default none.
-	PublicPorts   []int32 `protobuf:"varint,9,rep,packed,name=public_ports,json=publicPorts,proto3" json:"public_ports,omitempty"`
+	PublicPorts []int32 `protobuf:"varint,9,rep,packed,name=public_ports,json=publicPorts,proto3" json:"public_ports,omitempty"`
+	// user runs the sandbox's commands as this user ("name", "uid" or
+	// "uid:gid"); empty takes the configured default ("sandbox" on berth's
+	// images). The operator's policy may forbid "root".
+	User          string `protobuf:"bytes,10,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[3]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +563,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[3]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +576,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AcquireRequest) GetConversationId() string {
@@ -536,6 +642,13 @@ func (x *AcquireRequest) GetPublicPorts() []int32 {
 	return nil
 }
 
+func (x *AcquireRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 // AcquireResponse holds the lease and its token.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -551,7 +664,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +676,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +689,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AcquireResponse) GetLease() *Lease {
@@ -610,7 +723,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +735,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +748,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetLeaseRequest) GetId() string {
@@ -665,7 +778,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +790,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +803,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListLeasesRequest) GetState() LeaseState {
@@ -753,7 +866,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +878,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +891,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -807,7 +920,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +932,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +945,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RenewRequest) GetId() string {
@@ -860,7 +973,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +985,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +998,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReleaseRequest) GetId() string {
@@ -918,7 +1031,7 @@ type ReapRequest struct {
 
 func (x *ReapRequest) Reset() {
 	*x = ReapRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1043,7 @@ func (x *ReapRequest) String() string {
 func (*ReapRequest) ProtoMessage() {}
 
 func (x *ReapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1056,7 @@ func (x *ReapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReapRequest.ProtoReflect.Descriptor instead.
 func (*ReapRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReapRequest) GetIds() []string {
@@ -998,7 +1111,7 @@ type ReapResponse struct {
 
 func (x *ReapResponse) Reset() {
 	*x = ReapResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1123,7 @@ func (x *ReapResponse) String() string {
 func (*ReapResponse) ProtoMessage() {}
 
 func (x *ReapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1136,7 @@ func (x *ReapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReapResponse.ProtoReflect.Descriptor instead.
 func (*ReapResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReapResponse) GetReaped() []string {
@@ -1046,7 +1159,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1171,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1184,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchRequest) GetOwner() string {
@@ -1099,7 +1212,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1224,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1237,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -1145,17 +1258,24 @@ var File_berth_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
-	"(berth/orchestrator/v1/orchestrator.proto\x12\x15berth.orchestrator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"V\n" +
+	"(berth/orchestrator/v1/orchestrator.proto\x12\x15berth.orchestrator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"u\n" +
 	"\tResources\x12\x12\n" +
 	"\x04cpus\x18\x01 \x01(\x01R\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x12\n" +
-	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xba\x01\n" +
+	"\x04pids\x18\x03 \x01(\x03R\x04pids\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"c\n" +
+	"\x05Usage\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\x01 \x01(\x03R\tdiskBytes\x12;\n" +
+	"\vmeasured_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"measuredAt\"\xba\x01\n" +
 	"\n" +
 	"Transition\x125\n" +
 	"\x04from\x18\x01 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xba\a\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xba\b\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x14\n" +
@@ -1179,10 +1299,14 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\bendpoint\x18\x10 \x01(\tR\bendpoint\x12C\n" +
 	"\vtransitions\x18\x11 \x03(\v2!.berth.orchestrator.v1.TransitionR\vtransitions\x125\n" +
 	"\bended_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12!\n" +
-	"\fpublic_ports\x18\x13 \x03(\x05R\vpublicPorts\x1a9\n" +
+	"\fpublic_ports\x18\x13 \x03(\x05R\vpublicPorts\x12\x12\n" +
+	"\x04user\x18\x14 \x01(\tR\x04user\x122\n" +
+	"\x05usage\x18\x15 \x01(\v2\x1c.berth.orchestrator.v1.UsageR\x05usage\x12\x1a\n" +
+	"\brestarts\x18\x16 \x01(\x05R\brestarts\x12\x1a\n" +
+	"\bwarnings\x18\x17 \x03(\tR\bwarnings\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb3\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x04\n" +
 	"\x0eAcquireRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12+\n" +
@@ -1192,7 +1316,9 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\tresources\x18\x06 \x01(\v2 .berth.orchestrator.v1.ResourcesR\tresources\x12@\n" +
 	"\x03env\x18\a \x03(\v2..berth.orchestrator.v1.AcquireRequest.EnvEntryR\x03env\x12\x14\n" +
 	"\x05owner\x18\b \x01(\tR\x05owner\x12!\n" +
-	"\fpublic_ports\x18\t \x03(\x05R\vpublicPorts\x1a9\n" +
+	"\fpublic_ports\x18\t \x03(\x05R\vpublicPorts\x12\x12\n" +
+	"\x04user\x18\n" +
+	" \x01(\tR\x04user\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
@@ -1272,74 +1398,77 @@ func file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(LeaseState)(0),               // 0: berth.orchestrator.v1.LeaseState
 	(*Resources)(nil),             // 1: berth.orchestrator.v1.Resources
-	(*Transition)(nil),            // 2: berth.orchestrator.v1.Transition
-	(*Lease)(nil),                 // 3: berth.orchestrator.v1.Lease
-	(*AcquireRequest)(nil),        // 4: berth.orchestrator.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 5: berth.orchestrator.v1.AcquireResponse
-	(*GetLeaseRequest)(nil),       // 6: berth.orchestrator.v1.GetLeaseRequest
-	(*ListLeasesRequest)(nil),     // 7: berth.orchestrator.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),    // 8: berth.orchestrator.v1.ListLeasesResponse
-	(*RenewRequest)(nil),          // 9: berth.orchestrator.v1.RenewRequest
-	(*ReleaseRequest)(nil),        // 10: berth.orchestrator.v1.ReleaseRequest
-	(*ReapRequest)(nil),           // 11: berth.orchestrator.v1.ReapRequest
-	(*ReapResponse)(nil),          // 12: berth.orchestrator.v1.ReapResponse
-	(*WatchRequest)(nil),          // 13: berth.orchestrator.v1.WatchRequest
-	(*LeaseEvent)(nil),            // 14: berth.orchestrator.v1.LeaseEvent
-	nil,                           // 15: berth.orchestrator.v1.Lease.LabelsEntry
-	nil,                           // 16: berth.orchestrator.v1.AcquireRequest.LabelsEntry
-	nil,                           // 17: berth.orchestrator.v1.AcquireRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
+	(*Usage)(nil),                 // 2: berth.orchestrator.v1.Usage
+	(*Transition)(nil),            // 3: berth.orchestrator.v1.Transition
+	(*Lease)(nil),                 // 4: berth.orchestrator.v1.Lease
+	(*AcquireRequest)(nil),        // 5: berth.orchestrator.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 6: berth.orchestrator.v1.AcquireResponse
+	(*GetLeaseRequest)(nil),       // 7: berth.orchestrator.v1.GetLeaseRequest
+	(*ListLeasesRequest)(nil),     // 8: berth.orchestrator.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),    // 9: berth.orchestrator.v1.ListLeasesResponse
+	(*RenewRequest)(nil),          // 10: berth.orchestrator.v1.RenewRequest
+	(*ReleaseRequest)(nil),        // 11: berth.orchestrator.v1.ReleaseRequest
+	(*ReapRequest)(nil),           // 12: berth.orchestrator.v1.ReapRequest
+	(*ReapResponse)(nil),          // 13: berth.orchestrator.v1.ReapResponse
+	(*WatchRequest)(nil),          // 14: berth.orchestrator.v1.WatchRequest
+	(*LeaseEvent)(nil),            // 15: berth.orchestrator.v1.LeaseEvent
+	nil,                           // 16: berth.orchestrator.v1.Lease.LabelsEntry
+	nil,                           // 17: berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	nil,                           // 18: berth.orchestrator.v1.AcquireRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
 }
 var file_berth_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	0,  // 0: berth.orchestrator.v1.Transition.from:type_name -> berth.orchestrator.v1.LeaseState
-	0,  // 1: berth.orchestrator.v1.Transition.to:type_name -> berth.orchestrator.v1.LeaseState
-	18, // 2: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
-	15, // 3: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
-	1,  // 4: berth.orchestrator.v1.Lease.resources:type_name -> berth.orchestrator.v1.Resources
-	0,  // 5: berth.orchestrator.v1.Lease.state:type_name -> berth.orchestrator.v1.LeaseState
-	18, // 6: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
-	18, // 7: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
-	18, // 8: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	18, // 9: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
-	19, // 10: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	19, // 11: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
-	2,  // 12: berth.orchestrator.v1.Lease.transitions:type_name -> berth.orchestrator.v1.Transition
-	18, // 13: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
-	19, // 14: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	19, // 15: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
-	16, // 16: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
-	1,  // 17: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
-	17, // 18: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
-	3,  // 19: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
-	0,  // 20: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
-	3,  // 21: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
-	19, // 22: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	3,  // 23: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
-	2,  // 24: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
-	4,  // 25: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
-	6,  // 26: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
-	7,  // 27: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
-	9,  // 28: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
-	10, // 29: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
-	11, // 30: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
-	13, // 31: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
-	5,  // 32: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
-	3,  // 33: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
-	8,  // 34: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
-	3,  // 35: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
-	3,  // 36: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
-	12, // 37: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
-	14, // 38: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
-	32, // [32:39] is the sub-list for method output_type
-	25, // [25:32] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	19, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
+	0,  // 1: berth.orchestrator.v1.Transition.from:type_name -> berth.orchestrator.v1.LeaseState
+	0,  // 2: berth.orchestrator.v1.Transition.to:type_name -> berth.orchestrator.v1.LeaseState
+	19, // 3: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
+	16, // 4: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
+	1,  // 5: berth.orchestrator.v1.Lease.resources:type_name -> berth.orchestrator.v1.Resources
+	0,  // 6: berth.orchestrator.v1.Lease.state:type_name -> berth.orchestrator.v1.LeaseState
+	19, // 7: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
+	19, // 8: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
+	19, // 9: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 10: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
+	20, // 11: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	20, // 12: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
+	3,  // 13: berth.orchestrator.v1.Lease.transitions:type_name -> berth.orchestrator.v1.Transition
+	19, // 14: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	2,  // 15: berth.orchestrator.v1.Lease.usage:type_name -> berth.orchestrator.v1.Usage
+	20, // 16: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	20, // 17: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
+	17, // 18: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	1,  // 19: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
+	18, // 20: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
+	4,  // 21: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
+	0,  // 22: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
+	4,  // 23: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
+	20, // 24: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	4,  // 25: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
+	3,  // 26: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
+	5,  // 27: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
+	7,  // 28: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
+	8,  // 29: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
+	10, // 30: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
+	11, // 31: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
+	12, // 32: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
+	14, // 33: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
+	6,  // 34: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
+	4,  // 35: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
+	9,  // 36: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
+	4,  // 37: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
+	4,  // 38: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
+	13, // 39: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
+	15, // 40: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
+	34, // [34:41] is the sub-list for method output_type
+	27, // [27:34] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_berth_orchestrator_v1_orchestrator_proto_init() }
@@ -1353,7 +1482,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_orchestrator_v1_orchestrator_proto_rawDesc), len(file_berth_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
