@@ -118,6 +118,10 @@ func RunExec(ctx context.Context, args []string, env Env, stdin io.Reader) int {
 			if e.Exited.TimedOut {
 				fmt.Fprintf(env.Stderr, "orchestrator: command timed out after %s\n", *timeout)
 			}
+			if e.Exited.OomKilled {
+				fmt.Fprintln(env.Stderr, "killed: out of memory")
+				return 137
+			}
 			if e.Exited.Signal != "" && e.Exited.ExitCode < 0 {
 				return 128 + signalNumber(e.Exited.Signal)
 			}

@@ -196,7 +196,7 @@ func (l *Local) ExecStream(ctx context.Context, cmd Command, fn func(Event) erro
 }
 
 func exitFromProcess(st process.ExitStatus) ExitStatus {
-	return ExitStatus{ExitCode: st.ExitCode, Signal: st.Signal, TimedOut: st.TimedOut, Duration: st.Duration}
+	return ExitStatus{ExitCode: st.ExitCode, Signal: st.Signal, TimedOut: st.TimedOut, OOMKilled: st.OOMKilled, Duration: st.Duration}
 }
 
 // Upload writes src to dst atomically; see Workspace.

@@ -293,7 +293,7 @@ func (r *Remote) Exec(ctx context.Context, cmd Command) (Result, error) {
 	return Result{
 		ExitStatus: ExitStatus{
 			ExitCode: int(resp.GetExitCode()), Signal: resp.GetSignal(), TimedOut: resp.GetTimedOut(),
-			Duration: resp.GetDuration().AsDuration(),
+			OOMKilled: resp.GetOomKilled(), Duration: resp.GetDuration().AsDuration(),
 		},
 		Pid:             int(resp.GetPid()),
 		Stdout:          resp.GetStdout(),
@@ -335,7 +335,8 @@ func (r *Remote) ExecStream(ctx context.Context, cmd Command, fn func(Event) err
 		case *agentv1.ExecEvent_Exited:
 			res.ExitStatus = ExitStatus{
 				ExitCode: int(e.Exited.GetExitCode()), Signal: e.Exited.GetSignal(),
-				TimedOut: e.Exited.GetTimedOut(), Duration: e.Exited.GetDuration().AsDuration(),
+				TimedOut: e.Exited.GetTimedOut(), OOMKilled: e.Exited.GetOomKilled(),
+				Duration: e.Exited.GetDuration().AsDuration(),
 			}
 			exited = true
 			st := res.ExitStatus

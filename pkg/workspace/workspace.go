@@ -136,6 +136,10 @@ type ExitStatus struct {
 	Signal string
 	// TimedOut is true when Command.Timeout stopped the command.
 	TimedOut bool
+	// OOMKilled is true when the kernel's OOM killer ended the command
+	// (ExitCode -1 and Signal "SIGKILL", or 137 from a shell whose last
+	// command was killed); the workspace itself lives on.
+	OOMKilled bool
 	// Duration is the wall time from start until the command exited.
 	Duration time.Duration
 }

@@ -260,6 +260,9 @@ func (r *Runner) Signal(id string, sig string) error {
 	if p.reaped {
 		return errdefs.FailedPrecondition("process %s has exited", id)
 	}
+	if s == syscall.SIGKILL {
+		p.agentKilled.Store(true) // a requested kill is not an OOM kill
+	}
 	if err := syscall.Kill(-p.pid, s); err != nil {
 		return errdefs.FailedPrecondition("signal process %s: %v", id, err)
 	}

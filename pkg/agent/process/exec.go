@@ -15,6 +15,9 @@ type ExitStatus struct {
 	Signal string
 	// TimedOut is true when the command's timeout stopped it.
 	TimedOut bool
+	// OOMKilled is true when the kernel's OOM killer ended the command (see
+	// Config.OOMKills for how it is detected).
+	OOMKilled bool
 	// Duration is the wall time from start until the command's main
 	// process exited.
 	Duration time.Duration

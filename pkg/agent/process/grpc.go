@@ -52,6 +52,7 @@ func (s *Server) Exec(ctx context.Context, req *agentv1.ExecRequest) (*agentv1.E
 		Duration:           durationpb.New(res.Duration),
 		TimedOut:           res.TimedOut,
 		Pid:                int32(res.Pid),
+		OomKilled:          res.OOMKilled,
 	}, nil
 }
 
@@ -168,10 +169,11 @@ func durationFromProto(field string, d *durationpb.Duration) (time.Duration, err
 
 func exitedToProto(st *ExitStatus) *agentv1.Exited {
 	return &agentv1.Exited{
-		ExitCode: int32(st.ExitCode),
-		Signal:   st.Signal,
-		TimedOut: st.TimedOut,
-		Duration: durationpb.New(st.Duration),
+		ExitCode:  int32(st.ExitCode),
+		Signal:    st.Signal,
+		TimedOut:  st.TimedOut,
+		Duration:  durationpb.New(st.Duration),
+		OomKilled: st.OOMKilled,
 	}
 }
 
@@ -208,6 +210,7 @@ func infoToProto(in Info) *agentv1.ProcessInfo {
 		out.ExitCode = int32(in.Exit.ExitCode)
 		out.Signal = in.Exit.Signal
 		out.TimedOut = in.Exit.TimedOut
+		out.OomKilled = in.Exit.OOMKilled
 		out.ExitedAt = timestamppb.New(in.ExitedAt)
 	}
 	return out

@@ -45,10 +45,15 @@ type proc struct {
 	readers sync.WaitGroup
 	logs    *logBuf // background processes only
 
-	timedOut  atomic.Bool
-	cancelled atomic.Bool // the caller's context ended the command
-	stopOnce  sync.Once
-	stopCh    chan struct{}
+	timedOut atomic.Bool
+	// agentKilled is set when the agent sent the group SIGKILL (stop,
+	// timeout, Close, or a caller's Signal); such a death is not an OOM kill.
+	agentKilled atomic.Bool
+	oomBefore   uint64      // the cgroup's oom_kill count before the start
+	oomKnown    bool        // oomBefore was read
+	cancelled   atomic.Bool // the caller's context ended the command
+	stopOnce    sync.Once
+	stopCh      chan struct{}
 
 	leaderCh   chan struct{} // closed when the leader has exited
 	leaderAt   time.Time     // when; set before leaderCh is closed
@@ -133,6 +138,9 @@ func (r *Runner) spawn(ctx context.Context, s Spec, pl plan, id string, logs *lo
 			return fail(startError(pl.args, err))
 		}
 		cmd.Stdin = inR
+	}
+	if r.cfg.OOMKills != nil {
+		p.oomBefore, p.oomKnown = r.cfg.OOMKills()
 	}
 	p.startedAt = time.Now()
 	if err := cmd.Start(); err != nil {
@@ -254,6 +262,7 @@ func (p *proc) terminate() {
 		return
 	case <-t.C:
 	}
+	p.agentKilled.Store(true)
 	p.signalGroup(syscall.SIGKILL)
 	<-p.leaderCh
 }
@@ -301,6 +310,7 @@ func (p *proc) finish() {
 		st.ExitCode = -1
 		p.r.log.Warn("exit status of process unknown", "pid", p.pid, "process_id", p.id, "error", waitErr)
 	}
+	st.OOMKilled = p.oomVerdict(st)
 	// Drain the output. Processes that escaped the group may still hold the
 	// pipes: stop reading after drainDelay.
 	drained := make(chan struct{})
@@ -325,7 +335,7 @@ func (p *proc) finish() {
 	p.closeStdin()
 
 	p.r.log.Debug("process exited", "pid", p.pid, "process_id", p.id, "exit_code", st.ExitCode,
-		"signal", st.Signal, "timed_out", st.TimedOut, "duration", st.Duration)
+		"signal", st.Signal, "timed_out", st.TimedOut, "oom_killed", st.OOMKilled, "duration", st.Duration)
 	// Publish the exit only now, so that whoever sees it can read all
 	// the output.
 	if p.logs != nil {

@@ -43,6 +43,12 @@ type Config struct {
 	// pressure the kernel kills commands before the agent (the sandbox-agent
 	// sets 500). Default 0: leave it as inherited.
 	OOMScoreAdj int
+	// OOMKills counts the OOM kills in the agent's memory cgroup; a command
+	// that died of a SIGKILL the agent did not send while the count rose is
+	// reported as OOM-killed (ExitStatus.OOMKilled). Default
+	// CgroupOOMKills(); when that finds no readable cgroup file, OOM kills
+	// are not detected.
+	OOMKills OOMKillCounter
 	// WorkDir is the working directory of commands that set no Cwd; default:
 	// the current directory of this process.
 	WorkDir string
@@ -113,6 +119,9 @@ func NewRunner(cfg Config) *Runner {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.OOMKills == nil {
+		cfg.OOMKills = CgroupOOMKills()
 	}
 	return &Runner{
 		cfg:      cfg,
