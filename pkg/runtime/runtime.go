@@ -33,6 +33,35 @@ type Resources struct {
 	MemoryBytes int64
 	// PidsLimit is the maximum number of processes.
 	PidsLimit int64
+	// DiskBytes bounds what the sandbox may write: its writable layer (and
+	// volumes it writes to). Zero means no limit. The backend has the engine
+	// enforce it where the storage driver supports a size
+	// (Sandbox.DiskEnforcement DiskEnforcementEngine); elsewhere the lease
+	// manager measures Usage and enforces it (DiskEnforcementBerth).
+	DiskBytes int64
+}
+
+// How a sandbox's disk limit (Resources.DiskBytes) is enforced.
+const (
+	// DiskEnforcementNone: the sandbox has no disk limit.
+	DiskEnforcementNone = ""
+	// DiskEnforcementEngine: the engine bounds the writable layer (Docker
+	// StorageOpt size on overlay2 with project quotas, btrfs, zfs, ...):
+	// writes past the limit fail with ENOSPC inside the sandbox.
+	DiskEnforcementEngine = "engine"
+	// DiskEnforcementBerth: the engine cannot bound it (fuse-overlayfs,
+	// overlay2 without quotas, containerd's overlayfs snapshotter); berth
+	// measures Usage periodically and acts past the limit.
+	DiskEnforcementBerth = "berth"
+)
+
+// Usage is what a sandbox consumes, as measured by Runtime.Usage.
+type Usage struct {
+	// DiskBytes is the size of the sandbox's writable layer plus the
+	// volumes it writes to.
+	DiskBytes int64
+	// MeasuredAt is when DiskBytes was measured.
+	MeasuredAt time.Time
 }
 
 // Spec describes a sandbox to create.
@@ -89,6 +118,9 @@ type Sandbox struct {
 	Labels map[string]string
 	// CreatedAt is when the container was created.
 	CreatedAt time.Time
+	// DiskEnforcement says who enforces Resources.DiskBytes (one of the
+	// DiskEnforcement constants); set by Create.
+	DiskEnforcement string
 }
 
 // Selector matches sandboxes whose labels equal every key/value given.
@@ -140,4 +172,9 @@ type Runtime interface {
 	Watch(ctx context.Context) (<-chan Event, error)
 	// Ping checks the backend is reachable (errdefs.ErrUnavailable if not).
 	Ping(ctx context.Context) error
+	// Usage measures what a sandbox consumes: the size of its writable
+	// layer (plus the volumes it writes to). The cost grows with the number
+	// of files written (the engine walks the layer), so callers poll it
+	// sparingly. errdefs.ErrNotFound when there is no such sandbox.
+	Usage(ctx context.Context, id string) (Usage, error)
 }

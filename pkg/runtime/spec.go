@@ -61,8 +61,8 @@ func (s Spec) Validate() error {
 	return s.Resources.Validate("resources")
 }
 
-// Validate checks limits: none negative, memory at least 6 MiB and CPU at
-// least 0.01 when set. field prefixes the names in errors.
+// Validate checks limits: none negative, memory at least 6 MiB, disk at
+// least 1 MiB and CPU at least 0.01 when set. field prefixes the names in errors.
 func (r Resources) Validate(field string) error {
 	switch {
 	case r.NanoCPUs < 0:
@@ -75,6 +75,10 @@ func (r Resources) Validate(field string) error {
 		return errdefs.InvalidArgument(field+".memory_bytes", "must be at least 6 MiB, got %d", r.MemoryBytes)
 	case r.PidsLimit < 0:
 		return errdefs.InvalidArgument(field+".pids_limit", "must not be negative, got %d", r.PidsLimit)
+	case r.DiskBytes < 0:
+		return errdefs.InvalidArgument(field+".disk_bytes", "must not be negative, got %d", r.DiskBytes)
+	case r.DiskBytes > 0 && r.DiskBytes < 1<<20:
+		return errdefs.InvalidArgument(field+".disk_bytes", "must be at least 1 MiB, got %d", r.DiskBytes)
 	}
 	return nil
 }

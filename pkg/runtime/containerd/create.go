@@ -121,7 +121,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err != nil {
 		return runtime.Sandbox{}, r.failCreate(parent, id, spec.LeaseID, r.timeoutErr(parent, ctx, timeout, err))
 	}
-	log.Debug("sandbox ready", "endpoint", sb.Endpoint, "duration", time.Since(began))
+	sb.DiskEnforcement = diskEnforcement(r.resources(spec).DiskBytes)
+	log.Debug("sandbox ready", "endpoint", sb.Endpoint, "duration", time.Since(began), "disk_enforcement", sb.DiskEnforcement)
 	return sb, nil
 }
 
@@ -203,6 +204,9 @@ func (r *Runtime) resources(spec runtime.Spec) runtime.Resources {
 	}
 	if res.PidsLimit == 0 {
 		res.PidsLimit = r.cfg.DefaultResources.PidsLimit
+	}
+	if res.DiskBytes == 0 {
+		res.DiskBytes = r.cfg.DefaultResources.DiskBytes
 	}
 	return res
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -21,6 +22,8 @@ type Client interface {
 	// DaemonHost is the address the client talks to (for error hints).
 	DaemonHost() string
 	Ping(ctx context.Context) (types.Ping, error)
+	// Info tells the storage driver (for the disk limit's enforcement).
+	Info(ctx context.Context) (system.Info, error)
 
 	ImageInspect(ctx context.Context, ref string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
 
@@ -34,6 +37,8 @@ type Client interface {
 	ContainerStatPath(ctx context.Context, id, path string) (container.PathStat, error)
 	ContainerStart(ctx context.Context, id string, opts container.StartOptions) error
 	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
+	// ContainerInspectWithRaw with getSize measures the writable layer (Usage).
+	ContainerInspectWithRaw(ctx context.Context, id string, getSize bool) (container.InspectResponse, []byte, error)
 	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
 	ContainerStop(ctx context.Context, id string, opts container.StopOptions) error
 	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error

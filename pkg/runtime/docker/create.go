@@ -91,9 +91,30 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		}
 	}
 
+	disk := spec.Resources.DiskBytes
+	if disk == 0 {
+		disk = r.cfg.DefaultResources.DiskBytes
+	}
+	// The engine bounds the writable layer where its storage driver can
+	// (StorageOpt size); where it cannot, the create fails, and berth
+	// enforces the limit instead (see diskMode).
+	useOpt := disk > 0 && r.diskMode(ctx) != diskBerth
 	cfg, hc := r.containerConfig(spec, workDir, netID, vol)
+	if useOpt {
+		setDiskLimit(hc, disk)
+	}
 	name := ContainerName(spec.LeaseID)
 	resp, err := r.containerCreate(ctx, cfg, hc, name)
+	if useOpt {
+		switch {
+		case storageOptRefused(err) && ctx.Err() == nil:
+			r.learnDisk(diskBerth, err.Error())
+			useOpt, hc.StorageOpt = false, nil
+			resp, err = r.containerCreate(ctx, cfg, hc, name)
+		case err == nil:
+			r.learnDisk(diskEngine, "")
+		}
+	}
 	if err != nil && ctx.Err() == nil && errdefs.IsNotFound(r.mapErr(err, "", "")) {
 		// The image is there (inspected above), so the network went away
 		// behind our back: recreate it and retry once.
@@ -102,6 +123,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 			return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
 		}
 		cfg, hc = r.containerConfig(spec, workDir, netID, vol)
+		if useOpt {
+			setDiskLimit(hc, disk)
+		}
 		resp, err = r.containerCreate(ctx, cfg, hc, name)
 	}
 	if err != nil {
@@ -132,7 +156,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		}
 		return runtime.Sandbox{}, r.failCreate(parent, id, spec.LeaseID, r.timeoutErr(parent, ctx, timeout, err))
 	}
-	log.Debug("sandbox ready", "endpoint", sb.Endpoint, "duration", time.Since(began))
+	sb.DiskEnforcement = diskEnforcement(disk, useOpt)
+	log.Debug("sandbox ready", "endpoint", sb.Endpoint, "duration", time.Since(began), "disk_enforcement", sb.DiskEnforcement)
 	return sb, nil
 }
 

@@ -111,6 +111,8 @@ type Runtime struct {
 	negotiated atomic.Bool
 
 	health runtime.HealthProber
+
+	disk diskProbe // whether the engine can bound the writable layer
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -451,6 +453,9 @@ func (r *Runtime) fromInspect(ins container.InspectResponse) runtime.Sandbox {
 	sb.InstanceID = sb.Labels[runtime.LabelInstance]
 	if t, err := time.Parse(time.RFC3339Nano, ins.Created); err == nil {
 		sb.CreatedAt = t
+	}
+	if hc := ins.HostConfig; hc != nil && hc.StorageOpt["size"] != "" {
+		sb.DiskEnforcement = runtime.DiskEnforcementEngine
 	}
 	sb.State = runtime.StateUnknown
 	if st := ins.State; st != nil {

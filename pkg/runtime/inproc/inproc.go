@@ -11,10 +11,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -96,6 +98,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		InstanceID: spec.InstanceID, Image: spec.Image, State: runtime.StateRunning,
 		Endpoint: ln.Addr().String(), Labels: labels, CreatedAt: time.Now(),
 	}}
+	if spec.Resources.DiskBytes > 0 {
+		bx.sb.DiskEnforcement = runtime.DiskEnforcementBerth
+	}
 	go func() {
 		defer close(bx.done)
 		_ = srv.Serve(sctx, ln)
@@ -211,6 +216,36 @@ func (r *Runtime) emit(ev runtime.Event) {
 		default:
 		}
 	}
+}
+
+// Usage sums the sizes of the regular files in the sandbox's workspace (its
+// whole "writable layer" in-process).
+func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
+	r.mu.Lock()
+	bx, ok := r.boxes[id]
+	r.mu.Unlock()
+	if !ok {
+		return runtime.Usage{}, errdefs.NotFound("sandbox %s", id)
+	}
+	var n int64
+	err := filepath.WalkDir(bx.dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // vanished while walking: not counted
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return runtime.Usage{}, fmt.Errorf("inproc: usage of %s: %w", id, err)
+	}
+	return runtime.Usage{DiskBytes: n, MeasuredAt: time.Now()}, nil
 }
 
 // Ping always succeeds.
