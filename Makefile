@@ -10,16 +10,19 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_GEN_GATEWAY_VERSION := v2.27.8
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help build run run-agent images e2e proto proto-tools proto-check lint test bench clean
+.PHONY: help deps build run run-agent images e2e proto proto-tools proto-check lint test bench leakcheck clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+deps: ## install the host packages run and test need, only those missing (scripts/deps.sh; idempotent)
+	scripts/deps.sh
 
 build: ## build bin/sandbox-agent (static) and bin/orchestrator side by side
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandbox-agent ./cmd/sandbox-agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/orchestrator ./cmd/orchestrator
 
-run: build images ## build agent, orchestrator and images; serve on 127.0.0.1:7070 (operator token: $$BERTH_OPERATOR_TOKEN or "dev-operator-token")
+run: deps build images ## build agent, orchestrator and images; serve on 127.0.0.1:7070 (operator token: $$BERTH_OPERATOR_TOKEN or "dev-operator-token")
 	mkdir -p .berth/data
 	BERTH_OPERATOR_TOKEN=$${BERTH_OPERATOR_TOKEN:-dev-operator-token} $(BIN)/orchestrator serve --data-dir $(CURDIR)/.berth/data
 
@@ -27,7 +30,7 @@ run-agent: build ## run the agent alone on 127.0.0.1:7000 (token: $$BERTH_AGENT_
 	mkdir -p .berth/workspace
 	BERTH_AGENT_TOKEN=$${BERTH_AGENT_TOKEN:-dev-token} $(BIN)/sandbox-agent --listen 127.0.0.1:7000 --workdir $(CURDIR)/.berth/workspace
 
-images: ## build the sandbox images berth/base and berth/minimal (offline, cached)
+images: deps ## build the sandbox images berth/base and berth/minimal (offline, cached)
 	images/build.sh all
 
 proto-tools: ## install protoc (Debian) and the pinned Go plugins
@@ -53,13 +56,13 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: images ## run all tests, e2e included (needs a running Docker Engine; builds the images first)
+test: deps images ## run all tests, e2e included (needs a running Docker Engine; builds the images first)
 	$(GO) test -count=1 -timeout 30m ./...
 
-e2e: images ## run only the end-to-end tests against the real Docker Engine
+e2e: deps images ## run only the end-to-end tests against the real Docker Engine
 	$(GO) test -count=1 -timeout 20m -v ./e2e/...
 
-bench: build images ## benchmarks; each prints ratios measured in one run
+bench: deps build images ## benchmarks; each prints ratios measured in one run
 	@echo "== agent: exec /bin/true over gRPC vs bare fork/exec (target: within 3x)"
 	$(GO) test -run '^$$' -bench 'ExecTrueVsForkExec' -benchtime 2000x ./pkg/agent/
 	@echo "== agent: 256 MiB upload + download over gRPC on loopback"
@@ -74,6 +77,9 @@ bench: build images ## benchmarks; each prints ratios measured in one run
 	$(GO) test -run '^$$' -bench 'ProxyFiles256MiB' -benchtime 1x ./e2e/
 	@echo "== containerd vs docker backend: cold create and exec round trip"
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./pkg/runtime/containerd/
+
+leakcheck: ## list berth test leftovers (containers, tasks, snapshots, volumes, networks, netns, veths); fail if any
+	scripts/leakcheck.sh
 
 clean:
 	rm -rf $(BIN)
