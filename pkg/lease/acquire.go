@@ -37,7 +37,8 @@ const MaxPublicPorts = 16
 // required.
 type AcquireRequest struct {
 	// ConversationID identifies the conversation: 1–256 bytes of UTF-8
-	// without control characters. Acquire is idempotent by it.
+	// without control characters. Acquire is idempotent by it within one
+	// owner: two owners' identical conversation ids are independent.
 	ConversationID string
 	// Owner is who asks; the edge sets it from the credential (clients own
 	// what they acquire; the operator may pass any owner, or none).
@@ -61,6 +62,9 @@ type AcquireRequest struct {
 	// PublicPorts are preview ports (1-65535) the proxy serves without a
 	// token. Default none.
 	PublicPorts []int
+	// NoOwnerLimit exempts this acquire from Config.MaxLivePerOwner (the
+	// edge sets it for the operator). Config.MaxLive still applies.
+	NoOwnerLimit bool
 }
 
 func noControl(field, s string) error {
@@ -89,9 +93,9 @@ func validLabelKey(k string) error {
 	return nil
 }
 
-func validLabels(field string, labels map[string]string) error {
-	if len(labels) > MaxLabels {
-		return errdefs.InvalidArgument(field, "%d labels, at most %d", len(labels), MaxLabels)
+func validLabels(field string, labels map[string]string, maxLabels int) error {
+	if len(labels) > maxLabels {
+		return errdefs.InvalidArgument(field, "%d labels, at most %d", len(labels), maxLabels)
 	}
 	for k, v := range labels {
 		if err := validLabelKey(k); err != nil {
@@ -148,6 +152,9 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if err := noControl("image", req.Image); err != nil {
 		return req, err
 	}
+	if err := m.checkImage(req.Image); err != nil {
+		return req, err
+	}
 	switch {
 	case req.TTL < 0:
 		return req, errdefs.InvalidArgument("ttl", "%s is negative", req.TTL)
@@ -162,11 +169,14 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	case req.IdleTimeout == 0:
 		req.IdleTimeout = m.cfg.DefaultIdleTimeout
 	}
-	if err := validLabels("labels", req.Labels); err != nil {
+	if err := validLabels("labels", req.Labels, m.cfg.MaxLabels); err != nil {
 		return req, err
 	}
 	if len(req.Env) > MaxEnv {
 		return req, errdefs.InvalidArgument("env", "%d variables, at most %d", len(req.Env), MaxEnv)
+	}
+	if n := envBytes(req.Env); n > m.cfg.MaxEnvBytes {
+		return req, errdefs.InvalidArgument("env", "%d bytes in total, at most %d", n, m.cfg.MaxEnvBytes)
 	}
 	for k, v := range req.Env {
 		switch {
@@ -181,8 +191,8 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if err := validResources("resources", req.Resources); err != nil {
 		return req, err
 	}
-	if len(req.PublicPorts) > MaxPublicPorts {
-		return req, errdefs.InvalidArgument("public_ports", "%d ports, at most %d", len(req.PublicPorts), MaxPublicPorts)
+	if len(req.PublicPorts) > m.cfg.MaxPublicPorts {
+		return req, errdefs.InvalidArgument("public_ports", "%d ports, at most %d", len(req.PublicPorts), m.cfg.MaxPublicPorts)
 	}
 	for _, p := range req.PublicPorts {
 		if p < 1 || p > 65535 {
@@ -199,6 +209,9 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if req.Resources.PidsLimit == 0 {
 		req.Resources.PidsLimit = d.PidsLimit
 	}
+	if err := m.checkMaxResources("resources", req.Resources); err != nil {
+		return req, err
+	}
 	req.Labels = maps.Clone(req.Labels)
 	req.Env = maps.Clone(req.Env)
 	return req, nil
@@ -208,17 +221,18 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 // sandbox when there is none, with the lease's token and whether this call
 // created it.
 //
-// Idempotent by conversation: concurrent and repeated acquires of one
-// conversation create one sandbox and all get the same lease and token. A
+// Idempotent by (owner, conversation): concurrent and repeated acquires of
+// one owner's conversation create one sandbox and all get the same lease and token. A
 // caller arriving while the lease is PENDING waits for the creation's
 // outcome and shares it (success or error). Returning an existing lease
 // counts as activity; it neither renews it nor applies the request's other
 // fields. A conversation whose lease is RELEASING, or ended, gets a new lease.
 //
-// Errors: errdefs.ErrInvalidArgument naming the field;
-// errdefs.ErrPermissionDenied when the conversation's live lease has another
-// owner; errdefs.ErrResourceExhausted with a RetryAfter hint when MaxLive
-// leases are live; the runtime's error, category preserved (e.g. NotFound
+// Errors: errdefs.ErrInvalidArgument naming the field (also for resources
+// above Config.MaxResources); errdefs.ErrPermissionDenied naming image for
+// an image outside Config.AllowedImages; errdefs.ErrResourceExhausted with a
+// RetryAfter hint when MaxLive leases, or MaxLivePerOwner leases of the
+// owner, are live; the runtime's error, category preserved (e.g. NotFound
 // for a missing image), when the sandbox could not be created — the lease
 // record is then FAILED with that reason; errdefs.ErrUnavailable when the
 // Manager is not running; ctx's error when the caller gives up.
@@ -247,12 +261,7 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 			m.mu.Unlock()
 			return Lease{}, "", false, err
 		}
-		e := m.byConv[req.ConversationID]
-		if e != nil && e.l.Owner != req.Owner {
-			id := e.l.ID
-			m.mu.Unlock()
-			return Lease{}, "", false, fmt.Errorf("%w: conversation %q has a live lease (%s) of another owner", errdefs.ErrPermissionDenied, req.ConversationID, id)
-		}
+		e := m.byConv[convKey(req.Owner, req.ConversationID)]
 		if e != nil && e.l.State == StatePending {
 			call := e.call
 			m.mu.Unlock()
@@ -298,6 +307,15 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 				After: after,
 			}
 		}
+		if m.cfg.MaxLivePerOwner > 0 && !req.NoOwnerLimit && m.ownerLiveLocked(req.Owner) >= m.cfg.MaxLivePerOwner {
+			after := m.retryHintForLocked(req.Owner)
+			live := m.ownerLiveLocked(req.Owner)
+			m.mu.Unlock()
+			return Lease{}, "", false, &RetryAfterError{
+				Err:   errdefs.ResourceExhausted("owner %q has %d live leases, the maximum per owner is %d; retry after %s", req.Owner, live, m.cfg.MaxLivePerOwner, after),
+				After: after,
+			}
+		}
 		now := m.now()
 		e = &entry{
 			l: Lease{
@@ -324,7 +342,7 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 			panic(err) // "" → PENDING is always allowed
 		}
 		delete(m.counts, StateUnspecified)
-		m.byConv[req.ConversationID] = e
+		m.byConv[convKey(req.Owner, req.ConversationID)] = e
 		m.created++
 		l, rev := e.snapshot()
 		runCtx, call := m.runCtx, e.call // create clears e.call when it is done
@@ -356,11 +374,12 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 func (m *Manager) abandon(e *entry, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.byConv[e.l.ConversationID] == e {
-		delete(m.byConv, e.l.ConversationID)
+	if key := convKey(e.l.Owner, e.l.ConversationID); m.byConv[key] == e {
+		delete(m.byConv, key)
 	}
 	delete(m.leases, e.l.ID)
 	m.counts[e.l.State]--
+	m.trackLiveLocked(e.l.Owner, e.l.State, StateUnspecified)
 	e.call.err = wrapf(err, "acquire: persist lease %s", e.l.ID)
 	close(e.call.done)
 	e.call = nil
@@ -438,13 +457,26 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 // retryHintLocked estimates when a live slot frees up: soon if a lease is
 // being released, else when the first READY lease expires; between 1s and 30s.
 func (m *Manager) retryHintLocked() time.Duration {
-	const lo, hi = time.Second, 30 * time.Second
 	if m.counts[StateReleasing] > 0 {
-		return lo
+		return time.Second
 	}
+	return m.retryHintForLocked("")
+}
+
+// retryHintForLocked is retryHintLocked over one owner's leases (every
+// lease when owner is ""): soon if one is being released, else when the
+// first READY one expires; between 1s and 30s.
+func (m *Manager) retryHintForLocked(owner string) time.Duration {
+	const lo, hi = time.Second, 30 * time.Second
 	now := m.now()
 	best := hi
 	for _, e := range m.leases {
+		if owner != "" && e.l.Owner != owner {
+			continue
+		}
+		if e.l.State == StateReleasing {
+			return lo
+		}
 		if e.l.State != StateReady {
 			continue
 		}

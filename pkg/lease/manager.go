@@ -60,6 +60,35 @@ type Config struct {
 	// DefaultResources fill the zero fields of an acquire's resources.
 	// Default zero: the runtime's defaults.
 	DefaultResources runtime.Resources
+	// MaxResources bounds an acquire's resources (after defaults) field by
+	// field; above it is errdefs.ErrInvalidArgument naming the field
+	// ("resources.cpus: 4096 exceeds the maximum 4"). A zero field is no
+	// bound. Default zero (the orchestrator sets its own maximums).
+	MaxResources runtime.Resources
+	// MaxEnvBytes bounds the total size of an acquire's env (every
+	// KEY=VALUE plus a separator). Default DefaultMaxEnvBytes (64 KiB).
+	MaxEnvBytes int
+	// MaxLabels bounds the number of labels of an acquire. Default MaxLabels (64).
+	MaxLabels int
+	// MaxPublicPorts bounds an acquire's public ports. Default MaxPublicPorts (16).
+	MaxPublicPorts int
+	// AllowedImages are the images an acquire may name: "*" allows every
+	// image, an entry ending in "/" every repository under that prefix,
+	// any other entry that repository with any tag or digest (references
+	// are compared in their short form: "berth/base", not
+	// "docker.io/berth/base"). DefaultImage is always allowed. Another
+	// image is errdefs.ErrPermissionDenied naming the image field. Default
+	// empty: every image (the orchestrator passes its allowlist).
+	AllowedImages []string
+	// MaxLivePerOwner bounds one owner's live leases; an acquire beyond it
+	// fails like MaxLive (errdefs.ErrResourceExhausted with a RetryAfter
+	// hint) unless AcquireRequest.NoOwnerLimit is set. Default 0: no
+	// per-owner limit.
+	MaxLivePerOwner int
+	// MaxEndedPerOwner bounds the ended lease records kept per owner: the
+	// reaper purges the oldest beyond it even before Retention passes.
+	// Default 0: no bound (Retention alone).
+	MaxEndedPerOwner int
 	// Retention is how long ended lease records are kept (for Get, List and
 	// debugging) before they are purged. Default 1h; negative keeps them
 	// forever.
@@ -118,6 +147,15 @@ func (c *Config) setDefaults() error {
 		c.MaxLive = 100
 	}
 	def(&c.Retention, time.Hour)
+	if c.MaxEnvBytes <= 0 {
+		c.MaxEnvBytes = DefaultMaxEnvBytes
+	}
+	if c.MaxLabels <= 0 {
+		c.MaxLabels = MaxLabels
+	}
+	if c.MaxPublicPorts <= 0 {
+		c.MaxPublicPorts = MaxPublicPorts
+	}
 	def(&c.ReapInterval, 200*time.Millisecond)
 	if c.ReapConcurrency <= 0 {
 		c.ReapConcurrency = 4
@@ -140,6 +178,9 @@ func (c *Config) setDefaults() error {
 	case c.ReapInterval < 0 || c.ReadyTimeout < 0 || c.RemoveTimeout < 0 || c.ResyncInterval < 0 || c.ActivityFlushInterval < 0:
 		return errdefs.InvalidArgument("interval", "durations must not be negative")
 	}
+	if err := validResources("max_resources", c.MaxResources); err != nil {
+		return err
+	}
 	return validResources("default_resources", c.DefaultResources)
 }
 
@@ -155,7 +196,9 @@ type Manager struct {
 
 	mu      sync.Mutex
 	leases  map[string]*entry // every record, live and ended
-	byConv  map[string]*entry // conversation id → its PENDING or READY lease
+	byConv  map[string]*entry // convKey(owner, conversation id) → its PENDING or READY lease
+	// liveByOwner counts live (PENDING, READY, RELEASING) leases per owner.
+	liveByOwner map[string]int
 	subs    map[*subscriber]struct{}
 	counts  map[State]int    // current records by state
 	entered map[State]uint64 // transitions into each state since New
@@ -217,6 +260,7 @@ func New(cfg Config) (*Manager, error) {
 		store:     cfg.Store,
 		leases:    map[string]*entry{},
 		byConv:    map[string]*entry{},
+		liveByOwner: map[string]int{},
 		subs:      map[*subscriber]struct{}{},
 		counts:    map[State]int{},
 		entered:   map[State]uint64{},
@@ -330,6 +374,8 @@ func (m *Manager) load() error {
 	}); err != nil {
 		return fmt.Errorf("lease manager: load leases: %w", err)
 	}
+	var rewrite []snap // ended records that still carry env
+	defer func() { m.persistAll(rewrite) }()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range all {
@@ -341,17 +387,25 @@ func (m *Manager) load() error {
 		if l.State.Ended() {
 			close(e.ended)
 		}
+		if l.State.Ended() && l.Env != nil {
+			// Records written before env was dropped at the end of a lease.
+			e.l.Env = nil
+			e.rev++
+			rewrite = append(rewrite, snap{e.l.Clone(), e.rev})
+		}
 		m.leases[l.ID] = e
 		m.counts[l.State]++
+		m.trackLiveLocked(l.Owner, StateUnspecified, l.State)
 		m.persisted[l.ID] = 0
 		if l.State == StatePending || l.State == StateReady {
-			if other := m.byConv[l.ConversationID]; other != nil {
+			key := convKey(l.Owner, l.ConversationID)
+			if other := m.byConv[key]; other != nil {
 				m.log.Warn("two live leases for one conversation in the store", "conversation_id", l.ConversationID, "lease_id", l.ID, "other_lease_id", other.l.ID)
 				if other.l.CreatedAt.After(l.CreatedAt) {
 					continue
 				}
 			}
-			m.byConv[l.ConversationID] = e
+			m.byConv[key] = e
 		}
 	}
 	return nil
@@ -371,15 +425,17 @@ func (m *Manager) transitionLocked(e *entry, to State, reason string) error {
 	m.counts[from]--
 	m.counts[to]++
 	m.entered[to]++
+	m.trackLiveLocked(e.l.Owner, from, to)
 	if to == StateReady {
 		m.seq++
 		e.readySeq = m.seq
 	}
-	if !(to == StatePending || to == StateReady) && m.byConv[e.l.ConversationID] == e {
-		delete(m.byConv, e.l.ConversationID)
+	if key := convKey(e.l.Owner, e.l.ConversationID); !(to == StatePending || to == StateReady) && m.byConv[key] == e {
+		delete(m.byConv, key)
 	}
 	if to.Ended() {
 		close(e.ended)
+		e.l.Env = nil // no longer needed, and it may be large or secret
 	}
 	m.log.Info("lease transition", "lease_id", e.l.ID, "conversation_id", e.l.ConversationID, "container_id", e.l.ContainerID,
 		"from", from.String(), "state", to.String(), "reason", reason)

@@ -124,17 +124,25 @@ func TestAcquireManyConversations(t *testing.T) {
 	}
 }
 
-func TestAcquireOwnerMismatch(t *testing.T) {
+// Two owners' identical conversation ids are two independent leases, and
+// neither learns anything about the other's.
+func TestAcquireSameConversationTwoOwners(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
-	if _, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: "alice"}); err != nil {
+	a, tokA, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: "alice"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: "bob"})
-	if !errors.Is(err, errdefs.ErrPermissionDenied) {
-		t.Fatalf("err = %v, want PermissionDenied", err)
+	b, tokB, created, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: "bob"})
+	if err != nil || !created || b.ID == a.ID || tokB == tokA || b.Owner != "bob" {
+		t.Fatalf("bob: created=%v err=%v same lease=%v", created, err, b.ID == a.ID)
 	}
-	// Also while the first is still PENDING.
+	// Each owner's retry gets its own lease back.
+	a2, _, created, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: "alice"})
+	if err != nil || created || a2.ID != a.ID {
+		t.Fatalf("alice again: %v created=%v id=%s want %s", err, created, a2.ID, a.ID)
+	}
+	// Also while the first is still PENDING: bob does not wait for alice's.
 	h.rt.set(func(f *fakeRuntime) { f.createGate = make(chan struct{}) })
 	done := make(chan struct{})
 	go func() {
@@ -142,11 +150,20 @@ func TestAcquireOwnerMismatch(t *testing.T) {
 		h.m.Acquire(ctx, AcquireRequest{ConversationID: "p", Owner: "alice"})
 	}()
 	eventually(t, time.Second, "pending lease", func() bool { return h.m.Stats().ByState[StatePending] == 1 })
-	if _, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "p", Owner: "bob"}); !errors.Is(err, errdefs.ErrPermissionDenied) {
-		t.Fatalf("pending: err = %v", err)
-	}
+	bobDone := make(chan error, 1)
+	go func() {
+		_, _, created, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "p", Owner: "bob"})
+		if err == nil && !created {
+			err = errors.New("bob's acquire joined alice's creation")
+		}
+		bobDone <- err
+	}()
+	eventually(t, time.Second, "two pending leases", func() bool { return h.m.Stats().ByState[StatePending] == 2 })
 	h.rt.set(func(f *fakeRuntime) { close(f.createGate) })
 	<-done
+	if err := <-bobDone; err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestAcquireMaxLive(t *testing.T) {

@@ -210,12 +210,14 @@ func (m *Manager) Renew(ctx context.Context, id string, ttl time.Duration) (Leas
 
 // Release ends a lease: READY or PENDING → RELEASING, its container is
 // removed, → RELEASED (reason defaults to "released"). It waits, bounded by
-// ctx, until the lease has ended; a lease released while its sandbox is
+// ctx, until the lease has ended; the reason is cleaned with SanitizeText
+// (control characters dropped, at most MaxReasonLen bytes); a lease released while its sandbox is
 // being created ends once the creation finishes. Releasing an ended lease
 // succeeds and returns it unchanged; an unknown id is errdefs.ErrNotFound.
 // If the removal fails the lease stays RELEASING, the error is returned,
 // and the reaper keeps retrying the removal.
 func (m *Manager) Release(ctx context.Context, id, reason string) (Lease, error) {
+	reason = SanitizeText(reason, MaxReasonLen)
 	if reason == "" {
 		reason = "released"
 	}
@@ -292,7 +294,7 @@ func (m *Manager) Reap(ctx context.Context, f ReapFilter) ([]string, error) {
 	if f.empty() && !f.All {
 		return nil, errdefs.InvalidArgument("all", "an empty selector reaps every lease; set all to mean it")
 	}
-	if f.Reason == "" {
+	if f.Reason = SanitizeText(f.Reason, MaxReasonLen); f.Reason == "" {
 		f.Reason = "reaped by operator"
 	}
 	m.mu.Lock()

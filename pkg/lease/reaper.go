@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -51,6 +52,11 @@ func (m *Manager) reapOnce() {
 			purge = append(purge, id)
 		}
 	}
+	if excess := m.excessEndedLocked(); len(excess) > 0 {
+		purge = append(purge, excess...)
+		slices.Sort(purge)
+		purge = slices.Compact(purge)
+	}
 	m.mu.Unlock()
 	m.persistAll(snaps)
 	if len(purge) == 0 {
@@ -72,7 +78,7 @@ func (m *Manager) reapOnce() {
 	}
 	m.mu.Lock()
 	for _, id := range purge {
-		if e := m.leases[id]; e != nil && m.purgeable(e, now) {
+		if e := m.leases[id]; e != nil && e.droppable() {
 			delete(m.leases, id)
 			m.counts[e.l.State]--
 		}
