@@ -163,6 +163,14 @@ type Runtime interface {
 	Stop(ctx context.Context, id string, grace time.Duration) error
 	// Remove force-removes a sandbox; a missing one is success.
 	Remove(ctx context.Context, id string) error
+	// Restart starts a sandbox whose container exited (agent crash, kill
+	// from outside, engine restart) again in place: the same container with
+	// its writable layer — the files — kept; its processes are lost. It
+	// waits for the agent like Create (bounded by the backend's
+	// ReadyTimeout) and returns the sandbox with its endpoint read again
+	// (the address may change). A running sandbox is only waited for; a
+	// paused one is FailedPrecondition; a missing one NotFound.
+	Restart(ctx context.Context, id string) (Sandbox, error)
 	// Pause freezes a sandbox's processes; Resume thaws them.
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error

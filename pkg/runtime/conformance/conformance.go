@@ -132,6 +132,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, images Ima
 		t.Run("StopRemove", s.testStopRemove)
 		t.Run("PauseResume", s.testPauseResume)
 		t.Run("WatchDied", s.testWatch)
+		t.Run("RestartInPlace", s.testRestart)
 		t.Run("MissingImage", s.testMissingImage)
 		t.Run("InvalidReference", s.testInvalidReference)
 		t.Run("InvalidSpec", s.testInvalidSpec)

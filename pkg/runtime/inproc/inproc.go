@@ -42,6 +42,7 @@ type box struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	dir    string
+	token  string // the agent's token, for Restart
 }
 
 // New returns a Runtime whose workspaces live under baseDir (a temp dir
@@ -93,7 +94,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		labels[runtime.LabelUserPrefix+k] = v
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	bx := &box{cancel: cancel, done: make(chan struct{}), dir: dir, sb: runtime.Sandbox{
+	bx := &box{cancel: cancel, done: make(chan struct{}), dir: dir, token: spec.AgentToken, sb: runtime.Sandbox{
 		ID: id, Name: "berth-" + spec.LeaseID, LeaseID: spec.LeaseID, ConversationID: spec.ConversationID,
 		InstanceID: spec.InstanceID, Image: spec.Image, State: runtime.StateRunning,
 		Endpoint: ln.Addr().String(), Labels: labels, CreatedAt: time.Now(),
@@ -158,9 +159,10 @@ func (r *Runtime) Kill(id string, exitCode int) error {
 		return errdefs.NotFound("sandbox %s", id)
 	}
 	bx.sb.State, bx.sb.ExitCode = runtime.StateExited, exitCode
+	cancel, done := bx.cancel, bx.done // Restart replaces them
 	r.mu.Unlock()
-	bx.cancel()
-	<-bx.done
+	cancel()
+	<-done
 	r.emit(runtime.Event{Kind: runtime.EventDied, ID: id, LeaseID: bx.sb.LeaseID, ExitCode: exitCode, At: time.Now()})
 	return nil
 }
