@@ -19,8 +19,10 @@ import (
 	"github.com/berth-dev/berth/internal/listenmux"
 	"github.com/berth-dev/berth/internal/memlisten"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -94,6 +96,40 @@ type Server struct {
 	OnShutdown func()
 	// Logger receives serving errors.
 	Logger *slog.Logger
+	// MaxConns bounds the open connections of the listener (gRPC and HTTP
+	// together); further ones wait in the kernel's accept queue until one
+	// closes. Default DefaultMaxConns.
+	MaxConns int
+	// ReadHeaderTimeout bounds how long an HTTP client may take to send a
+	// request's headers (a slow client cannot hold a connection). Default
+	// DefaultReadHeaderTimeout.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes HTTP keep-alive connections idle this long.
+	// Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+}
+
+// Listener limit defaults shared by the agent and the orchestrator.
+const (
+	DefaultMaxConns          = 1024
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	// DefaultMaxStreams bounds the concurrent gRPC streams of one connection.
+	DefaultMaxStreams = 256
+)
+
+// GRPCOptions are the limits every berth gRPC server sets: at most
+// maxStreams concurrent streams per connection, messages up to MaxMessage,
+// keepalive pings from clients at most every 10s (more often ends the
+// connection), server pings after a minute of silence to find dead peers
+// (20s to answer), and connections without calls closed after idle (0: never).
+func GRPCOptions(maxStreams uint32, idle time.Duration) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(maxStreams),
+		grpc.MaxRecvMsgSize(MaxMessage),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: time.Minute, Timeout: 20 * time.Second}),
+	}
 }
 
 // Serve serves on ln until ctx ends, then shuts down gracefully.
@@ -106,8 +142,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := listenmux.New(ln)
-	hs := &http.Server{Handler: s.HTTP, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	maxConns, rht, idle := s.MaxConns, s.ReadHeaderTimeout, s.IdleTimeout
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConns
+	}
+	if rht <= 0 {
+		rht = DefaultReadHeaderTimeout
+	}
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	m := listenmux.New(netutil.LimitListener(ln, maxConns))
+	hs := &http.Server{Handler: s.HTTP, ReadHeaderTimeout: rht, IdleTimeout: idle, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)
 	run := func(name string, f func() error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -77,6 +78,48 @@ type Config struct {
 	DefaultMemoryBytes int64 `json:"defaultMemoryBytes"`
 	// DefaultPids is the per-sandbox process limit. Default 512.
 	DefaultPids int64 `json:"defaultPids"`
+	// MaxCPUs bounds an acquire's resources.cpus. Default 4.
+	MaxCPUs float64 `json:"maxCPUs"`
+	// MaxMemoryBytes bounds an acquire's resources.memoryBytes. Default 8 GiB.
+	MaxMemoryBytes int64 `json:"maxMemoryBytes"`
+	// MaxPids bounds an acquire's resources.pids. Default 4096.
+	MaxPids int64 `json:"maxPids"`
+	// MaxDiskBytes bounds an acquire's resources.diskBytes. Default 100 GiB.
+	MaxDiskBytes int64 `json:"maxDiskBytes"`
+	// MaxEnvBytes bounds the total size of an acquire's env (every
+	// KEY=VALUE plus one byte). Default 64 KiB.
+	MaxEnvBytes int `json:"maxEnvBytes"`
+	// MaxLabels bounds the labels of an acquire (keys at most 128 bytes,
+	// values at most 256). Default 64.
+	MaxLabels int `json:"maxLabels"`
+	// MaxPublicPorts bounds an acquire's publicPorts. Default 16.
+	MaxPublicPorts int `json:"maxPublicPorts"`
+	// AllowedImages are the images an acquire may name (the default image is
+	// always allowed): "*" allows every local image, an entry ending in "/"
+	// every repository under it ("berth/"), another entry that repository
+	// with any tag or digest. Other images are PERMISSION_DENIED naming
+	// image. Default ["berth/"] (the images berth builds).
+	AllowedImages []string `json:"allowedImages"`
+	// MaxLeasesPerOwner bounds one owner's live leases; more acquires get
+	// RESOURCE_EXHAUSTED (HTTP 429 with Retry-After). The operator's own
+	// acquires are exempt (MaxLeases still applies). Default 20.
+	MaxLeasesPerOwner int `json:"maxLeasesPerOwner"`
+	// MaxEndedPerOwner bounds the ended lease records kept per owner; older
+	// ones are purged before Retention passes. Default 100.
+	MaxEndedPerOwner int `json:"maxEndedPerOwner"`
+	// MaxWatchesPerPrincipal bounds the concurrent watch streams of one
+	// caller (the operator, one client owner, or one lease token); more get
+	// RESOURCE_EXHAUSTED. Default 8.
+	MaxWatchesPerPrincipal int `json:"maxWatchesPerPrincipal"`
+	// MaxConnections bounds the listener's open connections (gRPC and
+	// HTTP together); more wait in the kernel's accept queue. Default 1024.
+	MaxConnections int `json:"maxConnections"`
+	// ReadHeaderTimeout bounds how long an HTTP client may take to send a
+	// request's headers. Default 10s.
+	ReadHeaderTimeout Duration `json:"readHeaderTimeout"`
+	// IdleTimeout closes HTTP keep-alive connections idle this long, and
+	// gRPC connections with no call for this long. Default 2m.
+	IdleTimeout Duration `json:"idleTimeout"`
 	// OperatorToken opens every call and every lease (env BERTH_OPERATOR_TOKEN).
 	// Empty disables operator access.
 	OperatorToken string `json:"-"`
@@ -121,23 +164,37 @@ func Defaults() Config {
 		agent = filepath.Join(filepath.Dir(exe), "sandbox-agent")
 	}
 	return Config{
-		Listen:             "127.0.0.1:7070",
-		DataDir:            filepath.Join(home, ".local", "share", "berth"),
-		Runtime:            "docker",
-		AgentBinary:        agent,
-		Network:            "berth",
-		PreviewDomain:      "sandbox.localhost",
-		AgentInjection:     "volume",
-		DefaultImage:       "berth/base",
-		DefaultTTL:         Duration(10 * time.Minute),
-		MaxTTL:             Duration(24 * time.Hour),
-		MaxLeases:          100,
-		Retention:          Duration(time.Hour),
-		DefaultCPUs:        1,
-		DefaultMemoryBytes: 512 << 20,
-		DefaultPids:        512,
-		LogLevel:           "info",
-		LogFormat:          "text",
+		Listen:                 "127.0.0.1:7070",
+		DataDir:                filepath.Join(home, ".local", "share", "berth"),
+		Runtime:                "docker",
+		AgentBinary:            agent,
+		Network:                "berth",
+		PreviewDomain:          "sandbox.localhost",
+		AgentInjection:         "volume",
+		DefaultImage:           "berth/base",
+		DefaultTTL:             Duration(10 * time.Minute),
+		MaxTTL:                 Duration(24 * time.Hour),
+		MaxLeases:              100,
+		Retention:              Duration(time.Hour),
+		DefaultCPUs:            1,
+		DefaultMemoryBytes:     512 << 20,
+		DefaultPids:            512,
+		MaxCPUs:                4,
+		MaxMemoryBytes:         8 << 30,
+		MaxPids:                4096,
+		MaxDiskBytes:           100 << 30,
+		MaxEnvBytes:            64 << 10,
+		MaxLabels:              64,
+		MaxPublicPorts:         16,
+		AllowedImages:          []string{"berth/"},
+		MaxLeasesPerOwner:      20,
+		MaxEndedPerOwner:       100,
+		MaxWatchesPerPrincipal: 8,
+		MaxConnections:         1024,
+		ReadHeaderTimeout:      Duration(10 * time.Second),
+		IdleTimeout:            Duration(2 * time.Minute),
+		LogLevel:               "info",
+		LogFormat:              "text",
 	}
 }
 
@@ -159,6 +216,18 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	maxLeases := fs.Int("max-leases", 0, "maximum live leases (env BERTH_MAX_LEASES)")
 	ttl := fs.Duration("default-ttl", 0, "default lease TTL (env BERTH_DEFAULT_TTL)")
 	idle := fs.Duration("default-idle-timeout", 0, "default idle timeout (env BERTH_DEFAULT_IDLE_TIMEOUT)")
+	maxPerOwner := fs.Int("max-leases-per-owner", 0, "maximum live leases of one owner (env BERTH_MAX_LEASES_PER_OWNER; default 20)")
+	maxCPUs := fs.Float64("max-cpus", 0, "maximum resources.cpus of an acquire (env BERTH_MAX_CPUS; default 4)")
+	maxMem := fs.Int64("max-memory-bytes", 0, "maximum resources.memoryBytes (env BERTH_MAX_MEMORY_BYTES; default 8 GiB)")
+	maxPids := fs.Int64("max-pids", 0, "maximum resources.pids (env BERTH_MAX_PIDS; default 4096)")
+	maxDisk := fs.Int64("max-disk-bytes", 0, "maximum resources.diskBytes (env BERTH_MAX_DISK_BYTES; default 100 GiB)")
+	maxEnv := fs.Int("max-env-bytes", 0, "maximum total env size of an acquire (env BERTH_MAX_ENV_BYTES; default 65536)")
+	maxLabels := fs.Int("max-labels", 0, "maximum labels of an acquire (env BERTH_MAX_LABELS; default 64)")
+	maxPorts := fs.Int("max-public-ports", 0, "maximum public ports of an acquire (env BERTH_MAX_PUBLIC_PORTS; default 16)")
+	maxEnded := fs.Int("max-ended-per-owner", 0, "ended lease records kept per owner (env BERTH_MAX_ENDED_PER_OWNER; default 100)")
+	maxWatches := fs.Int("max-watches-per-principal", 0, "concurrent watch streams per caller (env BERTH_MAX_WATCHES_PER_PRINCIPAL; default 8)")
+	maxConns := fs.Int("max-connections", 0, "maximum open connections (env BERTH_MAX_CONNECTIONS; default 1024)")
+	allowed := fs.String("allowed-images", "", "comma-separated image prefixes acquires may use, * for all (env BERTH_ALLOWED_IMAGES; default berth/)")
 	logLevel := fs.String("log-level", "", "log level (env BERTH_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "", "log format text|json (env BERTH_LOG_FORMAT)")
 	if err := fs.Parse(args); err != nil {
@@ -226,6 +295,62 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	if *maxLeases != 0 {
 		cfg.MaxLeases = *maxLeases
 	}
+	intVar := func(dst *int, env string, flagVal int) {
+		if v := getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			}
+			*dst = n
+		}
+		if flagVal != 0 {
+			*dst = flagVal
+		}
+	}
+	int64Var := func(dst *int64, env string, flagVal int64) {
+		if v := getenv(env); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			}
+			*dst = n
+		}
+		if flagVal != 0 {
+			*dst = flagVal
+		}
+	}
+	intVar(&cfg.MaxLeasesPerOwner, "BERTH_MAX_LEASES_PER_OWNER", *maxPerOwner)
+	intVar(&cfg.MaxEnvBytes, "BERTH_MAX_ENV_BYTES", *maxEnv)
+	intVar(&cfg.MaxLabels, "BERTH_MAX_LABELS", *maxLabels)
+	intVar(&cfg.MaxPublicPorts, "BERTH_MAX_PUBLIC_PORTS", *maxPorts)
+	intVar(&cfg.MaxEndedPerOwner, "BERTH_MAX_ENDED_PER_OWNER", *maxEnded)
+	intVar(&cfg.MaxWatchesPerPrincipal, "BERTH_MAX_WATCHES_PER_PRINCIPAL", *maxWatches)
+	intVar(&cfg.MaxConnections, "BERTH_MAX_CONNECTIONS", *maxConns)
+	int64Var(&cfg.MaxMemoryBytes, "BERTH_MAX_MEMORY_BYTES", *maxMem)
+	int64Var(&cfg.MaxPids, "BERTH_MAX_PIDS", *maxPids)
+	int64Var(&cfg.MaxDiskBytes, "BERTH_MAX_DISK_BYTES", *maxDisk)
+	if v := getenv("BERTH_MAX_CPUS"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("BERTH_MAX_CPUS: %w", err))
+		}
+		cfg.MaxCPUs = f
+	}
+	if *maxCPUs != 0 {
+		cfg.MaxCPUs = *maxCPUs
+	}
+	imgs := getenv("BERTH_ALLOWED_IMAGES")
+	if *allowed != "" {
+		imgs = *allowed
+	}
+	if imgs != "" {
+		cfg.AllowedImages = nil
+		for _, p := range strings.Split(imgs, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				cfg.AllowedImages = append(cfg.AllowedImages, p)
+			}
+		}
+	}
 	cfg.OperatorToken = getenv("BERTH_OPERATOR_TOKEN")
 	if v := getenv("BERTH_CLIENT_TOKENS"); v != "" {
 		for _, pair := range strings.Split(v, ",") {
@@ -256,6 +381,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("default ttl must be positive and at most max ttl")
 	case c.DataDir == "":
 		return errors.New("data dir must be set")
+	case math.IsNaN(c.MaxCPUs) || math.IsInf(c.MaxCPUs, 0) || c.MaxCPUs <= 0 || c.MaxCPUs > 1e6:
+		return fmt.Errorf("max cpus must be a positive number (at most 1e6), got %v", c.MaxCPUs)
+	case c.MaxMemoryBytes <= 0 || c.MaxPids <= 0 || c.MaxDiskBytes <= 0:
+		return errors.New("max memory bytes, max pids and max disk bytes must be positive")
+	case c.DefaultCPUs > c.MaxCPUs || c.DefaultMemoryBytes > c.MaxMemoryBytes || c.DefaultPids > c.MaxPids:
+		return errors.New("default cpus, memory bytes and pids must not exceed their maximums")
+	case c.MaxEnvBytes <= 0 || c.MaxLabels <= 0 || c.MaxPublicPorts <= 0:
+		return errors.New("max env bytes, max labels and max public ports must be positive")
+	case c.MaxLeasesPerOwner <= 0 || c.MaxEndedPerOwner <= 0 || c.MaxWatchesPerPrincipal <= 0 || c.MaxConnections <= 0:
+		return errors.New("max leases per owner, max ended per owner, max watches per principal and max connections must be positive")
+	case c.ReadHeaderTimeout <= 0 || c.IdleTimeout <= 0:
+		return errors.New("read header timeout and idle timeout must be positive")
 	}
 	seen := map[string]bool{}
 	for _, cl := range c.Clients {

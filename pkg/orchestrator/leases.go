@@ -2,7 +2,9 @@ package orchestrator
 
 import (
 	"context"
+	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -22,7 +24,49 @@ import (
 // logic lives in pkg/lease.
 type leaseServer struct {
 	orchv1.UnimplementedLeaseServiceServer
-	m *lease.Manager
+	m       *lease.Manager
+	watches *watchLimiter
+}
+
+// watchLimiter counts open watch streams per principal.
+type watchLimiter struct {
+	max  int
+	mu   sync.Mutex
+	open map[string]int
+}
+
+func newWatchLimiter(max int) *watchLimiter {
+	return &watchLimiter{max: max, open: map[string]int{}}
+}
+
+// limitKey names a principal for per-caller limits.
+func limitKey(p Principal) string {
+	switch p.Role {
+	case RoleOperator:
+		return "operator"
+	case RoleClient:
+		return "client:" + p.Owner
+	case RoleLease:
+		return "lease:" + p.LeaseID
+	}
+	return ""
+}
+
+// acquire takes a watch slot of key; release gives it back.
+func (w *watchLimiter) acquire(key string) (release func(), err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.max > 0 && w.open[key] >= w.max {
+		return nil, status.Errorf(codes.ResourceExhausted, "%d watch streams are open for this token, the maximum is %d; close one first", w.open[key], w.max)
+	}
+	w.open[key]++
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.open[key]--; w.open[key] <= 0 {
+			delete(w.open, key)
+		}
+	}, nil
 }
 
 func principal(ctx context.Context) Principal {
@@ -92,22 +136,23 @@ func (s *leaseServer) Acquire(ctx context.Context, req *orchv1.AcquireRequest) (
 	default:
 		return nil, errDenied
 	}
+	res, err := s.fromResources(req.Resources)
+	if err != nil {
+		return nil, err
+	}
 	ar := lease.AcquireRequest{
 		ConversationID: req.ConversationId, Owner: owner, Image: req.Image,
-		Labels: req.Labels, Env: req.Env, Resources: fromResources(req.Resources),
+		Labels: req.Labels, Env: req.Env, Resources: res,
+		NoOwnerLimit: p.Role == RoleOperator,
 	}
 	for _, p := range req.PublicPorts {
 		ar.PublicPorts = append(ar.PublicPorts, int(p))
 	}
-	var err error
 	if ar.TTL, err = duration("ttl", req.Ttl); err != nil {
 		return nil, err
 	}
 	if ar.IdleTimeout, err = duration("idle_timeout", req.IdleTimeout); err != nil {
 		return nil, err
-	}
-	if req.Resources != nil && req.Resources.Cpus < 0 {
-		return nil, status.Error(codes.InvalidArgument, "resources.cpus: must not be negative")
 	}
 	l, tok, created, err := s.m.Acquire(ctx, ar)
 	if err != nil {
@@ -233,6 +278,13 @@ func (s *leaseServer) Watch(req *orchv1.WatchRequest, stream grpc.ServerStreamin
 	default:
 		return errDenied
 	}
+	if s.watches != nil {
+		done, err := s.watches.acquire(limitKey(p))
+		if err != nil {
+			return err
+		}
+		defer done()
+	}
 	// Send headers now so REST clients see the stream open.
 	if err := stream.SendHeader(nil); err != nil {
 		return err
@@ -286,11 +338,29 @@ func duration(field string, d *durationpb.Duration) (time.Duration, error) {
 	return v, nil
 }
 
-func fromResources(r *orchv1.Resources) runtime.Resources {
+// fromResources converts requested resources. CPUs arrive as a double
+// (JSON accepts "NaN" and "Infinity"): non-finite, negative or above the
+// configured maximum is INVALID_ARGUMENT naming resources.cpus, checked here
+// because the conversion to nano-CPUs would overflow. The other maximums
+// are the lease manager's.
+func (s *leaseServer) fromResources(r *orchv1.Resources) (runtime.Resources, error) {
 	if r == nil {
-		return runtime.Resources{}
+		return runtime.Resources{}, nil
 	}
-	return runtime.Resources{NanoCPUs: int64(r.Cpus * 1e9), MemoryBytes: r.MemoryBytes, PidsLimit: r.Pids}
+	c := r.Cpus
+	switch {
+	case math.IsNaN(c) || math.IsInf(c, 0):
+		return runtime.Resources{}, status.Errorf(codes.InvalidArgument, "resources.cpus: %v is not a finite number", c)
+	case c < 0:
+		return runtime.Resources{}, status.Errorf(codes.InvalidArgument, "resources.cpus: %g must not be negative", c)
+	}
+	if mx := float64(s.m.Config().MaxResources.NanoCPUs) / 1e9; mx > 0 && c > mx {
+		return runtime.Resources{}, status.Errorf(codes.InvalidArgument, "resources.cpus: %g exceeds the maximum %g", c, mx)
+	}
+	if c*1e9 >= math.MaxInt64 {
+		return runtime.Resources{}, status.Errorf(codes.InvalidArgument, "resources.cpus: %g is too large", c)
+	}
+	return runtime.Resources{NanoCPUs: int64(c * 1e9), MemoryBytes: r.MemoryBytes, PidsLimit: r.Pids}, nil
 }
 
 func toState(s lease.State) orchv1.LeaseState {

@@ -33,6 +33,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // Server is a running orchestrator: lease manager plus API edge.
@@ -83,6 +84,13 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		DefaultImage: cfg.DefaultImage, DefaultTTL: time.Duration(cfg.DefaultTTL), MaxTTL: time.Duration(cfg.MaxTTL),
 		DefaultIdleTimeout: time.Duration(cfg.DefaultIdleTimeout), MaxLive: cfg.MaxLeases,
 		DefaultResources: runtime.Resources{NanoCPUs: int64(cfg.DefaultCPUs * 1e9), MemoryBytes: cfg.DefaultMemoryBytes, PidsLimit: cfg.DefaultPids},
+		MaxResources:     maxResources(cfg),
+		MaxEnvBytes:      cfg.MaxEnvBytes,
+		MaxLabels:        cfg.MaxLabels,
+		MaxPublicPorts:   cfg.MaxPublicPorts,
+		AllowedImages:    cfg.AllowedImages,
+		MaxLivePerOwner:  cfg.MaxLeasesPerOwner,
+		MaxEndedPerOwner: cfg.MaxEndedPerOwner,
 		Retention:        time.Duration(cfg.Retention),
 		Logger:           log.With("component", "lease"),
 	})
@@ -123,7 +131,12 @@ func (s *Server) buildAPI() error {
 		return fmt.Errorf("orchestrator: proxy: %w", err)
 	}
 	s.proxy = px
-	s.grpc = grpc.NewServer(
+	opts := append(edge.GRPCOptions(edge.DefaultMaxStreams, time.Duration(s.cfg.IdleTimeout)),
+		// Authenticate from the headers, before a request message is read:
+		// an unauthenticated caller cannot make the server read megabytes.
+		grpc.InTapHandle(s.tap),
+	)
+	s.grpc = grpc.NewServer(append(opts,
 		grpc.ChainUnaryInterceptor(rec.Unary, s.authUnary),
 		// The proxy's interceptor goes first: it sends reflection calls
 		// that name a lease to that lease's agent.
@@ -131,9 +144,8 @@ func (s *Server) buildAPI() error {
 		// Agent RPCs (unknown services here) are forwarded as raw frames.
 		grpc.UnknownServiceHandler(px.GRPCHandler()),
 		grpc.ForceServerCodecV2(px.Codec()),
-		grpc.MaxRecvMsgSize(edge.MaxMessage),
-	)
-	orchv1.RegisterLeaseServiceServer(s.grpc, &leaseServer{m: s.manager})
+	)...)
+	orchv1.RegisterLeaseServiceServer(s.grpc, &leaseServer{m: s.manager, watches: newWatchLimiter(s.cfg.MaxWatchesPerPrincipal)})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -158,7 +170,7 @@ func (s *Server) buildAPI() error {
 	})
 	mux.Handle("GET /metrics", metricsHandler(s.manager, px))
 	mux.Handle(proxy.RoutePrefix, px) // not under MaxBytesHandler: bodies stream
-	mux.Handle("/", http.MaxBytesHandler(gw, 4<<20))
+	mux.Handle("/", s.authHTTP(http.MaxBytesHandler(gw, 4<<20)))
 	s.handler = rec.HTTP(px.HostRouter(mux))
 	return nil
 }
@@ -170,7 +182,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		<-ctx.Done()
 		s.health.Shutdown()
 	}()
-	srv := &edge.Server{GRPC: s.grpc, HTTP: s.handler, InProc: s.inproc, Logger: s.log, ShutdownGrace: 10 * time.Second}
+	srv := &edge.Server{GRPC: s.grpc, HTTP: s.handler, InProc: s.inproc, Logger: s.log, ShutdownGrace: 10 * time.Second,
+		MaxConns: s.cfg.MaxConnections, ReadHeaderTimeout: time.Duration(s.cfg.ReadHeaderTimeout), IdleTimeout: time.Duration(s.cfg.IdleTimeout)}
 	if err := srv.Serve(ctx, ln); err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
 	}
@@ -206,12 +219,61 @@ func (s *Server) authenticate(ctx context.Context, method string) (context.Conte
 	}
 	p, err := s.auth.fromContext(ctx)
 	if err != nil {
-		return nil, status.Error(codes.Unauthenticated, "missing or invalid bearer token (send 'Authorization: Bearer TOKEN': the operator token, a client token, or a lease token)")
+		return nil, errUnauthenticated
 	}
 	if strings.HasPrefix(method, "/grpc.reflection.") && p.Role == RoleLease {
 		return nil, errDenied
 	}
 	return withPrincipal(ctx, p), nil
+}
+
+// errUnauthenticated is the answer to a call without a valid token.
+var errUnauthenticated = status.Error(codes.Unauthenticated, "missing or invalid bearer token (send 'Authorization: Bearer TOKEN': the operator token, a client token, or a lease token)")
+
+// tap refuses, from the headers alone, every call but health that carries
+// no valid token (bearer authorization, or the proxy's x-berth-token), so
+// the request message of an unauthenticated call is never read. The
+// interceptors then authorize the call itself (and the proxy the lease).
+func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if open(info.FullMethodName) {
+		return ctx, nil
+	}
+	for _, v := range info.Header.Get("authorization") {
+		if _, err := s.auth.fromHeader(v); err == nil {
+			return ctx, nil
+		}
+	}
+	for _, v := range info.Header.Get(proxy.TokenMetadata) {
+		if _, err := s.auth.fromToken(strings.TrimSpace(v)); err == nil {
+			return ctx, nil
+		}
+	}
+	return ctx, errUnauthenticated
+}
+
+// authHTTP refuses REST calls without a valid bearer token before their
+// body is read (the gateway would read it whole first). What is left of a
+// small body is drained so that clients which write the whole body before
+// reading see the 401.
+func (s *Server) authHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.auth.fromHeader(r.Header.Get("Authorization")); err == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.ContentLength >= 0 && r.ContentLength <= 64<<10 {
+			edge.DrainBody(w, r, false)
+		} else {
+			w.Header().Set("Connection", "close")
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
+		edge.WriteJSONError(w, status.Convert(errUnauthenticated))
+	})
+}
+
+// maxResources converts the configured maximums.
+func maxResources(cfg Config) runtime.Resources {
+	return runtime.Resources{NanoCPUs: int64(cfg.MaxCPUs * 1e9), MemoryBytes: cfg.MaxMemoryBytes, PidsLimit: cfg.MaxPids}
 }
 
 func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

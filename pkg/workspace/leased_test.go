@@ -86,29 +86,29 @@ func (o *orch) probe(t *testing.T) {
 	}
 }
 
-func (o *orch) proxyMounted(t *testing.T, tr workspace.Transport) bool {
+// requireProxy fails t unless the orchestrator's proxy serves transport tr:
+// the proxy is part of the orchestrator, so a leased workspace always goes
+// through it.
+func (o *orch) requireProxy(t *testing.T, tr workspace.Transport) {
+	t.Helper()
 	o.probe(t)
-	if tr == workspace.TransportREST {
-		return o.restOK
+	if tr == workspace.TransportREST && !o.restOK {
+		t.Fatal("the orchestrator's proxy is not mounted: GET {base}/v1/sandboxes/{lease}/healthz answered 404 from the gateway")
 	}
-	return o.grpcOK
+	if tr == workspace.TransportGRPC && !o.grpcOK {
+		t.Fatal("the orchestrator's proxy is not mounted: agent RPCs with x-berth-lease answer UNIMPLEMENTED")
+	}
 }
 
-// config returns a LeasedConfig for conversation conv. When the proxy is
-// not mounted yet, the workspace reaches the sandbox's agent directly (its
-// endpoint, with the agent token) — the same wire protocol — so that the
-// lease handling (acquire, renew, release, pickup) is still tested.
+// config returns a LeasedConfig for conversation conv, through the
+// orchestrator's proxy (which must be mounted).
 func (o *orch) config(t *testing.T, conv string, tr workspace.Transport) workspace.LeasedConfig {
-	cfg := workspace.LeasedConfig{
+	t.Helper()
+	o.requireProxy(t, tr)
+	return workspace.LeasedConfig{
 		OrchestratorAddr: o.Base, Token: orchtest.ClientAToken, ConversationID: conv,
 		Transport: tr, Logger: quietLog(), ReleaseTimeout: 20 * time.Second,
 	}
-	if !o.proxyMounted(t, tr) {
-		workspace.SetDirect(&cfg, func(l *orchv1.Lease) workspace.RemoteConfig {
-			return workspace.RemoteConfig{Target: l.GetEndpoint(), Token: o.Srv.Manager().AgentToken(l.GetId()), Transport: tr, Logger: quietLog()}
-		})
-	}
-	return cfg
 }
 
 func newLeased(t *testing.T, cfg workspace.LeasedConfig) *workspace.Leased {
@@ -131,18 +131,12 @@ func getLease(t *testing.T, o *orch, id string) lease.Lease {
 }
 
 // TestLeasedConformance runs the suite against leased workspaces that go
-// through the orchestrator's proxy. It skips while the proxy is not
-// mounted on the orchestrator.
+// through the orchestrator's proxy (it fails if the proxy is not mounted).
 func TestLeasedConformance(t *testing.T) {
 	o := startOrch(t)
 	for _, tr := range []workspace.Transport{workspace.TransportREST, workspace.TransportGRPC} {
 		t.Run(tr.String(), func(t *testing.T) {
-			if !o.proxyMounted(t, tr) {
-				if tr == workspace.TransportREST {
-					t.Skip("the orchestrator's proxy is not mounted: GET {base}/v1/sandboxes/{lease}/healthz answered 404 from the gateway (pkg/proxy not wired in yet)")
-				}
-				t.Skip("the orchestrator's proxy is not mounted: agent RPCs with x-berth-lease answer UNIMPLEMENTED (pkg/proxy not wired in yet)")
-			}
+			o.requireProxy(t, tr)
 			conformance.Run(t, func(t *testing.T) workspace.Workspace {
 				cfg := workspace.LeasedConfig{
 					OrchestratorAddr: o.Base, Token: orchtest.ClientAToken, ConversationID: "conf-" + t.Name(),
@@ -325,12 +319,13 @@ func TestNewLeasedErrors(t *testing.T) {
 			t.Fatalf("%s: bad token: %v, want unauthenticated", tr, err)
 		}
 	}
-	// Another owner's conversation is not picked up.
+	// Another owner's identical conversation id is its own lease: A's is
+	// neither picked up nor touched.
 	a := newLeased(t, o.config(t, "owned-by-a", workspace.TransportGRPC))
 	cfg := o.config(t, "owned-by-a", workspace.TransportGRPC)
 	cfg.Token = orchtest.ClientBToken
-	if _, err := workspace.NewLeased(ctx, cfg); !errors.Is(err, errdefs.ErrPermissionDenied) {
-		t.Fatalf("another owner's conversation: %v, want permission denied", err)
+	if b := newLeased(t, cfg); b.LeaseID() == a.LeaseID() || getLease(t, o, b.LeaseID()).Owner != "team-b" {
+		t.Fatalf("another owner's conversation: got lease %s (A's is %s)", b.LeaseID(), a.LeaseID())
 	}
 	if l := getLease(t, o, a.LeaseID()); l.State != lease.StateReady {
 		t.Fatalf("a failed NewLeased touched another owner's lease: %s", l.State)
