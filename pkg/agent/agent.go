@@ -24,7 +24,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 )
 
@@ -83,12 +82,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	rec := edge.Recoverer{Log: log}
 
-	gs := grpc.NewServer(
+	// Limits as on the orchestrator; more streams per connection because
+	// the orchestrator's proxy multiplexes every client on one connection.
+	gs := grpc.NewServer(append(edge.GRPCOptions(4*edge.DefaultMaxStreams, 0),
+		grpc.InTapHandle(auth.tap),
 		grpc.ChainUnaryInterceptor(rec.Unary, auth.unary),
 		grpc.ChainStreamInterceptor(rec.Stream, auth.stream),
-		grpc.MaxRecvMsgSize(maxGRPCMessage),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	)...)
 
 	runner := process.NewRunner(process.Config{WorkDir: cfg.WorkDir, MaxProcesses: cfg.MaxProcesses, OOMScoreAdj: 500, Logger: log.With("component", "process")})
 	fsys := files.New(files.Config{Logger: log.With("component", "files")})
