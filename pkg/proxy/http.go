@@ -10,7 +10,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/berth-dev/berth/internal/edge"
@@ -154,51 +153,13 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		h.Set("X-Forwarded-Prefix", t.prefix)
 	}
 	h.Del(TokenHeader)
-	stripTokenCookie(h)
+	tokenCookies(h, true)
 	if t.stripAuth {
 		h.Del("Authorization")
 	}
 	if t.agentToken != "" {
 		h.Set("Authorization", "Bearer "+t.agentToken)
 	}
-}
-
-// stripTokenCookie removes berth_token cookies from the Cookie headers,
-// keeping every other cookie as it was sent.
-func stripTokenCookie(h http.Header) {
-	vals := h["Cookie"]
-	if len(vals) == 0 {
-		return
-	}
-	found := false
-	for _, v := range vals {
-		if strings.Contains(v, TokenCookie) {
-			found = true
-			break
-		}
-	}
-	if !found {
-		return
-	}
-	var kept []string
-	for _, v := range vals {
-		var parts []string
-		for part := range strings.SplitSeq(v, ";") {
-			name, _, _ := strings.Cut(strings.TrimSpace(part), "=")
-			if name == TokenCookie || strings.TrimSpace(part) == "" {
-				continue
-			}
-			parts = append(parts, strings.TrimSpace(part))
-		}
-		if len(parts) > 0 {
-			kept = append(kept, strings.Join(parts, "; "))
-		}
-	}
-	if len(kept) == 0 {
-		h.Del("Cookie")
-		return
-	}
-	h["Cookie"] = kept
 }
 
 // modifyResponse records the upstream's status.

@@ -31,8 +31,8 @@ func (p *Proxy) servePreview(w http.ResponseWriter, r *http.Request, id string, 
 	for _, v := range r.Header.Values(TokenHeader) {
 		ts.add(v)
 	}
-	for _, c := range r.CookiesNamed(TokenCookie) {
-		ts.add(c.Value)
+	for _, v := range tokenCookies(r.Header, false) {
+		ts.add(v)
 	}
 	rawQuery, qtok := cutQueryParam(r.URL.RawQuery, TokenQuery)
 	ts.add(qtok)
@@ -88,10 +88,7 @@ func (p *Proxy) bootstrap(w http.ResponseWriter, r *http.Request, tok, prefix, r
 		Name: TokenCookie, Value: tok, Path: path,
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil,
 	})
-	loc := r.URL.EscapedPath()
-	if rawQuery != "" {
-		loc += "?" + rawQuery
-	}
+	loc := localRedirect(r.URL.EscapedPath(), rawQuery)
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	h.Set("Referrer-Policy", "no-referrer")
