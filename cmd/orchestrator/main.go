@@ -104,6 +104,7 @@ func serve(args []string) int {
 		log.Error("cannot listen", "addr", cfg.Listen, "err", err)
 		return 1
 	}
+	orchestrator.WarnExposure(log, ln.Addr())
 	if err := srv.Serve(ctx, ln); err != nil {
 		log.Error("serve failed", "err", err)
 		return 1

@@ -16,6 +16,10 @@
 //
 // Every sandbox the suite creates carries a per-run instance label; the suite
 // removes them all in t.Cleanup, even when a test fails.
+//
+// A check whose optional input was not given (Images.Shell, Images.BadUser,
+// WithKill) skips, or fails when BERTH_REQUIRE_DOCKER=1 (see
+// internal/testenv): every caller in this repository gives them all.
 package conformance
 
 import (
@@ -35,6 +39,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
@@ -129,6 +134,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, images Ima
 		t.Run("Hardening", s.testHardening)
 		t.Run("Limits", s.testLimits)
 		t.Run("Isolation", s.testIsolation)
+		t.Run("HostListeners", s.testHostListeners)
 		t.Run("StopRemove", s.testStopRemove)
 		t.Run("PauseResume", s.testPauseResume)
 		t.Run("WatchDied", s.testWatch)
@@ -206,7 +212,7 @@ func shortID(id string) string {
 func (s *suite) needShell(t *testing.T) {
 	t.Helper()
 	if s.images.Shell == "" {
-		t.Skip("no shell image given (Images.Shell); skipping")
+		testenv.SkipOrFail(t, "no shell image given (Images.Shell); skipping")
 	}
 }
 
@@ -650,7 +656,7 @@ func (s *suite) testIsolation(t *testing.T) {
 	switch code := s.probe(t, a, specA.AgentToken, net.JoinHostPort("127.0.0.1", strconv.Itoa(runtime.AgentPort))); code {
 	case 0:
 	case 77:
-		t.Skip("the shell image has none of bash, python3 or nc to test connectivity with")
+		testenv.SkipOrFail(t, "the shell image has none of bash, python3 or nc to test connectivity with")
 	default:
 		t.Fatalf("control probe of the sandbox's own agent failed (exit %d)", code)
 	}
@@ -661,6 +667,118 @@ func (s *suite) testIsolation(t *testing.T) {
 	// …but not from A.
 	if code := s.probe(t, a, specA.AgentToken, b.Endpoint); code == 0 {
 		t.Errorf("sandbox A reached sandbox B's agent at %s; sandboxes must not reach each other", b.Endpoint)
+	}
+}
+
+// hostListener listens on addr (port 0) and counts the connections it gets.
+func hostListener(t *testing.T, addr string) (net.Listener, *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", addr)
+	if err != nil {
+		t.Fatalf("listen on %s: %v", addr, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var n atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	return ln, &n
+}
+
+// testHostListeners checks that a sandbox cannot reach services listening
+// on the host: neither one bound to 0.0.0.0 (through the bridge's gateway
+// address or any other address of the host) nor one bound to the gateway
+// address itself, while the host still reaches the sandbox's agent.
+func (s *suite) testHostListeners(t *testing.T) {
+	t.Parallel()
+	s.needShell(t)
+	spec := s.spec(s.images.Shell)
+	sb := s.create(t, spec)
+	switch code := s.probe(t, sb, spec.AgentToken, net.JoinHostPort("127.0.0.1", strconv.Itoa(runtime.AgentPort))); code {
+	case 0:
+	case 77:
+		t.Skip("the shell image has none of bash, python3 or nc to test connectivity with")
+	default:
+		t.Fatalf("control probe of the sandbox's own agent failed (exit %d)", code)
+	}
+	host, _, err := net.SplitHostPort(sb.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbIP := net.ParseIP(host)
+	// The gateway is the host's address on the sandbox's subnet; the
+	// others are the host's remaining IPv4 addresses (bridges, LAN).
+	var gateway net.IP
+	var others []net.IP
+	ifaces, _ := net.Interfaces()
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok || ipn.IP.To4() == nil {
+				continue
+			}
+			if ipn.Contains(sbIP) {
+				gateway = ipn.IP
+			} else {
+				others = append(others, ipn.IP)
+			}
+		}
+	}
+	if gateway == nil {
+		t.Skipf("no address of this host is on the sandbox's subnet (%s): the sandboxes run elsewhere", sbIP)
+	}
+	all, nAll := hostListener(t, "0.0.0.0:0")
+	gw, nGw := hostListener(t, net.JoinHostPort(gateway.String(), "0"))
+	allPort := strconv.Itoa(all.Addr().(*net.TCPAddr).Port)
+	targets := []string{net.JoinHostPort(gateway.String(), allPort), gw.Addr().String()}
+	if len(others) > 3 {
+		others = others[:3]
+	}
+	for _, ip := range others {
+		targets = append(targets, net.JoinHostPort(ip.String(), allPort))
+	}
+	// Control: the listeners work from the host.
+	for _, a := range targets {
+		c, err := net.DialTimeout("tcp", a, 3*time.Second)
+		if err != nil {
+			t.Fatalf("control: the host cannot reach its own listener %s: %v", a, err)
+		}
+		c.Close()
+	}
+	// Wait until the listeners have counted the control connections.
+	want := int64(len(targets))
+	for deadline := time.Now().Add(5 * time.Second); nAll.Load()+nGw.Load() < want && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := nAll.Load() + nGw.Load()
+	if before != want {
+		t.Fatalf("control: the listeners counted %d connections, want %d", before, want)
+	}
+	for _, a := range targets {
+		if code := s.probe(t, sb, spec.AgentToken, a); code == 0 {
+			t.Errorf("the sandbox (%s) reached the host's listener at %s", sbIP, a)
+		} else {
+			t.Logf("sandbox -> host %s: refused or dropped (exit %d)", a, code)
+		}
+	}
+	if n := nAll.Load() + nGw.Load() - before; n != 0 {
+		t.Errorf("the host's listeners accepted %d connections from the sandbox", n)
+	}
+	// The host still reaches the sandbox (host -> sandbox is OUTPUT, and
+	// the sandbox's replies are ESTABLISHED on INPUT).
+	if err := s.healthz(sb, 5*time.Second); err != nil {
+		t.Errorf("the host cannot reach the sandbox's agent any more: %v", err)
 	}
 }
 
@@ -774,7 +892,7 @@ func (s *suite) testPauseResume(t *testing.T) {
 func (s *suite) testWatch(t *testing.T) {
 	t.Parallel()
 	if s.opts.kill == nil {
-		t.Skip("no kill hook given (WithKill); skipping")
+		testenv.SkipOrFail(t, "no kill hook given (WithKill); skipping")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -915,7 +1033,7 @@ func (s *suite) testReadyTimeout(t *testing.T) {
 func (s *suite) testBadUser(t *testing.T) {
 	t.Parallel()
 	if s.images.BadUser == "" {
-		t.Skip("no image with a missing user given (Images.BadUser); skipping")
+		testenv.SkipOrFail(t, "no image with a missing user given (Images.BadUser); skipping")
 	}
 	spec := s.spec(s.images.BadUser)
 	began := time.Now()

@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/typeurl/v2"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/berth-dev/berth/internal/hostfw"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
@@ -376,7 +377,8 @@ func (r *Runtime) firewallRules() []string {
 	}
 }
 
-// ensureFirewall installs the sandbox network's iptables rules, idempotently:
+// ensureFirewall installs the sandbox network's iptables rules, idempotently
+// (the host-input filter of package hostfw included):
 // the chain's rules (rewritten when they differ), a jump to it at the top of
 // FORWARD and, when Docker's DOCKER-USER chain exists, at the top of that
 // too (Docker re-inserts its own rules above ours when it restarts, but
@@ -444,6 +446,12 @@ func (r *Runtime) ensureFirewall(ctx context.Context) error {
 		if _, err := ipt(append([]string{"-t", "nat", "-A"}, masq...)...); err != nil {
 			return fail(err)
 		}
+	}
+	// What the sandboxes send to the host itself (the gateway address or
+	// any other address of the host) is INPUT, not FORWARD: dropped there
+	// too, except replies to the host's own connections (the agents').
+	if err := hostfw.Ensure(ctx, r.cfg.Bridge); err != nil {
+		return fail(err)
 	}
 	return nil
 }

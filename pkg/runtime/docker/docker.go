@@ -91,6 +91,10 @@ type Config struct {
 	// Client is the Docker API client. Default: NewClient() (configured from
 	// DOCKER_HOST etc., with API version negotiation); Close closes it.
 	Client Client
+	// HostInput keeps sandboxes away from the host's own listeners with
+	// iptables INPUT rules for the network's bridge: HostInputAuto
+	// (default), HostInputRequired or HostInputOff. See HostInputMode.
+	HostInput HostInputMode
 }
 
 // Runtime is the Docker Engine backend. It is safe for concurrent use.
@@ -103,6 +107,8 @@ type Runtime struct {
 
 	netMu sync.Mutex
 	netID string // id of the sandbox network once ensured
+
+	hostInputWarn sync.Once // the warning that the host input filter is missing
 
 	volMu   sync.Mutex
 	volName string // the agent volume once ensured (InjectVolume)
@@ -153,6 +159,13 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	switch cfg.HostInput {
+	case "":
+		cfg.HostInput = HostInputAuto
+	case HostInputAuto, HostInputRequired, HostInputOff:
+	default:
+		return nil, errdefs.InvalidArgument("host_input", "want %q, %q or %q, got %q", HostInputAuto, HostInputRequired, HostInputOff, cfg.HostInput)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -80,6 +80,9 @@ func (r *Runtime) ensureNetwork(ctx context.Context) (string, error) {
 	if nw.Options[optICC] != "false" {
 		return "", errdefs.FailedPrecondition("docker: network %s allows inter-container communication, so sandboxes could reach each other; remove it (docker network rm %s) and berth recreates it with %s=false", name, name, optICC)
 	}
+	if err := r.ensureHostInput(ctx, nw); err != nil {
+		return "", err
+	}
 	r.netID = nw.ID
 	return nw.ID, nil
 }
