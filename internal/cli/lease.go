@@ -29,20 +29,32 @@ type Env struct {
 // clientFlags are the flags every client command takes.
 type clientFlags struct {
 	addr, token, output string
+	env                 Env
 }
 
+// The token's flag has no default value, so that -h never prints a
+// secret: the environment is read in tokenOr, after parsing.
 func (c *clientFlags) register(fs *flag.FlagSet, env Env) {
 	addr := env.Getenv("BERTH_ADDR")
 	if addr == "" {
 		addr = DefaultAddr
 	}
-	tok := env.Getenv("BERTH_TOKEN")
-	if tok == "" {
-		tok = env.Getenv("BERTH_OPERATOR_TOKEN")
-	}
 	fs.StringVar(&c.addr, "addr", addr, "orchestrator address (env BERTH_ADDR)")
-	fs.StringVar(&c.token, "token", tok, "API token (env BERTH_TOKEN, else BERTH_OPERATOR_TOKEN)")
+	fs.StringVar(&c.token, "token", "", "API token (default: env BERTH_TOKEN, else BERTH_OPERATOR_TOKEN)")
 	fs.StringVar(&c.output, "o", "table", "output: table or json")
+	c.env = env
+}
+
+// bearer returns the token to send: --token, else BERTH_TOKEN, else
+// BERTH_OPERATOR_TOKEN.
+func (c *clientFlags) bearer() string {
+	if c.token != "" || c.env.Getenv == nil {
+		return c.token
+	}
+	if tok := c.env.Getenv("BERTH_TOKEN"); tok != "" {
+		return tok
+	}
+	return c.env.Getenv("BERTH_OPERATOR_TOKEN")
 }
 
 // labelFlag collects repeated k=v flags.
@@ -192,7 +204,7 @@ func RunLease(ctx context.Context, args []string, env Env) int {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	msg, err := run(withToken(ctx, cf.token), orchv1.NewLeaseServiceClient(conn))
+	msg, err := run(withToken(ctx, cf.bearer()), orchv1.NewLeaseServiceClient(conn))
 	if err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
@@ -219,7 +231,7 @@ func watch(ctx context.Context, cf clientFlags, req *orchv1.WatchRequest, env En
 	defer conn.Close()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	stream, err := orchv1.NewLeaseServiceClient(conn).Watch(withToken(ctx, cf.token), req)
+	stream, err := orchv1.NewLeaseServiceClient(conn).Watch(withToken(ctx, cf.bearer()), req)
 	if err != nil {
 		return fail(env, err)
 	}
@@ -237,16 +249,16 @@ func watch(ctx context.Context, cf clientFlags, req *orchv1.WatchRequest, env En
 			continue
 		}
 		tr := ev.GetTransition()
-		fmt.Fprintf(env.Stdout, "%s\t%s\t%s -> %s\t%s\n", tr.GetAt().AsTime().Format(time.RFC3339), ev.GetLease().GetId(),
-			stateName(tr.GetFrom()), stateName(tr.GetTo()), tr.GetReason())
+		fmt.Fprintf(env.Stdout, "%s\t%s\t%s -> %s\t%s\n", tr.GetAt().AsTime().Format(time.RFC3339), safe(ev.GetLease().GetId()),
+			stateName(tr.GetFrom()), stateName(tr.GetTo()), safe(tr.GetReason()))
 	}
 }
 
-// fail prints a one-line error (the message, then the gRPC code) and
-// returns 1.
+// fail prints a one-line error (the message, escaped, then the gRPC code)
+// and returns 1.
 func fail(env Env, err error) int {
 	st := status.Convert(err)
-	msg := strings.ReplaceAll(st.Message(), "\n", " ")
+	msg := safe(strings.ReplaceAll(st.Message(), "\n", " "))
 	fmt.Fprintf(env.Stderr, "orchestrator: %s (%s)\n", msg, st.Code())
 	return 1
 }
@@ -303,8 +315,8 @@ func printTable(w io.Writer, msg proto.Message) {
 		if l.GetExpiresAt() != nil && !stateEnded(l.GetState()) {
 			exp = time.Until(l.GetExpiresAt().AsTime()).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.GetId(), l.GetConversationId(), l.GetOwner(), stateName(l.GetState()),
-			l.GetImage(), exp, l.GetReason())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(l.GetId()), safe(l.GetConversationId()), safe(l.GetOwner()), stateName(l.GetState()),
+			safe(l.GetImage()), exp, safe(l.GetReason()))
 	}
 	header := func() { fmt.Fprintln(tw, "ID\tCONVERSATION\tOWNER\tSTATE\tIMAGE\tEXPIRES IN\tREASON") }
 	switch m := msg.(type) {
@@ -312,7 +324,7 @@ func printTable(w io.Writer, msg proto.Message) {
 		header()
 		row(m.GetLease())
 		tw.Flush()
-		fmt.Fprintf(w, "token: %s\n", m.GetToken())
+		fmt.Fprintf(w, "token: %s\n", safe(m.GetToken()))
 	case *orchv1.Lease:
 		header()
 		row(m)
@@ -323,7 +335,7 @@ func printTable(w io.Writer, msg proto.Message) {
 		}
 	case *orchv1.ReapResponse:
 		for _, id := range m.GetReaped() {
-			fmt.Fprintln(tw, id)
+			fmt.Fprintln(tw, safe(id))
 		}
 	}
 }

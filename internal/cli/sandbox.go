@@ -36,7 +36,7 @@ func openSandbox(ctx context.Context, cf clientFlags, lease string) (*sandboxCon
 	if err != nil {
 		return nil, err
 	}
-	ctx = withToken(ctx, cf.token)
+	ctx = withToken(ctx, cf.bearer())
 	ctx = metadata.AppendToOutgoingContext(ctx, "x-berth-lease", lease)
 	return &sandboxConn{conn: conn, ctx: ctx}, nil
 }
@@ -145,7 +145,7 @@ func RunCp(ctx context.Context, args []string, env Env, stdin io.Reader) int {
 	fs.SetOutput(env.Stderr)
 	var cf clientFlags
 	cf.register(fs, env)
-	parents := fs.Bool("parents", false, "create missing parent directories in the sandbox")
+	parents := fs.Bool("parents", true, "create missing parent directories in the sandbox (--parents=false: refuse a missing parent)")
 	pos, rest, err := parseArgs(fs, args)
 	if err != nil {
 		return 2
@@ -210,7 +210,7 @@ func upload(ctx context.Context, files agentv1.FileServiceClient, r io.Reader, p
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Send(&agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Header{Header: &agentv1.UploadHeader{Path: path, CreateParents: parents}}}); err != nil {
+	if err := st.Send(&agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Header{Header: &agentv1.UploadHeader{Path: path, NoCreateParents: !parents}}}); err != nil {
 		_, err = st.CloseAndRecv()
 		return nil, err
 	}
@@ -336,14 +336,14 @@ func RunGit(ctx context.Context, args []string, env Env) int {
 			fmt.Fprintln(env.Stdout, string(b))
 			return 0
 		}
-		fmt.Fprintf(env.Stdout, "branch %s (ahead %d, behind %d)\n", st.Branch, st.Ahead, st.Behind)
+		fmt.Fprintf(env.Stdout, "branch %s (ahead %d, behind %d)\n", safe(st.Branch), st.Ahead, st.Behind)
 		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 		for _, f := range st.Files {
 			kind := strings.TrimPrefix(f.Kind.String(), "CHANGE_KIND_")
 			if f.OldPath != "" {
-				fmt.Fprintf(tw, "%s\t%s -> %s\n", kind, f.OldPath, f.Path)
+				fmt.Fprintf(tw, "%s\t%s -> %s\n", kind, safe(f.OldPath), safe(f.Path))
 			} else {
-				fmt.Fprintf(tw, "%s\t%s\n", kind, f.Path)
+				fmt.Fprintf(tw, "%s\t%s\n", kind, safe(f.Path))
 			}
 		}
 		tw.Flush()
@@ -360,7 +360,7 @@ func RunGit(ctx context.Context, args []string, env Env) int {
 	}
 	if *file != "" && d.Unified == "" {
 		if d.Binary {
-			fmt.Fprintf(env.Stdout, "%s: binary file differs\n", d.Path)
+			fmt.Fprintf(env.Stdout, "%s: binary file differs\n", safe(d.Path))
 			return 0
 		}
 		fmt.Fprintf(env.Stdout, "--- original %s\n%s\n+++ modified %s\n%s", d.Path, d.Original, d.Path, d.Modified)
