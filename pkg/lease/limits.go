@@ -119,6 +119,8 @@ func (m *Manager) checkMaxResources(field string, r runtime.Resources) error {
 		return errdefs.InvalidArgument(field+".memory_bytes", "%d exceeds the maximum %d", r.MemoryBytes, mx.MemoryBytes)
 	case mx.PidsLimit > 0 && r.PidsLimit > mx.PidsLimit:
 		return errdefs.InvalidArgument(field+".pids", "%d exceeds the maximum %d", r.PidsLimit, mx.PidsLimit)
+	case mx.DiskBytes > 0 && r.DiskBytes > mx.DiskBytes:
+		return errdefs.InvalidArgument(field+".disk_bytes", "%d exceeds the maximum %d", r.DiskBytes, mx.DiskBytes)
 	}
 	return nil
 }
