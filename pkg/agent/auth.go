@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/berth-dev/berth/internal/edge"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -79,6 +80,9 @@ func (t tokenChecker) httpMiddleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// Read what is left of a body first, so that clients which send it
+		// whole before reading (Python's urllib) see the 401, not a reset.
+		edge.DrainBody(w, r, false)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="berth-agent"`)
 		writeJSONError(w, status.New(codes.Unauthenticated, "missing or invalid bearer token (send 'Authorization: Bearer TOKEN')"))
 	})

@@ -187,6 +187,9 @@ const StateHeader = "X-Berth-Lease-State"
 
 // fail writes e: JSON on agent API routes, plain text on previews.
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, preview bool, id string, e *routeError) {
+	// Clients that send a whole upload before reading (Python's urllib)
+	// must read this answer, not a reset.
+	edge.DrainBody(w, r, false)
 	p.metrics.http(e.status)
 	h := w.Header()
 	if e.status == http.StatusUnauthorized {

@@ -149,7 +149,9 @@ func (b *grpcBackend) upload(ctx context.Context, src io.Reader, dst string) err
 		}
 		return wireErr(err)
 	}
-	hdr := &agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Header{Header: &agentv1.UploadHeader{Path: dst}}}
+	// Workspace.Upload requires the parent to exist (the agent would
+	// create it by default).
+	hdr := &agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Header{Header: &agentv1.UploadHeader{Path: dst, NoCreateParents: true}}}
 	if err := stream.Send(hdr); err != nil {
 		if errors.Is(err, io.EOF) {
 			return answer()

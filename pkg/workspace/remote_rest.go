@@ -123,7 +123,9 @@ func fileRoute(p string) string {
 }
 
 func (b *restBackend) upload(ctx context.Context, src io.Reader, dst string) error {
-	r := request{method: http.MethodPut, route: fileRoute(dst), contentType: "application/octet-stream"}
+	// parents=false: Workspace.Upload requires the parent to exist (the
+	// agent would create it by default).
+	r := request{method: http.MethodPut, route: fileRoute(dst), query: url.Values{"parents": {"false"}}, contentType: "application/octet-stream"}
 	if rb, ok := replayable(src); ok {
 		// Idempotent and replayable: retried (see RemoteConfig).
 		r.replay, r.retry = rb, true

@@ -21,9 +21,10 @@ type Server struct {
 // NewServer returns a FileService backed by fsys.
 func NewServer(fsys *FS) *Server { return &Server{fs: fsys} }
 
-// Upload reads the header, then streams the chunks into FS.Upload. A stream
-// that breaks (the client cancels, the connection drops) fails the upload
-// and leaves nothing behind.
+// Upload reads the header, then streams the chunks into FS.Upload. Missing
+// parent directories are created unless the header sets no_create_parents
+// (then a missing parent is NOT_FOUND). A stream that breaks (the client
+// cancels, the connection drops) fails the upload and leaves nothing behind.
 func (s *Server) Upload(stream agentv1.FileService_UploadServer) error {
 	first, err := stream.Recv()
 	if errors.Is(err, io.EOF) {
@@ -40,7 +41,12 @@ func (s *Server) Upload(stream agentv1.FileService_UploadServer) error {
 	if err != nil {
 		return errdefs.ToGRPC(err)
 	}
-	opts := UploadOptions{Path: h.GetPath(), Mode: mode, CreateParents: h.GetCreateParents()}
+	// Missing parents are created unless the header opts out;
+	// create_parents is accepted for compatibility.
+	if h.GetNoCreateParents() && h.GetCreateParents() {
+		return errdefs.ToGRPC(errdefs.InvalidArgument("header.no_create_parents", "contradicts create_parents; set at most one"))
+	}
+	opts := UploadOptions{Path: h.GetPath(), Mode: mode, CreateParents: !h.GetNoCreateParents()}
 	switch h.GetOverwrite() {
 	case agentv1.OverwritePolicy_OVERWRITE_POLICY_UNSPECIFIED, agentv1.OverwritePolicy_OVERWRITE_POLICY_REPLACE:
 		opts.Overwrite = OverwriteReplace

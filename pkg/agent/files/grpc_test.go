@@ -232,8 +232,13 @@ func TestGRPCUploadProtocolErrors(t *testing.T) {
 	if readFile(t, p) != "one" {
 		t.Fatal("overwrite=fail replaced the file")
 	}
-	_, err = grpcUpload(ctx, c, &agentv1.UploadHeader{Path: filepath.Join(dir, "a", "b")}, bytes.NewReader(nil))
+	_, err = grpcUpload(ctx, c, &agentv1.UploadHeader{Path: filepath.Join(dir, "a", "b"), NoCreateParents: true}, bytes.NewReader(nil))
 	wantCode(t, err, codes.NotFound, filepath.Join(dir, "a"))
+	_, err = grpcUpload(ctx, c, &agentv1.UploadHeader{Path: filepath.Join(dir, "a", "b"), NoCreateParents: true, CreateParents: true}, bytes.NewReader(nil))
+	wantCode(t, err, codes.InvalidArgument, "no_create_parents")
+	if _, err := grpcUpload(ctx, c, &agentv1.UploadHeader{Path: filepath.Join(dir, "d", "e", "f")}, bytes.NewReader([]byte("f"))); err != nil || readFile(t, filepath.Join(dir, "d", "e", "f")) != "f" {
+		t.Fatalf("missing parents are created by default: %v", err)
+	}
 	res, err := grpcUpload(ctx, c, &agentv1.UploadHeader{Path: filepath.Join(dir, "a", "b"), CreateParents: true, Mode: 0o4711}, bytes.NewReader(nil))
 	if err != nil || res.GetSize() != 0 || res.GetSha256() != sumBytes(nil) {
 		t.Fatalf("empty upload: %v %v", res, err)

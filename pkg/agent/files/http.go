@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/internal/edge"
 	"github.com/berth-dev/berth/pkg/agent/validate"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -39,7 +40,9 @@ func PathFromURL(urlPath string) (string, error) {
 // HTTPHandler serves the raw-bytes file routes, where the request or
 // response body is the file itself:
 //
-//	PUT  /v1/files/{path}  upload; query: mode (octal, e.g. 0755), parents=true,
+//	PUT  /v1/files/{path}  upload; query: mode (octal, e.g. 0755), parents
+//	                       (default true: missing parent directories are
+//	                       created; parents=false refuses them with 404),
 //	                       overwrite=replace|fail, sha256 (expected hex digest);
 //	                       201 Created (200 OK when a file was replaced) with
 //	                       {"path": "...", "size": N, "sha256": "...", "created": bool}
@@ -47,7 +50,10 @@ func PathFromURL(urlPath string) (string, error) {
 //	                       end), or a single "Range: bytes=" header (206, or 416
 //	                       when unsatisfiable); body application/octet-stream
 //
-// Unknown query parameters are rejected. Errors are JSON
+// Unknown query parameters are rejected. A refused upload first reads and
+// discards the rest of the body (see edge.DrainBody), so that clients that
+// send the whole body before reading (Python's urllib and requests) read
+// the error instead of a connection reset. Errors are JSON
 // {"code": <gRPC code>, "message": "...", "details": []} with the HTTP status
 // grpc-gateway uses for that code. Neither route buffers the file.
 //
@@ -67,6 +73,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodPut, http.MethodGet, http.MethodHead:
 	default:
+		edge.DrainBody(w, r, false)
 		w.Header().Set("Allow", "GET, HEAD, PUT")
 		writeStatus(w, http.StatusMethodNotAllowed, status.New(codes.Unimplemented, "method "+r.Method+" not allowed on "+RoutePrefix+"/"))
 		return
@@ -74,6 +81,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// PathFromURL cleans the path; Put wants to see a trailing slash.
 	p, err := PathFromURL(r.URL.Path)
 	if err != nil {
+		edge.DrainBody(w, r, false)
 		writeError(w, err)
 		return
 	}
@@ -90,26 +98,31 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Put uploads the request body to the absolute path p (see HTTPHandler for
 // the query parameters and the response).
 func (h *HTTPHandler) Put(w http.ResponseWriter, r *http.Request, p string) {
-	opts := UploadOptions{Path: p}
+	body := &edge.ReadTracker{R: r.Body}
+	refuse := func(err error) {
+		edge.DrainBody(w, r, body.Consumed())
+		writeError(w, err)
+	}
+	opts := UploadOptions{Path: p, CreateParents: true}
 	for k, vs := range r.URL.Query() {
 		v := vs[len(vs)-1]
 		switch k {
 		case "mode":
 			u, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimPrefix(v, "0o"), "0O"), 8, 32)
 			if err != nil {
-				writeError(w, errdefs.InvalidArgument("mode", "must be octal permission bits like 0644, got %q", v))
+				refuse(errdefs.InvalidArgument("mode", "must be octal permission bits like 0644, got %q", v))
 				return
 			}
 			m, err := modeFromUnix("mode", uint32(u))
 			if err != nil {
-				writeError(w, err)
+				refuse(err)
 				return
 			}
 			opts.Mode = m
 		case "parents":
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				writeError(w, errdefs.InvalidArgument("parents", "must be true or false, got %q", v))
+				refuse(errdefs.InvalidArgument("parents", "must be true or false, got %q", v))
 				return
 			}
 			opts.CreateParents = b
@@ -120,19 +133,19 @@ func (h *HTTPHandler) Put(w http.ResponseWriter, r *http.Request, p string) {
 			case "fail":
 				opts.Overwrite = OverwriteFail
 			default:
-				writeError(w, errdefs.InvalidArgument("overwrite", "must be replace or fail, got %q", v))
+				refuse(errdefs.InvalidArgument("overwrite", "must be replace or fail, got %q", v))
 				return
 			}
 		case "sha256":
 			opts.ExpectedSHA256 = v
 		default:
-			writeError(w, errdefs.InvalidArgument(k, "unknown query parameter (known: mode, parents, overwrite, sha256)"))
+			refuse(errdefs.InvalidArgument(k, "unknown query parameter (known: mode, parents, overwrite, sha256)"))
 			return
 		}
 	}
-	res, err := h.fs.Upload(r.Context(), opts, r.Body)
+	res, err := h.fs.Upload(r.Context(), opts, body)
 	if err != nil {
-		writeError(w, err)
+		refuse(err)
 		return
 	}
 	code := http.StatusOK

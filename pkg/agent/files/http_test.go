@@ -133,9 +133,16 @@ func TestHTTPPutGet(t *testing.T) {
 
 	// Parents, sha256 and the errors of PUT.
 	deep := filepath.Join(dir, "a", "b", "c.bin")
-	resp = do(t, http.MethodPut, fileURL(srv, deep, ""), strings.NewReader("x"))
+	resp = do(t, http.MethodPut, fileURL(srv, deep, "parents=false"), strings.NewReader("x"))
 	wantHTTPError(t, resp, http.StatusNotFound, codes.NotFound, filepath.Join(dir, "a", "b"))
-	resp = do(t, http.MethodPut, fileURL(srv, deep, "parents=true&sha256="+sumBytes([]byte("x"))), strings.NewReader("x"))
+	if exists(filepath.Join(dir, "a")) {
+		t.Fatal("parents=false created a directory")
+	}
+	resp = do(t, http.MethodPut, fileURL(srv, deep, "sha256="+sumBytes([]byte("x"))), strings.NewReader("x"))
+	if resp.StatusCode != http.StatusCreated || readFile(t, deep) != "x" {
+		t.Fatalf("missing parents are created by default: %d %s", resp.StatusCode, bodyString(t, resp))
+	}
+	resp = do(t, http.MethodPut, fileURL(srv, filepath.Join(dir, "p", "q", "r.bin"), "parents=true"), strings.NewReader("x"))
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("parents=true: %d %s", resp.StatusCode, bodyString(t, resp))
 	}

@@ -1,0 +1,157 @@
+// Package uploadtest has HTTP clients for tests that, like Python's urllib
+// and requests, write a request's whole body before they read the
+// response: a refused upload must reach them as a readable error, not as a
+// connection reset.
+package uploadtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Response is what a client read.
+type Response struct {
+	// Status is the HTTP status code.
+	Status int
+	// Body is the response body.
+	Body string
+}
+
+// Code returns the gRPC code of a berth JSON error body, or -1.
+func (r Response) Code() int {
+	var e struct {
+		Code *int `json:"code"`
+	}
+	if json.Unmarshal([]byte(r.Body), &e) != nil || e.Code == nil {
+		return -1
+	}
+	return *e.Code
+}
+
+// pythonPut sends one PUT with urllib, which writes the whole body before
+// reading the response, and prints {"status": N, "body": "..."}. A
+// connection error is a traceback and exit status 1.
+const pythonPut = `
+import json, sys, urllib.error, urllib.request
+url, size, token = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+req = urllib.request.Request(url, data=b"x" * size, method="PUT")
+req.add_header("Content-Type", "application/octet-stream")
+if token:
+    req.add_header("Authorization", "Bearer " + token)
+try:
+    with urllib.request.urlopen(req, timeout=60) as r:
+        status, body = r.status, r.read()
+except urllib.error.HTTPError as e:
+    status, body = e.code, e.read()
+print(json.dumps({"status": status, "body": body.decode()}))
+`
+
+// RequirePython skips the test when python3 is not installed.
+func RequirePython(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed")
+	}
+}
+
+// PythonPut PUTs size bytes to rawURL with Python's urllib (bearer token
+// unless empty) and returns what it read. A client that failed to read a
+// response (connection reset, broken pipe) fails the test with Python's
+// traceback.
+func PythonPut(t testing.TB, rawURL, token string, size int) Response {
+	t.Helper()
+	RequirePython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "python3", "-c", pythonPut, rawURL, strconv.Itoa(size), token)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("python3 urllib PUT %s (%d bytes): %v\n%s", rawURL, size, err, stderr.String())
+	}
+	var out struct {
+		Status int    `json:"status"`
+		Body   string `json:"body"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("python3 output %q: %v", stdout.String(), err)
+	}
+	return Response{Status: out.Status, Body: out.Body}
+}
+
+// RawPut PUTs size bytes to rawURL over a plain TCP connection: it writes
+// the request line, headers and the entire body (with Content-Length, or
+// chunked when chunked is set) and only then reads the response. hdr adds
+// headers. A write or read failure (a reset) fails the test.
+func RawPut(t testing.TB, rawURL string, hdr http.Header, size int, chunked bool) Response {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+
+	var head strings.Builder
+	fmt.Fprintf(&head, "PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/octet-stream\r\n", u.RequestURI(), u.Host)
+	for k, vs := range hdr {
+		for _, v := range vs {
+			fmt.Fprintf(&head, "%s: %s\r\n", k, v)
+		}
+	}
+	if chunked {
+		head.WriteString("Transfer-Encoding: chunked\r\n\r\n")
+	} else {
+		fmt.Fprintf(&head, "Content-Length: %d\r\n\r\n", size)
+	}
+	bw := bufio.NewWriterSize(conn, 64<<10)
+	if _, err := bw.WriteString(head.String()); err != nil {
+		t.Fatalf("raw PUT %s: writing the headers: %v", rawURL, err)
+	}
+	chunk := bytes.Repeat([]byte("x"), 256<<10)
+	for left := size; left > 0; {
+		n := min(left, len(chunk))
+		if chunked {
+			fmt.Fprintf(bw, "%x\r\n", n)
+		}
+		if _, err := bw.Write(chunk[:n]); err != nil {
+			t.Fatalf("raw PUT %s: writing the body, %d of %d bytes left: %v", rawURL, left, size, err)
+		}
+		if chunked {
+			bw.WriteString("\r\n")
+		}
+		left -= n
+	}
+	if chunked {
+		bw.WriteString("0\r\n\r\n")
+	}
+	if err := bw.Flush(); err != nil {
+		t.Fatalf("raw PUT %s: writing the end of the body: %v", rawURL, err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("raw PUT %s: reading the response after the whole body: %v", rawURL, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("raw PUT %s: reading the response body: %v", rawURL, err)
+	}
+	return Response{Status: resp.StatusCode, Body: string(body)}
+}
