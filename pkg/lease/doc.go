@@ -11,11 +11,14 @@
 //	acquire ─► PENDING ── sandbox ready ──► READY ── release ──► RELEASING ──► RELEASED
 //	             │                          │  │     reap           (container removed)
 //	             │                          │  └── ttl or idle timeout ──► EXPIRED
-//	             └── create failed, ────────┴───── died, OOM-killed, ────► FAILED
-//	                 restart during creation       vanished
+//	             └── create failed, ────────┴───── died past the restart ──► FAILED
+//	                 restart during creation       budget, vanished, removed
 //
 // PENDING → READY | FAILED | RELEASING; READY → RELEASING | EXPIRED |
-// FAILED; RELEASING → RELEASED | FAILED. RELEASED, EXPIRED and FAILED are
+// FAILED | PENDING; RELEASING → RELEASED | FAILED. READY → PENDING is an
+// in-place restart: the lease's container exited unexpectedly and is
+// started again with its files (see Config.RestartLimit); an OOM kill of
+// one of its processes does not change the lease at all. RELEASED, EXPIRED and FAILED are
 // ended and final. PENDING, READY and RELEASING are live (they count
 // against Config.MaxLive). Every transition is appended to
 // Lease.Transitions with its reason and time; the lease's State, Reason and
@@ -45,11 +48,14 @@
 // carry labels naming the lease and the orchestrator instance (see package
 // runtime), which makes the runtime a second source of truth. Start
 // reconciles the two: READY leases with a running container are adopted;
-// READY leases whose container vanished or died, and PENDING leases (a
+// READY leases whose container died are restarted in place (within the
+// restart budget), as are PENDING leases that were restarting; READY leases
+// whose container vanished, and PENDING leases of a creation (a
 // half-created sandbox is not trusted), become FAILED; RELEASING leases
 // finish their release; every container of this instance that no adopted
-// lease owns is removed. While running, the runtime's event stream fails
-// leases whose containers die, are OOM-killed or removed, and periodic
+// lease owns is removed. While running, the runtime's event stream restarts
+// (or, past the budget, fails) leases whose containers die and fails those
+// whose containers are removed, and periodic
 // resyncs (also after every reconnect of the stream) catch what events miss
 // and remove orphans. Activity times (Touch) are written lazily, at most
 // every Config.ActivityFlushInterval, so after a crash a lease may look a

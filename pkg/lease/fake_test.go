@@ -30,6 +30,9 @@ type fakeRuntime struct {
 	watchErr    error
 	watchers    []chan runtime.Event
 	watchCalls  int
+	restartGate chan struct{} // when set, Restart waits for it to close
+	restartErr  error
+	restartIDs  []string         // containers Restart was called for
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -190,6 +193,41 @@ func (f *fakeRuntime) kill(id string, code int, oom bool) {
 		f.emit(runtime.Event{Kind: runtime.EventOOM, ID: id, LeaseID: lease, At: time.Now()})
 	}
 	f.emit(runtime.Event{Kind: runtime.EventDied, ID: id, LeaseID: lease, ExitCode: code, At: time.Now()})
+}
+
+// Restart starts an exited container again in place: same id, a new
+// endpoint (as a container's address may change).
+func (f *fakeRuntime) Restart(ctx context.Context, id string) (runtime.Sandbox, error) {
+	f.mu.Lock()
+	gate, rerr := f.restartGate, f.restartErr
+	f.restartIDs = append(f.restartIDs, id)
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return runtime.Sandbox{}, ctx.Err()
+		}
+	}
+	if rerr != nil {
+		return runtime.Sandbox{}, rerr
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.boxes[id]
+	if !ok {
+		return runtime.Sandbox{}, errdefs.NotFound("container %s", id)
+	}
+	f.next++
+	sb.State, sb.ExitCode, sb.OOMKilled = runtime.StateRunning, 0, false
+	sb.Endpoint = fmt.Sprintf("127.0.0.1:%d", 40000+f.next)
+	return *sb, nil
+}
+
+func (f *fakeRuntime) restartCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.restartIDs)
 }
 
 // vanish deletes a container without an event.

@@ -26,6 +26,9 @@ type Runtime interface {
 	Remove(ctx context.Context, id string) error
 	// Watch delivers sandbox events until ctx ends or the backend fails.
 	Watch(ctx context.Context) (<-chan runtime.Event, error)
+	// Restart starts an exited sandbox again in place (files kept) and
+	// waits for its agent.
+	Restart(ctx context.Context, id string) (runtime.Sandbox, error)
 }
 
 var _ Runtime = runtime.Runtime(nil)
@@ -109,6 +112,15 @@ type Config struct {
 	// runtime's container list even when the event watch is healthy (a
 	// resync also follows every watch reconnect). Default 30s.
 	ResyncInterval time.Duration
+	// RestartLimit is how many times a lease's sandbox is restarted in
+	// place (same container, files kept) after its container exited
+	// unexpectedly, within RestartWindow; one more exit within the window
+	// fails the lease. Default 3; negative never restarts (the first exit
+	// fails the lease).
+	RestartLimit int
+	// RestartWindow is the sliding window RestartLimit counts restarts in.
+	// Default 10m.
+	RestartWindow time.Duration
 	// ActivityFlushInterval is the least time between two writes of a
 	// lease's LastActivityAt caused by Touch. Default 5s.
 	ActivityFlushInterval time.Duration
@@ -164,6 +176,13 @@ func (c *Config) setDefaults() error {
 	def(&c.RemoveTimeout, 30*time.Second)
 	def(&c.ResyncInterval, 30*time.Second)
 	def(&c.ActivityFlushInterval, 5*time.Second)
+	def(&c.RestartWindow, 10*time.Minute)
+	if c.RestartLimit == 0 {
+		c.RestartLimit = 3
+	}
+	if c.RestartWindow < 0 {
+		return errdefs.InvalidArgument("restart_window", "must not be negative")
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -203,6 +222,13 @@ type Manager struct {
 	counts  map[State]int    // current records by state
 	entered map[State]uint64 // transitions into each state since New
 	created uint64           // leases created since New
+	// oomEvents counts the runtime's oom events (a process of a sandbox
+	// was OOM-killed; the lease lives on); restarts counts in-place
+	// restarts started, restartFails those that failed (restart.go).
+	oomEvents, restarts, restartFails uint64
+	// toRestart are the leases reconcile moved to PENDING for a restart,
+	// started by Start once the background context exists.
+	toRestart []restartJob
 	seq     uint64           // bumped when a lease becomes READY (resync races)
 	started bool
 	// interrupted is set by reconcile when it failed a PENDING lease: the
@@ -302,6 +328,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Unlock()
 	m.goBackground(func() { m.reapLoop(runCtx) })
 	m.goBackground(func() { m.watchLoop(runCtx) })
+	m.startReconciledRestarts(runCtx)
 	for range m.cfg.ReapConcurrency {
 		m.goBackground(func() { m.cleanWorker(runCtx) })
 	}
@@ -518,13 +545,20 @@ type Stats struct {
 	Created uint64
 	// Uncleaned counts ended leases whose container is not yet confirmed removed.
 	Uncleaned int
+	// OOMEvents counts the runtime's oom events since New: a process in a
+	// sandbox was OOM-killed (the lease is not affected).
+	OOMEvents uint64
+	// Restarts counts in-place sandbox restarts started since New;
+	// RestartFailures those that failed (the lease then failed).
+	Restarts, RestartFailures uint64
 }
 
 // Stats returns current counts.
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := Stats{ByState: map[State]int{}, Transitions: map[State]uint64{}, Live: m.liveCountLocked(), MaxLive: m.cfg.MaxLive, Created: m.created}
+	s := Stats{ByState: map[State]int{}, Transitions: map[State]uint64{}, Live: m.liveCountLocked(), MaxLive: m.cfg.MaxLive, Created: m.created,
+		OOMEvents: m.oomEvents, Restarts: m.restarts, RestartFailures: m.restartFails}
 	for _, st := range States {
 		s.ByState[st] = m.counts[st]
 		s.Transitions[st] = m.entered[st]

@@ -479,7 +479,7 @@ func TestAcquireReplacesExpiredLease(t *testing.T) {
 }
 
 func TestDiedEvent(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, func(c *Config) { c.RestartLimit = -1 }) // no in-place restarts
 	a, _ := h.acquire("a")
 	b, _ := h.acquire("b")
 	h.rt.kill(a.ContainerID, 137, false)
@@ -490,7 +490,7 @@ func TestDiedEvent(t *testing.T) {
 	if got := h.get(a.ID); got.State != StateFailed || got.Reason != "container exited with code 137" {
 		t.Fatalf("a: %s %q", got.State, got.Reason)
 	}
-	if got := h.get(b.ID); got.State != StateFailed || got.Reason != ReasonOOMKilled {
+	if got := h.get(b.ID); got.State != StateFailed || got.Reason != "container exited with code 137 (OOM-killed)" {
 		t.Fatalf("b: %s %q", got.State, got.Reason)
 	}
 	eventually(t, time.Second, "cleaned", func() bool { return h.get(a.ID).Cleaned && h.get(b.ID).Cleaned })
@@ -520,7 +520,10 @@ func TestWatchReconnectResyncs(t *testing.T) {
 	})
 	n, _ := h.acquire("d")
 	h.rt.kill(n.ContainerID, 1, false)
-	eventually(t, 2*time.Second, "event after reconnect", func() bool { return h.get(n.ID).State == StateFailed })
+	eventually(t, 2*time.Second, "event after reconnect (a restart in place)", func() bool {
+		got := h.get(n.ID)
+		return got.State == StateReady && got.Restarts == 1
+	})
 }
 
 func TestReconcileAfterRestart(t *testing.T) {
@@ -575,12 +578,22 @@ func TestReconcileAfterRestart(t *testing.T) {
 	if err != nil || created || l2.ID != ready.ID || tok2 != tok {
 		t.Fatalf("acquire after restart: %v created=%v", err, created)
 	}
+	// The container that exited while the orchestrator was down (as an
+	// engine restart leaves them all) is restarted in place.
+	eventually(t, 2*time.Second, "exited container restarted", func() bool { return h.get(exited.ID).State == StateReady })
+	if got := h.get(exited.ID); got.ContainerID != exited.ContainerID || got.Restarts != 1 || got.Reason != "restarted after exit 2" ||
+		got.Endpoint == exited.Endpoint || !h.rt.exists(exited.ContainerID) {
+		t.Errorf("exited lease: %s %q restarts %d container %s endpoint %s (was %s)",
+			got.State, got.Reason, got.Restarts, got.ContainerID, got.Endpoint, exited.Endpoint)
+	} else if tr := got.Transitions[len(got.Transitions)-2]; tr.From != StateReady || tr.To != StatePending ||
+		tr.Reason != "container exited with code 2 while the orchestrator was down; restarting" {
+		t.Errorf("exited lease: transition %+v", tr)
+	}
 	checks := []struct {
 		id, reason string
 		state      State
 	}{
 		{vanished.ID, ReasonVanishedWhileDown, StateFailed},
-		{exited.ID, "container exited with code 2 while the orchestrator was down", StateFailed},
 		{pending.ID, ReasonRestartedCreating, StateFailed},
 		{releasing.ID, "released by owner", StateReleased},
 		{ended.ID, "released", StateReleased},
@@ -594,13 +607,13 @@ func TestReconcileAfterRestart(t *testing.T) {
 			t.Errorf("lease %s not persisted: %v %v", c.id, st.State, err)
 		}
 	}
-	for _, id := range []string{pendingBox.ID, orphan.ID, unlabelled.ID, exited.ContainerID, releasing.ContainerID} {
+	for _, id := range []string{pendingBox.ID, orphan.ID, unlabelled.ID, releasing.ContainerID} {
 		if h.rt.exists(id) {
 			t.Errorf("container %s survived reconcile", id)
 		}
 	}
-	if h.rt.count() != 1 {
-		t.Fatalf("%d containers left, want the adopted one", h.rt.count())
+	if h.rt.count() != 2 {
+		t.Fatalf("%d containers left, want the adopted and the restarted one", h.rt.count())
 	}
 	// The failed conversations are free again.
 	if n, _ := h.acquire("pending"); n.ID == pending.ID {

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -20,18 +19,6 @@ const (
 
 func alive(sb runtime.Sandbox) bool {
 	return sb.State == runtime.StateRunning || sb.State == runtime.StatePaused
-}
-
-// deadReason describes a sandbox that is not running.
-func deadReason(sb runtime.Sandbox) string {
-	switch {
-	case sb.OOMKilled:
-		return ReasonOOMKilled
-	case sb.State == runtime.StateExited:
-		return fmt.Sprintf("container exited with code %d", sb.ExitCode)
-	default:
-		return fmt.Sprintf("container is %s, not running", sb.State)
-	}
 }
 
 func (m *Manager) selector() runtime.Selector {
@@ -82,7 +69,14 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			case !ok:
 				_ = m.transitionLocked(e, StateFailed, ReasonVanishedWhileDown)
 			case !alive(sb):
-				_ = m.transitionLocked(e, StateFailed, deadReason(sb)+" while the orchestrator was down")
+				// Died while berth was away (an engine restart stops every
+				// container): restart it in place, files kept.
+				why, after := deadText(sb)
+				if j, ok := m.sandboxExitedLocked(e, sb.ID, why+" while the orchestrator was down", after); ok {
+					keep[sb.ID] = true
+					e.l.ContainerID = sb.ID
+					m.toRestart = append(m.toRestart, j)
+				}
 			default:
 				keep[sb.ID] = true
 				e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
@@ -92,6 +86,12 @@ func (m *Manager) reconcile(ctx context.Context) error {
 				m.log.Info("adopted lease", "lease_id", e.l.ID, "container_id", sb.ID, "endpoint", sb.Endpoint)
 			}
 		case StatePending:
+			if sb, ok := byID[e.l.ContainerID]; ok && restarting(e) {
+				// The previous process was restarting it in place: go on.
+				keep[sb.ID] = true
+				m.toRestart = append(m.toRestart, m.resumeRestartLocked(e, sb.ID))
+				continue
+			}
 			_ = m.transitionLocked(e, StateFailed, ReasonRestartedCreating)
 			m.interrupted = true
 		}
@@ -234,11 +234,22 @@ func (m *Manager) watchLoop(ctx context.Context) {
 	}
 }
 
-// handleEvent fails a READY lease whose container died, was OOM-killed or
-// was removed behind berth's back, and queues the container's removal.
+// handleEvent acts on the runtime's events for READY leases. An oom event
+// (the kernel killed a process of the sandbox; the agent reports it to the
+// command's caller) is only logged and counted: the sandbox lives on. A
+// died event (the container exited: agent crash, OOM kill of the agent,
+// kill from outside, engine stopping) restarts the container in place
+// within the restart budget, else fails the lease and queues the
+// container's removal. A removed event fails the lease.
 func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 	switch ev.Kind {
-	case runtime.EventDied, runtime.EventOOM, runtime.EventRemoved:
+	case runtime.EventOOM:
+		m.mu.Lock()
+		m.oomEvents++
+		m.mu.Unlock()
+		m.log.Info("a process in a sandbox was OOM-killed; the sandbox lives on", "lease_id", ev.LeaseID, "container_id", ev.ID)
+		return
+	case runtime.EventDied, runtime.EventRemoved:
 	default:
 		return
 	}
@@ -263,34 +274,42 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 	if e == nil {
 		return
 	}
-	var reason string
-	switch ev.Kind {
-	case runtime.EventOOM:
-		reason = ReasonOOMKilled
-	case runtime.EventRemoved:
-		reason = ReasonRemovedOutside
-	case runtime.EventDied:
-		reason = fmt.Sprintf("container exited with code %d", ev.ExitCode)
+	reason, after := ReasonRemovedOutside, ""
+	if ev.Kind == runtime.EventDied {
+		oom := false
 		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if sb, err := m.rt.Get(gctx, ev.ID); err == nil && sb.OOMKilled {
-			reason = fmt.Sprintf("%s (exit code %d)", ReasonOOMKilled, ev.ExitCode)
-		}
+		sb, err := m.rt.Get(gctx, ev.ID)
 		cancel()
+		if err == nil {
+			if alive(sb) {
+				return // a stale event: it runs again (restarted already)
+			}
+			oom = sb.OOMKilled
+		}
+		reason, after = exitText(ev.ExitCode, oom)
 	}
 	m.mu.Lock()
 	if e = find(); e == nil {
 		m.mu.Unlock()
 		return
 	}
-	_ = m.transitionLocked(e, StateFailed, reason)
-	if ev.Kind == runtime.EventRemoved {
+	var job restartJob
+	restart := false
+	switch ev.Kind {
+	case runtime.EventRemoved:
+		_ = m.transitionLocked(e, StateFailed, reason)
 		e.l.Cleaned = true
-	} else {
-		m.enqueueCleanLocked(e)
+	default:
+		if job, restart = m.sandboxExitedLocked(e, ev.ID, reason, after); !restart {
+			m.enqueueCleanLocked(e)
+		}
 	}
 	l, rev := e.snapshot()
 	m.mu.Unlock()
 	_ = m.persist(l, rev)
+	if restart {
+		m.goRestart(ctx, job)
+	}
 }
 
 // resync compares READY leases with the runtime's containers, failing those
@@ -316,6 +335,7 @@ func (m *Manager) resync(ctx context.Context) {
 	}
 	var snaps []snap
 	var orphans []runtime.Sandbox
+	var restarts []restartJob
 	m.mu.Lock()
 	for _, e := range m.leases {
 		if e.l.State != StateReady || e.readySeq > seq {
@@ -325,12 +345,19 @@ func (m *Manager) resync(ctx context.Context) {
 		switch {
 		case !ok:
 			_ = m.transitionLocked(e, StateFailed, ReasonVanished)
+			m.enqueueCleanLocked(e)
 		case !alive(sb):
-			_ = m.transitionLocked(e, StateFailed, deadReason(sb))
+			// Exited without an event reaching us (e.g. the engine
+			// restarted): restart it in place within the budget.
+			why, after := deadText(sb)
+			if j, ok := m.sandboxExitedLocked(e, sb.ID, why, after); ok {
+				restarts = append(restarts, j)
+			} else {
+				m.enqueueCleanLocked(e)
+			}
 		default:
 			continue
 		}
-		m.enqueueCleanLocked(e)
 		l, rev := e.snapshot()
 		snaps = append(snaps, snap{l, rev})
 	}
@@ -347,6 +374,9 @@ func (m *Manager) resync(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	m.persistAll(snaps)
+	for _, j := range restarts {
+		m.goRestart(ctx, j)
+	}
 	for _, sb := range orphans {
 		rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
 		err := m.rt.Remove(rctx, sb.ID)

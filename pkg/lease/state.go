@@ -19,7 +19,8 @@ const (
 	// StateUnspecified is the zero State; it is the From of a lease's first
 	// transition (its creation) and is never a lease's current state.
 	StateUnspecified State = ""
-	// StatePending: the sandbox is being created.
+	// StatePending: the sandbox is being created, or restarted in place
+	// after its container exited (from READY; see Manager).
 	StatePending State = "PENDING"
 	// StateReady: the sandbox's agent answers; the lease can be used.
 	StateReady State = "READY"
@@ -42,7 +43,7 @@ var States = []State{StatePending, StateReady, StateReleasing, StateReleased, St
 var allowed = map[State][]State{
 	StateUnspecified: {StatePending},
 	StatePending:     {StateReady, StateFailed, StateReleasing},
-	StateReady:       {StateReleasing, StateExpired, StateFailed},
+	StateReady:       {StateReleasing, StateExpired, StateFailed, StatePending},
 	StateReleasing:   {StateReleased, StateFailed},
 }
 
@@ -148,6 +149,10 @@ type Lease struct {
 	Transitions []Transition `json:"transitions"`
 	// EndedAt is when the lease reached an ended state; zero while live.
 	EndedAt time.Time `json:"ended_at,omitzero"`
+	// Restarts counts the in-place restarts of the sandbox after its
+	// container exited unexpectedly (each one a READY → PENDING → READY
+	// pair of transitions; files kept, processes lost).
+	Restarts int `json:"restarts,omitempty"`
 	// Cleaned is true once the sandbox's removal was confirmed by the runtime.
 	// An ended lease with Cleaned false still has a container to remove; the
 	// reaper keeps trying, and the record is not purged until it succeeds.

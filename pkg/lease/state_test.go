@@ -19,6 +19,7 @@ func TestStateMachine(t *testing.T) {
 		{StateReady, StateReleasing}:     true,
 		{StateReady, StateExpired}:       true,
 		{StateReady, StateFailed}:        true,
+		{StateReady, StatePending}:       true, // in-place restart
 		{StateReleasing, StateReleased}:  true,
 		{StateReleasing, StateFailed}:    true,
 	}

@@ -72,6 +72,14 @@ type Config struct {
 	MaxLeases int `json:"maxLeases"`
 	// Retention is how long ended lease records are kept. Default 1h.
 	Retention Duration `json:"retention"`
+	// RestartLimit is how many times a sandbox whose container exited
+	// unexpectedly (agent crash, kill from outside, engine restart) is
+	// restarted in place, files kept, within RestartWindow; one more exit
+	// fails its lease. 0 or negative: never (the first exit fails it).
+	// Default 3.
+	RestartLimit int `json:"restartLimit"`
+	// RestartWindow is the sliding window RestartLimit counts in. Default 10m.
+	RestartWindow Duration `json:"restartWindow"`
 	// DefaultCPUs is the per-sandbox CPU limit. Default 1.
 	DefaultCPUs float64 `json:"defaultCPUs"`
 	// DefaultMemoryBytes is the per-sandbox memory limit (no swap). Default 512 MiB.
@@ -176,6 +184,8 @@ func Defaults() Config {
 		MaxTTL:                 Duration(24 * time.Hour),
 		MaxLeases:              100,
 		Retention:              Duration(time.Hour),
+		RestartLimit:           3,
+		RestartWindow:          Duration(10 * time.Minute),
 		DefaultCPUs:            1,
 		DefaultMemoryBytes:     512 << 20,
 		DefaultPids:            512,
@@ -216,6 +226,8 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	maxLeases := fs.Int("max-leases", 0, "maximum live leases (env BERTH_MAX_LEASES)")
 	ttl := fs.Duration("default-ttl", 0, "default lease TTL (env BERTH_DEFAULT_TTL)")
 	idle := fs.Duration("default-idle-timeout", 0, "default idle timeout (env BERTH_DEFAULT_IDLE_TIMEOUT)")
+	restartLimit := fs.Int("restart-limit", 0, "in-place restarts of an exited sandbox within the restart window, -1 for none (env BERTH_RESTART_LIMIT; default 3)")
+	restartWindow := fs.Duration("restart-window", 0, "window the restart limit counts in (env BERTH_RESTART_WINDOW; default 10m)")
 	maxPerOwner := fs.Int("max-leases-per-owner", 0, "maximum live leases of one owner (env BERTH_MAX_LEASES_PER_OWNER; default 20)")
 	maxCPUs := fs.Float64("max-cpus", 0, "maximum resources.cpus of an acquire (env BERTH_MAX_CPUS; default 4)")
 	maxMem := fs.Int64("max-memory-bytes", 0, "maximum resources.memoryBytes (env BERTH_MAX_MEMORY_BYTES; default 8 GiB)")
@@ -326,6 +338,8 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	intVar(&cfg.MaxEndedPerOwner, "BERTH_MAX_ENDED_PER_OWNER", *maxEnded)
 	intVar(&cfg.MaxWatchesPerPrincipal, "BERTH_MAX_WATCHES_PER_PRINCIPAL", *maxWatches)
 	intVar(&cfg.MaxConnections, "BERTH_MAX_CONNECTIONS", *maxConns)
+	intVar(&cfg.RestartLimit, "BERTH_RESTART_LIMIT", *restartLimit)
+	dur(&cfg.RestartWindow, "BERTH_RESTART_WINDOW", *restartWindow)
 	int64Var(&cfg.MaxMemoryBytes, "BERTH_MAX_MEMORY_BYTES", *maxMem)
 	int64Var(&cfg.MaxPids, "BERTH_MAX_PIDS", *maxPids)
 	int64Var(&cfg.MaxDiskBytes, "BERTH_MAX_DISK_BYTES", *maxDisk)
@@ -368,6 +382,15 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// restartLimit maps Config.RestartLimit to lease.Config.RestartLimit,
+// where 0 means the default: here 0 means no restarts.
+func restartLimit(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
 // Validate checks the configuration for values that cannot work.
 func (c Config) Validate() error {
 	switch {
@@ -391,6 +414,8 @@ func (c Config) Validate() error {
 		return errors.New("max env bytes, max labels and max public ports must be positive")
 	case c.MaxLeasesPerOwner <= 0 || c.MaxEndedPerOwner <= 0 || c.MaxWatchesPerPrincipal <= 0 || c.MaxConnections <= 0:
 		return errors.New("max leases per owner, max ended per owner, max watches per principal and max connections must be positive")
+	case c.RestartWindow <= 0:
+		return errors.New("restart window must be positive")
 	case c.ReadHeaderTimeout <= 0 || c.IdleTimeout <= 0:
 		return errors.New("read header timeout and idle timeout must be positive")
 	}

@@ -46,6 +46,15 @@ func metricsHandler(m *lease.Manager, px *proxy.Proxy) http.Handler {
 		fmt.Fprintln(w, "# HELP berth_sandboxes_uncleaned Ended leases whose container removal has not succeeded yet.")
 		fmt.Fprintln(w, "# TYPE berth_sandboxes_uncleaned gauge")
 		fmt.Fprintf(w, "berth_sandboxes_uncleaned %d\n", st.Uncleaned)
+		fmt.Fprintln(w, "# HELP berth_sandbox_oom_events_total Processes in sandboxes killed by the OOM killer (the engine's oom events) since start; leases are not affected.")
+		fmt.Fprintln(w, "# TYPE berth_sandbox_oom_events_total counter")
+		fmt.Fprintf(w, "berth_sandbox_oom_events_total %d\n", st.OOMEvents)
+		fmt.Fprintln(w, "# HELP berth_sandbox_restarts_total In-place restarts of sandboxes whose container exited, since start.")
+		fmt.Fprintln(w, "# TYPE berth_sandbox_restarts_total counter")
+		fmt.Fprintf(w, "berth_sandbox_restarts_total %d\n", st.Restarts)
+		fmt.Fprintln(w, "# HELP berth_sandbox_restart_failures_total In-place restarts that failed (their lease failed) since start.")
+		fmt.Fprintln(w, "# TYPE berth_sandbox_restart_failures_total counter")
+		fmt.Fprintf(w, "berth_sandbox_restart_failures_total %d\n", st.RestartFailures)
 		if px != nil {
 			_ = px.WriteMetrics(w)
 		}

@@ -1,0 +1,202 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// restartUnreachableFor bounds how long an in-place restart keeps retrying
+// while the runtime is unreachable (an engine restarting): the retries do
+// not use the restart budget. The lease's expiry also ends them.
+const restartUnreachableFor = 5 * time.Minute
+
+// restartJob is an in-place restart to run: lease e's container cid
+// exited; after says how, for the reason of the restarted transition
+// ("exit 137").
+type restartJob struct {
+	e     *entry
+	cid   string
+	after string
+}
+
+// exitText describes a container exit: why for the READY → PENDING (or
+// FAILED) reason ("container exited with code 137"), after for the
+// PENDING → READY one ("exit 137").
+func exitText(code int, oom bool) (why, after string) {
+	why, after = fmt.Sprintf("container exited with code %d", code), fmt.Sprintf("exit %d", code)
+	if oom {
+		why, after = why+" (OOM-killed)", after+" (OOM-killed)"
+	}
+	return why, after
+}
+
+// deadText is exitText for a sandbox that is not running.
+func deadText(sb runtime.Sandbox) (why, after string) {
+	if sb.State == runtime.StateExited {
+		return exitText(sb.ExitCode, sb.OOMKilled)
+	}
+	return fmt.Sprintf("container is %s, not running", sb.State), fmt.Sprintf("container was %s", sb.State)
+}
+
+// restartsWithinLocked counts e's in-place restarts (READY → PENDING
+// transitions) within Config.RestartWindow before now. Called with mu held.
+func (m *Manager) restartsWithinLocked(e *entry, now time.Time) int {
+	n := 0
+	for _, t := range e.l.Transitions {
+		if t.From == StateReady && t.To == StatePending && now.Sub(t.At) < m.cfg.RestartWindow {
+			n++
+		}
+	}
+	return n
+}
+
+// sandboxExitedLocked handles the unexpected exit of READY lease e's
+// container cid. Within the restart budget (Config.RestartLimit restarts
+// within Config.RestartWindow) it moves e to PENDING with reason
+// "<why>; restarting", marks it as being restarted (e.call: acquires of its
+// conversation wait for the outcome, and removals leave it alone) and
+// returns the job the caller must run (goRestart) once it has persisted e.
+// Past the budget it fails e and returns false; the caller queues the
+// container's removal. Called with mu held.
+func (m *Manager) sandboxExitedLocked(e *entry, cid, why, after string) (restartJob, bool) {
+	if m.cfg.RestartLimit < 0 {
+		_ = m.transitionLocked(e, StateFailed, why)
+		return restartJob{}, false
+	}
+	if n := m.restartsWithinLocked(e, m.now()); n >= m.cfg.RestartLimit {
+		_ = m.transitionLocked(e, StateFailed, fmt.Sprintf("%s; restart limit reached (%d restarts within %s)", why, n, m.cfg.RestartWindow))
+		return restartJob{}, false
+	}
+	_ = m.transitionLocked(e, StatePending, why+"; restarting")
+	e.call = &acquireCall{done: make(chan struct{})}
+	m.restarts++
+	return restartJob{e: e, cid: cid, after: after}, true
+}
+
+// resumeRestartLocked picks up, at Start, a restart the previous process
+// had begun (a PENDING lease whose last transition came from READY) on
+// container cid. Called with mu held.
+func (m *Manager) resumeRestartLocked(e *entry, cid string) restartJob {
+	e.call = &acquireCall{done: make(chan struct{})}
+	m.restarts++
+	after := "restart interrupted by an orchestrator restart"
+	if n := len(e.l.Transitions); n > 0 {
+		after = e.l.Transitions[n-1].Reason // "container exited with code 137; restarting"
+		if i := len(after) - len("; restarting"); i > 0 && after[i:] == "; restarting" {
+			after = after[:i]
+		}
+	}
+	return restartJob{e: e, cid: cid, after: after}
+}
+
+// restarting reports whether e is PENDING because of an in-place restart
+// (its last transition came from READY) rather than a creation.
+func restarting(e *entry) bool {
+	n := len(e.l.Transitions)
+	return e.l.State == StatePending && n > 0 && e.l.Transitions[n-1].From == StateReady
+}
+
+// goRestart runs j in the background (Close waits for it).
+func (m *Manager) goRestart(ctx context.Context, j restartJob) {
+	m.goBackground(func() { m.restart(ctx, j) })
+}
+
+// startReconciledRestarts runs the restarts reconcile found.
+func (m *Manager) startReconciledRestarts(ctx context.Context) {
+	m.mu.Lock()
+	jobs := m.toRestart
+	m.toRestart = nil
+	m.mu.Unlock()
+	for _, j := range jobs {
+		m.goRestart(ctx, j)
+	}
+}
+
+// restart starts j's container again in place (Runtime.Restart: files
+// kept, endpoint re-read) and records the outcome: PENDING → READY
+// "restarted after exit 137" with Lease.Restarts incremented, or FAILED with
+// the error (the container is then removed). While the runtime is
+// unreachable it retries with backoff (1s doubling to 10s) for up to
+// restartUnreachableFor, or until the lease expires. When the Manager shuts
+// down first the lease stays PENDING, and the next Start resumes the
+// restart. A lease released meanwhile is cleaned up.
+func (m *Manager) restart(ctx context.Context, j restartJob) {
+	e := j.e
+	m.mu.Lock()
+	id := e.l.ID
+	m.mu.Unlock()
+	log := m.log.With("lease_id", id, "container_id", j.cid)
+	began := time.Now()
+	bo := time.Second
+	var (
+		sb  runtime.Sandbox
+		err error
+	)
+	for {
+		// Bounded by the runtime's ReadyTimeout; the extra grace lets its
+		// (more precise) timeout error win over ours.
+		rctx, cancel := detached(ctx, m.cfg.ReadyTimeout+5*time.Second)
+		sb, err = m.rt.Restart(rctx, j.cid)
+		cancel()
+		if err == nil || !errdefs.IsUnavailable(err) || ctx.Err() != nil || time.Since(began) > restartUnreachableFor {
+			break
+		}
+		m.mu.Lock()
+		still := e.l.State == StatePending && e.l.ContainerID == j.cid && m.now().Before(e.l.ExpiresAt)
+		m.mu.Unlock()
+		if !still {
+			break
+		}
+		log.Warn("restarting sandbox: runtime unavailable; retrying", "err", err, "retry_in", bo)
+		t := time.NewTimer(bo)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		bo = min(bo*2, 10*time.Second)
+	}
+	took := time.Since(began)
+
+	m.mu.Lock()
+	call := e.call
+	e.call = nil
+	cleanup := false
+	switch {
+	case err != nil && ctx.Err() != nil && e.l.State == StatePending:
+		// Shutting down: the lease stays PENDING; the next Start resumes.
+		call.err = errdefs.Unavailable("lease %s: the lease manager shut down while restarting its sandbox", id)
+	case err == nil && e.l.State == StatePending:
+		e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
+		e.l.Restarts++
+		_ = m.transitionLocked(e, StateReady, "restarted after "+j.after)
+		call.lease = e.l.Clone()
+	case err == nil: // released while restarting
+		call.err = errNotUsable(&e.l)
+		cleanup = true
+	default:
+		m.restartFails++
+		err = wrapf(err, "lease %s: restart container %s in place", id, j.cid)
+		call.err = err
+		if e.l.State == StatePending {
+			_ = m.transitionLocked(e, StateFailed, fmt.Sprintf("restart after %s failed: %v", j.after, err))
+		}
+		cleanup = true
+	}
+	l, rev := e.snapshot()
+	m.mu.Unlock()
+	_ = m.persist(l, rev)
+	close(call.done)
+	if err != nil {
+		log.Warn("in-place restart of sandbox failed", "err", err, "duration", took)
+	} else {
+		log.Info("sandbox restarted in place", "endpoint", sb.Endpoint, "restarts", l.Restarts, "duration", took)
+	}
+	if cleanup && ctx.Err() == nil {
+		_ = m.cleanup(ctx, id)
+	}
+}
