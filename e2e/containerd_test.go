@@ -32,6 +32,7 @@ import (
 	tasks "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
+	"github.com/berth-dev/berth/internal/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/orchestrator"
 	"github.com/berth-dev/berth/pkg/runtime"
@@ -131,7 +132,7 @@ func requireContainerd(tb testing.TB) *containerd.Runtime {
 	requireDocker(tb) // TestMain builds the agent only when Docker answers
 	ctrd.once.Do(setupContainerd)
 	if ctrd.skip != "" {
-		tb.Skip(ctrd.skip)
+		testenv.SkipOrFail(tb, ctrd.skip)
 	}
 	return ctrd.rt
 }
@@ -144,7 +145,7 @@ func requireCtrdImage(tb testing.TB, ref string) {
 	tb.Helper()
 	requireContainerd(tb)
 	if !ctrdHasImage(ref) {
-		tb.Skipf("image %s is neither in the Docker Engine nor in containerd namespace %q (%s): run `make images` first",
+		testenv.SkipOrFailf(tb, "image %s is neither in the Docker Engine nor in containerd namespace %q (%s): run `make images` first",
 			ref, ctrd.rt.Namespace(), ctrd.missing[ref])
 	}
 }
@@ -761,7 +762,7 @@ func TestContainerdWorkspaceConformance(t *testing.T) {
 	image := baseImage
 	if !ctrdHasImage(image) {
 		requireCtrdImage(t, minimalImage)
-		t.Logf("%s is not available (%s): running on %s, the Git subtest skips; run `make images` for full coverage", baseImage, ctrd.missing[baseImage], minimalImage)
+		testenv.LogOrFail(t, fmt.Sprintf("%s is not available (%s): running on %s, the Git subtest skips; run `make images` for full coverage", baseImage, ctrd.missing[baseImage], minimalImage))
 		image = minimalImage
 	}
 	rt := ctrd.rt

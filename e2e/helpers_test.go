@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/berth-dev/berth/internal/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/orchestrator"
@@ -52,8 +53,10 @@ const (
 )
 
 var (
-	// skipReason is set when Docker is unreachable.
+	// skipReason is set when Docker is unreachable; shortSkip when the run
+	// is -short (a choice of the run, never turned into a failure).
 	skipReason string
+	shortSkip  bool
 	// agentBin and orchBin are the binaries TestMain built.
 	agentBin, orchBin string
 	// runID distinguishes this test binary's run: it prefixes every instance id
@@ -74,6 +77,7 @@ func testMain(m *testing.M) int {
 	runID = randHex(4)
 	if testing.Short() {
 		skipReason = "e2e tests need the Docker Engine and take minutes: skipped with -short"
+		shortSkip = true
 		return m.Run()
 	}
 	if err := dockerReachable(); err != nil {
@@ -190,19 +194,23 @@ func randHex(n int) string {
 
 func requireDocker(tb testing.TB) {
 	tb.Helper()
-	if skipReason != "" {
+	if shortSkip {
 		tb.Skip(skipReason)
+	}
+	if skipReason != "" {
+		testenv.SkipOrFail(tb, skipReason)
 	}
 }
 
-// requireImage skips unless ref is present locally.
+// requireImage skips (fails with BERTH_REQUIRE_DOCKER=1) unless ref is
+// present locally.
 func requireImage(tb testing.TB, ref string) {
 	tb.Helper()
 	requireDocker(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := dockerCLI(ctx, "image", "inspect", "--format", "{{.Id}}", ref); err != nil {
-		tb.Skipf("image %s is not present: run `make images` (images/build.sh all) first", ref)
+		testenv.SkipOrFailf(tb, "image %s is not present: run `make images` (images/build.sh all) first", ref)
 	}
 }
 
@@ -577,6 +585,7 @@ func startOrch(tb testing.TB, dataDir string, mutate ...func(*orchestrator.Confi
 	cfg.DataDir = dataDir
 	cfg.AgentBinary = agentBin
 	cfg.OperatorToken = operatorToken
+	cfg.AllowedImages = append(cfg.AllowedImages, "berth-e2e/") // the images the tests build
 	for _, f := range mutate {
 		f(&cfg)
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/berth-dev/berth/internal/testenv"
 )
 
 // TestMain isolates the tests from the host's git configuration: an empty
@@ -34,11 +36,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// requireGit skips the test when no git binary is installed.
+// requireGit skips the test when no git binary is installed (fails with
+// BERTH_REQUIRE_DOCKER=1: make deps installs git).
 func requireGit(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
+		testenv.SkipOrFail(t, "git is not installed (make deps)")
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	dockerclient "github.com/docker/docker/client"
 
+	"github.com/berth-dev/berth/internal/testenv"
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/runtime/docker"
 )
@@ -94,7 +95,7 @@ func benchmarkDockerCLI(b *testing.B) {
 func BenchmarkExecTrue(b *testing.B) {
 	b.Run("containerd", func(b *testing.B) {
 		if !shellOK {
-			b.Skipf("%s not in the namespace", shellImage)
+			testenv.SkipOrFailf(b, "%s not in the namespace", shellImage)
 		}
 		benchmarkExec(b, newRuntime(b))
 	})
@@ -178,7 +179,7 @@ func dockerCLI(b *testing.B) *dockerclient.Client {
 		cancel()
 	}
 	if err != nil {
-		b.Skipf("Docker Engine unreachable: %v", err)
+		testenv.SkipOrFailf(b, "Docker Engine unreachable: %v", err)
 	}
 	b.Cleanup(func() { _ = cli.Close() })
 	return cli
@@ -187,6 +188,6 @@ func dockerCLI(b *testing.B) *dockerclient.Client {
 func requireDockerImage(b *testing.B, ref string) {
 	b.Helper()
 	if _, err := dockerCLI(b).ImageInspect(context.Background(), ref); err != nil {
-		b.Skipf("%s not in the Docker Engine (make images)", ref)
+		testenv.SkipOrFailf(b, "%s not in the Docker Engine (make images)", ref)
 	}
 }

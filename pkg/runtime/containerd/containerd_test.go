@@ -30,6 +30,7 @@ import (
 	dockerclient "github.com/docker/docker/client"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/berth-dev/berth/internal/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/runtime/conformance"
@@ -208,7 +209,7 @@ func baseConfig() containerd.Config {
 func requireContainerd(tb testing.TB) {
 	tb.Helper()
 	if skipReason != "" {
-		tb.Skip(skipReason)
+		testenv.SkipOrFail(tb, skipReason)
 	}
 }
 
@@ -240,7 +241,7 @@ func TestConformance(t *testing.T) {
 	if shellOK {
 		images.Shell = shellImage
 	} else {
-		t.Logf("%s is not present (make images, with Docker running to import it); shell-based checks are skipped", shellImage)
+		testenv.LogOrFail(t, fmt.Sprintf("%s is not present (make images, with Docker running to import it); shell-based checks are skipped", shellImage))
 	}
 	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) }, images, conformance.WithKill(kill))
 }
@@ -253,7 +254,7 @@ func TestConformanceBase(t *testing.T) {
 		t.Skip("-short")
 	}
 	if !baseOK {
-		t.Skipf("%s is not present (make images, with Docker running to import it)", baseImage)
+		testenv.SkipOrFailf(t, "%s is not present (make images, with Docker running to import it)", baseImage)
 	}
 	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) },
 		conformance.Images{Empty: emptyImage, Shell: baseImage, BadUser: badUserImage}, conformance.WithKill(kill))
@@ -261,15 +262,41 @@ func TestConformanceBase(t *testing.T) {
 
 var leaseSeq int
 
+// testSpec returns a spec with a fresh lease id and registers the removal of
+// every sandbox labelled with that lease when the test ends, whatever the
+// test did with Create's result (failed, skipped, or never saw it).
 func testSpec(t testing.TB, img string) runtime.Spec {
 	t.Helper()
 	leaseSeq++
+	lease := fmt.Sprintf("ct-%d-%d", time.Now().UnixNano(), leaseSeq)
+	t.Cleanup(func() { removeLease(t, lease) })
 	return runtime.Spec{
-		LeaseID:        fmt.Sprintf("ct-%d-%d", time.Now().UnixNano(), leaseSeq),
+		LeaseID:        lease,
 		ConversationID: "conv",
 		InstanceID:     "containerd-test",
 		Image:          img,
 		AgentToken:     fmt.Sprintf("tok-%d", time.Now().UnixNano()),
+	}
+}
+
+// removeLease removes the sandboxes labelled with lease (by label, not by an
+// id a Create returned: a Create that failed or raced a timeout may still
+// have left one).
+func removeLease(t testing.TB, lease string) {
+	if testRT == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := testRT.List(ctx, runtime.Selector{runtime.LabelLease: lease})
+	if err != nil {
+		t.Errorf("cleanup: list lease %s: %v", lease, err)
+		return
+	}
+	for _, sb := range list {
+		if err := testRT.Remove(ctx, sb.ID); err != nil && !errdefs.IsNotFound(err) {
+			t.Errorf("cleanup: remove %s: %v", sb.ID, err)
+		}
 	}
 }
 
@@ -491,13 +518,28 @@ func TestEarlyExit(t *testing.T) {
 	}
 }
 
+// TestReadyTimeoutError: a sandbox not ready within Spec.ReadyTimeout fails
+// Create with Unavailable naming ReadyTimeout. A create that is ready in
+// time (it happens: a warm cold create is ~150 ms) is removed and tried
+// again with a shorter timeout, so the check always runs and nothing is
+// left running.
 func TestReadyTimeoutError(t *testing.T) {
 	rt := newRuntime(t)
-	spec := testSpec(t, emptyImage)
-	spec.ReadyTimeout = 150 * time.Millisecond
-	_, err := rt.Create(context.Background(), spec)
-	if err == nil {
-		t.Skip("ready within 150ms")
+	var err error
+	for timeout := 150 * time.Millisecond; ; timeout /= 3 {
+		spec := testSpec(t, emptyImage)
+		spec.ReadyTimeout = timeout
+		var sb runtime.Sandbox
+		if sb, err = rt.Create(context.Background(), spec); err != nil {
+			break
+		}
+		if err := rt.Remove(context.Background(), sb.ID); err != nil {
+			t.Fatalf("Remove %s: %v", sb.ID, err)
+		}
+		if timeout < time.Millisecond {
+			t.Fatalf("Create with ReadyTimeout %s succeeded", timeout)
+		}
+		t.Logf("ready within %s; trying a shorter ReadyTimeout", timeout)
 	}
 	if !errdefs.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ReadyTimeout") {
 		t.Errorf("err = %v; want Unavailable, DeadlineExceeded, naming ReadyTimeout", err)
@@ -532,16 +574,30 @@ func TestImageByID(t *testing.T) {
 	}
 }
 
+// taskPid returns the host pid of sandbox id's agent (its task).
+func taskPid(t *testing.T, rt *containerd.Runtime, id string) int {
+	t.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), rt.Namespace())
+	resp, err := rt.Client().TaskService().Get(ctx, &tasks.GetRequest{ContainerID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(resp.GetProcess().GetPid())
+}
+
 // TestNonRootUser: an image whose user is 1000:1000 and that has no files
-// and no working directory: the agent runs as 1000 (it reads the token) and
-// /workspace is created owned by it.
+// and no working directory: the agent runs as root and runs commands as
+// 1000 (--user); /workspace is created owned by 1000, and so are uploads.
 func TestNonRootUser(t *testing.T) {
 	rt := newRuntime(t)
 	spec := testSpec(t, numUserImage)
 	sb := create(t, rt, spec)
 	s := ociSpec(t, rt, sb.ID)
-	if s.Process.User.UID != 1000 || s.Process.User.GID != 1000 {
-		t.Errorf("user = %+v, want 1000:1000", s.Process.User)
+	if s.Process.User.UID != 0 || s.Process.User.GID != 0 {
+		t.Errorf("agent user = %+v, want root", s.Process.User)
+	}
+	if !slices.Contains(s.Process.Args, "--user") || !slices.Contains(s.Process.Args, "1000:1000") {
+		t.Errorf("agent args %q lack --user 1000:1000", s.Process.Args)
 	}
 	req, _ := http.NewRequest(http.MethodPut, "http://"+sb.Endpoint+"/v1/files/workspace/hello.txt", strings.NewReader("hi"))
 	req.Header.Set("Authorization", "Bearer "+spec.AgentToken)
@@ -553,6 +609,19 @@ func TestNonRootUser(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		t.Errorf("upload into /workspace as uid 1000: HTTP %d: %s", resp.StatusCode, body)
+	}
+	root := fmt.Sprintf("/proc/%d/root", taskPid(t, rt, sb.ID))
+	for _, p := range []string{"/workspace", "/workspace/hello.txt"} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(root+p, &st); err != nil {
+			t.Errorf("stat %s: %v", p, err)
+		} else if st.Uid != 1000 || st.Gid != 1000 {
+			t.Errorf("%s owned by %d:%d, want 1000:1000", p, st.Uid, st.Gid)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(root+containerd.TokenPath, &st); err != nil || st.Mode&0o077 != 0 {
+		t.Errorf("token file: mode %o, %v; want readable by its owner only", st.Mode&0o777, err)
 	}
 }
 
@@ -609,7 +678,7 @@ func TestImportInvalid(t *testing.T) {
 func TestIsolationFromDocker(t *testing.T) {
 	rt := newRuntime(t)
 	if !shellOK {
-		t.Skipf("%s not in the namespace", shellImage)
+		testenv.SkipOrFailf(t, "%s not in the namespace", shellImage)
 	}
 	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
 	if err == nil {
@@ -618,7 +687,7 @@ func TestIsolationFromDocker(t *testing.T) {
 		cancel()
 	}
 	if err != nil {
-		t.Skipf("no Docker Engine with %s: %v", shellImage, err)
+		testenv.SkipOrFailf(t, "no Docker Engine with %s: %v", shellImage, err)
 	}
 	defer cli.Close()
 	drt, err := docker.New(context.Background(), docker.Config{AgentBinary: agentBinary, InstanceID: "containerd-test",
@@ -670,7 +739,7 @@ func TestIsolationFromDocker(t *testing.T) {
 func TestWatchOOM(t *testing.T) {
 	rt := newRuntime(t)
 	if !shellOK {
-		t.Skipf("%s not in the namespace", shellImage)
+		testenv.SkipOrFailf(t, "%s not in the namespace", shellImage)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

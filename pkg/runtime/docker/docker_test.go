@@ -26,6 +26,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 
+	"github.com/berth-dev/berth/internal/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/runtime/conformance"
@@ -142,7 +143,7 @@ func importImage(ctx context.Context, cli *client.Client, ref string, changes []
 func requireDocker(tb testing.TB) {
 	tb.Helper()
 	if skipReason != "" {
-		tb.Skip(skipReason)
+		testenv.SkipOrFail(tb, skipReason)
 	}
 }
 
@@ -184,7 +185,7 @@ func TestConformance(t *testing.T) {
 		}
 	}
 	if images.Shell == "" {
-		t.Logf("neither %s nor %s is present (make images); shell-based checks are skipped", shellImage, baseImage)
+		testenv.LogOrFail(t, fmt.Sprintf("neither %s nor %s is present (make images); shell-based checks are skipped", shellImage, baseImage))
 	}
 	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
 	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) }, images, conformance.WithKill(kill))
@@ -194,11 +195,11 @@ func TestConformance(t *testing.T) {
 // (bash and python3 instead of busybox) when both images are present.
 func TestConformanceBase(t *testing.T) {
 	requireDocker(t)
-	if !imagePresent(t, baseImage) || !imagePresent(t, shellImage) {
-		t.Skipf("needs both %s and %s (make images)", shellImage, baseImage)
-	}
 	if testing.Short() {
 		t.Skip("-short")
+	}
+	if !imagePresent(t, baseImage) || !imagePresent(t, shellImage) {
+		testenv.SkipOrFailf(t, "needs both %s and %s (make images)", shellImage, baseImage)
 	}
 	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
 	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) },
@@ -212,6 +213,8 @@ func TestConformanceVolume(t *testing.T) {
 	images := conformance.Images{Empty: emptyImage, BadUser: badUserImage}
 	if imagePresent(t, shellImage) {
 		images.Shell = shellImage
+	} else {
+		testenv.LogOrFail(t, fmt.Sprintf("%s is not present (make images); shell-based checks are skipped", shellImage))
 	}
 	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
 	conformance.Run(t, func(t *testing.T) runtime.Runtime {
@@ -438,13 +441,27 @@ func TestNetworkWithICCRefused(t *testing.T) {
 	}
 }
 
+// TestReadyTimeoutError: a sandbox not ready within Spec.ReadyTimeout fails
+// Create with Unavailable naming ReadyTimeout. A create that is ready in
+// time is removed and tried again with a shorter timeout, so the check
+// always runs (no skip) and nothing is left running.
 func TestReadyTimeoutError(t *testing.T) {
 	rt := newRuntime(t)
-	spec := testSpec(t, rt, emptyImage)
-	spec.ReadyTimeout = 150 * time.Millisecond // enough to create, not to be ready
-	_, err := rt.Create(context.Background(), spec)
-	if err == nil {
-		t.Skip("ready within 150ms")
+	var err error
+	for timeout := 150 * time.Millisecond; ; timeout /= 3 { // 150 ms: enough to create, usually not to be ready
+		spec := testSpec(t, rt, emptyImage)
+		spec.ReadyTimeout = timeout
+		var sb runtime.Sandbox
+		if sb, err = rt.Create(context.Background(), spec); err != nil {
+			break
+		}
+		if err := rt.Remove(context.Background(), sb.ID); err != nil {
+			t.Fatalf("Remove %s: %v", sb.ID, err)
+		}
+		if timeout < time.Millisecond {
+			t.Fatalf("Create with ReadyTimeout %s succeeded", timeout)
+		}
+		t.Logf("ready within %s; trying a shorter ReadyTimeout", timeout)
 	}
 	if !errdefs.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ReadyTimeout") {
 		t.Errorf("err = %v; want Unavailable, DeadlineExceeded, naming ReadyTimeout", err)
@@ -513,7 +530,7 @@ func TestNonRootUsers(t *testing.T) {
 	})
 	t.Run("named", func(t *testing.T) {
 		if !imagePresent(t, shellImage) {
-			t.Skipf("%s not present (make images)", shellImage)
+			testenv.SkipOrFailf(t, "%s not present (make images)", shellImage)
 		}
 		if err := derive(ctx, shellImage, namedUser, []string{"USER nobody"}); err != nil {
 			t.Fatal(err)

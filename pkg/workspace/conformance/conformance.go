@@ -38,6 +38,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/workspace"
 )
@@ -625,7 +626,7 @@ func testStatList(t *testing.T, ws workspace.Workspace) {
 
 func testGit(t *testing.T, ws workspace.Workspace) {
 	if res, err := ws.Exec(ctxFor(t), workspace.Command{Argv: []string{"git", "--version"}}); err != nil || res.ExitCode != 0 {
-		t.Skipf("no git in this workspace: %v %+v", err, res)
+		testenv.SkipOrFailf(t, "no git in this workspace: %v %+v", err, res)
 	}
 	const git = "git -c user.name=t -c user.email=t@t -c commit.gpgsign=false -c init.defaultBranch=main"
 	sh(t, ws, "mkdir repo")
