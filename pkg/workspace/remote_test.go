@@ -37,6 +37,51 @@ type action struct {
 	status int  // answer with this status instead of forwarding
 	code   int  // the gRPC code in the answer's JSON body; 0: none
 	hangUp bool // close the connection without an answer
+	// lateBodyEnd delays every read of the request body after its first
+	// bytes (the forwarding transport's last read, the one that finds the
+	// end), as a loaded machine may.
+	lateBodyEnd time.Duration
+}
+
+// endedBody is the request body a frontProxy forwards: once it has
+// returned io.EOF it answers io.EOF again without reading the underlying
+// body. The forwarding transport reads once more after the last byte (to
+// check the length); by then the agent may have answered an exec stream,
+// and net/http's HTTP/1 server closes the request body as soon as the
+// proxy's response headers go out. That read then failed ("invalid Read
+// on closed Body"), the transport closed the upstream connection, and the
+// client's stream was cut in the middle ("unexpected EOF" instead of the
+// callback's error in ExecStreamCallbackErrorStops).
+type endedBody struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (b *endedBody) Read(p []byte) (int, error) {
+	if b.eof {
+		return 0, io.EOF
+	}
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.eof = true
+	}
+	return n, err
+}
+
+// lateBody delays its reads after the first bytes by d.
+type lateBody struct {
+	io.ReadCloser
+	d    time.Duration
+	seen bool
+}
+
+func (b *lateBody) Read(p []byte) (int, error) {
+	if b.seen {
+		time.Sleep(b.d)
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.seen = b.seen || n > 0
+	return n, err
 }
 
 // frontProxy stands in front of an agent like the orchestrator's REST
@@ -98,6 +143,10 @@ func newFrontProxy(t *testing.T, a *testAgent) *frontProxy {
 				fmt.Fprintf(w, `{"message":"injected %d"}`+"\n", act.status)
 			}
 		default:
+			if act.lateBodyEnd > 0 {
+				r.Body = &lateBody{ReadCloser: r.Body, d: act.lateBodyEnd}
+			}
+			r.Body = &endedBody{ReadCloser: r.Body}
 			rp.ServeHTTP(w, r)
 		}
 	}))
@@ -236,6 +285,28 @@ func TestRESTRetries(t *testing.T) {
 		// Without faults, it works.
 		if res, err := ws.Exec(ctx, workspace.Command{Shell: "echo ok"}); err != nil || res.Stdout != "ok\n" {
 			t.Fatalf("Exec: %+v, %v", res, err)
+		}
+	})
+
+	// Regression (ExecStreamCallbackErrorStops, flaky under load): the
+	// proxy's transport finds the end of the request body only after the
+	// stream has started; the stream must not be cut, and the consumer's
+	// error must be what ExecStream returns.
+	t.Run("StreamSurvivesLateBodyEnd", func(t *testing.T) {
+		p.reset()
+		p.inject("POST /v1/exec:stream", action{lateBodyEnd: 300 * time.Millisecond})
+		errStop := errors.New("consumer stops")
+		ticks := 0
+		_, err := ws.ExecStream(ctx, workspace.Command{Shell: "while :; do echo tick; sleep 0.05; done"}, func(ev workspace.Event) error {
+			if ev.Kind == workspace.EventStdout {
+				if ticks++; ticks == 10 { // about 0.5 s: past the late read
+					return errStop
+				}
+			}
+			return nil
+		})
+		if !errors.Is(err, errStop) {
+			t.Fatalf("ExecStream: %v after %d ticks, want the callback's error", err, ticks)
 		}
 	})
 
