@@ -14,6 +14,12 @@ import (
 // not use the restart budget. The lease's expiry also ends them.
 const restartUnreachableFor = 5 * time.Minute
 
+// restartAttempts is how many times a restart is tried when the runtime
+// answers with another error (an engine in the middle of shutting down may
+// refuse a start before its socket goes away): a container that cannot
+// start fails its lease after a few seconds, not after minutes.
+const restartAttempts = 3
+
 // restartJob is an in-place restart to run: lease e's container cid
 // exited; after says how, for the reason of the restarted transition
 // ("exit 137").
@@ -120,8 +126,9 @@ func (m *Manager) startReconciledRestarts(ctx context.Context) {
 // kept, endpoint re-read) and records the outcome: PENDING → READY
 // "restarted after exit 137" with Lease.Restarts incremented, or FAILED with
 // the error (the container is then removed). While the runtime is
-// unreachable it retries with backoff (1s doubling to 10s) for up to
-// restartUnreachableFor, or until the lease expires. When the Manager shuts
+// unreachable it retries with backoff (1s doubling to 5s) for up to
+// restartUnreachableFor, other errors up to restartAttempts times; the
+// lease's expiry ends the retries. When the Manager shuts
 // down first the lease stays PENDING, and the next Start resumes the
 // restart. A lease released meanwhile is cleaned up.
 func (m *Manager) restart(ctx context.Context, j restartJob) {
@@ -133,8 +140,10 @@ func (m *Manager) restart(ctx context.Context, j restartJob) {
 	began := time.Now()
 	bo := time.Second
 	var (
-		sb  runtime.Sandbox
-		err error
+		sb      runtime.Sandbox
+		err     error
+		attempt int
+		retry   bool
 	)
 	for {
 		// Bounded by the runtime's ReadyTimeout; the extra grace lets its
@@ -142,23 +151,32 @@ func (m *Manager) restart(ctx context.Context, j restartJob) {
 		rctx, cancel := detached(ctx, m.cfg.ReadyTimeout+5*time.Second)
 		sb, err = m.rt.Restart(rctx, j.cid)
 		cancel()
-		if err == nil || !errdefs.IsUnavailable(err) || ctx.Err() != nil || time.Since(began) > restartUnreachableFor {
+		attempt++
+		switch {
+		case err == nil || ctx.Err() != nil || errdefs.IsNotFound(err):
+		case errdefs.IsUnavailable(err) && time.Since(began) < restartUnreachableFor:
+			retry = true
+		case !errdefs.IsUnavailable(err) && attempt < restartAttempts:
+			retry = true
+		}
+		if !retry {
 			break
 		}
+		retry = false
 		m.mu.Lock()
 		still := e.l.State == StatePending && e.l.ContainerID == j.cid && m.now().Before(e.l.ExpiresAt)
 		m.mu.Unlock()
 		if !still {
 			break
 		}
-		log.Warn("restarting sandbox: runtime unavailable; retrying", "err", err, "retry_in", bo)
+		log.Warn("restarting sandbox failed; retrying", "err", err, "attempt", attempt, "retry_in", bo)
 		t := time.NewTimer(bo)
 		select {
 		case <-ctx.Done():
 		case <-t.C:
 		}
 		t.Stop()
-		bo = min(bo*2, 10*time.Second)
+		bo = min(bo*2, 5*time.Second)
 	}
 	took := time.Since(began)
 

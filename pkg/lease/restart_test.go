@@ -105,20 +105,21 @@ func TestRestartBudget(t *testing.T) {
 	}
 }
 
-// TestRestartFailureFails: a restart the runtime refuses fails the lease
-// (with the error) and removes the container.
+// TestRestartFailureFails: a restart the runtime keeps refusing fails the
+// lease (with the error) after restartAttempts tries and removes the
+// container.
 func TestRestartFailureFails(t *testing.T) {
 	h := newHarness(t, nil)
 	l, _ := h.acquire("c")
 	h.rt.set(func(f *fakeRuntime) { f.restartErr = errdefs.FailedPrecondition("agent does not start") })
 	h.rt.kill(l.ContainerID, 1, false)
-	eventually(t, 2*time.Second, "failed and removed", func() bool { return h.get(l.ID).State == StateFailed && !h.rt.exists(l.ContainerID) })
+	eventually(t, 10*time.Second, "failed and removed (after 3 attempts)", func() bool { return h.get(l.ID).State == StateFailed && !h.rt.exists(l.ContainerID) })
 	got := h.get(l.ID)
 	if !strings.HasPrefix(got.Reason, "restart after exit 1 failed: ") || !strings.Contains(got.Reason, "agent does not start") {
 		t.Fatalf("reason %q", got.Reason)
 	}
-	if s := h.m.Stats(); s.RestartFailures != 1 {
-		t.Errorf("restart failures %d", s.RestartFailures)
+	if s := h.m.Stats(); s.RestartFailures != 1 || h.rt.restartCount() != restartAttempts {
+		t.Errorf("restart failures %d, Restart calls %d (want 1 and %d)", s.RestartFailures, h.rt.restartCount(), restartAttempts)
 	}
 }
 
@@ -192,7 +193,9 @@ func TestAcquireWaitsForRestart(t *testing.T) {
 func TestResyncRestarts(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.ResyncInterval = 50 * time.Millisecond })
 	l, _ := h.acquire("c")
-	h.rt.set(func(f *fakeRuntime) { f.boxes[l.ContainerID].State, f.boxes[l.ContainerID].ExitCode = runtime.StateExited, 143 })
+	h.rt.set(func(f *fakeRuntime) {
+		f.boxes[l.ContainerID].State, f.boxes[l.ContainerID].ExitCode = runtime.StateExited, 143
+	})
 	eventually(t, 2*time.Second, "restarted by resync", func() bool { got := h.get(l.ID); return got.State == StateReady && got.Restarts == 1 })
 	if got := h.get(l.ID); got.Reason != "restarted after exit 143" {
 		t.Fatalf("reason %q", got.Reason)
@@ -218,7 +221,9 @@ func TestReconcileResumesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
-	h.rt.set(func(f *fakeRuntime) { f.boxes[l.ContainerID].State, f.boxes[l.ContainerID].ExitCode = runtime.StateExited, 137 })
+	h.rt.set(func(f *fakeRuntime) {
+		f.boxes[l.ContainerID].State, f.boxes[l.ContainerID].ExitCode = runtime.StateExited, 137
+	})
 	h.start()
 	eventually(t, 2*time.Second, "restart resumed", func() bool { return h.get(l.ID).State == StateReady })
 	if got := h.get(l.ID); got.Reason != "restarted after container exited with code 137" || got.Restarts != 1 || got.ContainerID != l.ContainerID {
