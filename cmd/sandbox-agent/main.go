@@ -1,8 +1,11 @@
 // Command sandbox-agent is berth's in-sandbox agent: a static binary that
 // serves command, file and git endpoints over gRPC and JSON/REST on one port.
 //
-//	sandbox-agent [--listen ADDR] [--workdir DIR] [--init] [-- ENTRYPOINT ARGS...]
+//	sandbox-agent [--listen ADDR] [--workdir DIR] [--user USER] [--allow-root=false] [--init] [-- ENTRYPOINT ARGS...]
 //
+// Commands run as --user (default: the agent's own user); a request may
+// name another user when the agent runs as root, and --allow-root=false
+// refuses uid 0.
 // The bearer token comes from BERTH_AGENT_TOKEN (preferred: not visible in
 // ps), --token-file or --token. As PID 1 (or with --init) the agent runs as a
 // small supervisor that reaps orphans, forwards signals and runs the server
@@ -39,6 +42,8 @@ func run(args []string) int {
 	noAuth := fs.Bool("no-auth", false, "serve without authentication (local development only)")
 	initMode := fs.Bool("init", false, "run as init supervisor even when not PID 1 (child subreaper)")
 	maxProcs := fs.Int("max-processes", 256, "maximum concurrently running commands")
+	user := fs.String("user", "", "default user of commands and of files created through the agent: NAME, UID, NAME:GROUP or UID:GID (default: the agent's own user)")
+	allowRoot := fs.Bool("allow-root", true, "allow commands to run as root (uid 0); false refuses them with PERMISSION_DENIED")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -98,7 +103,8 @@ func run(args []string) int {
 		log.Error("cannot create workdir", "workdir", *workDir, "err", err)
 		return 1
 	}
-	srv, err := agent.New(agent.Config{Token: tok, NoAuth: *noAuth, WorkDir: *workDir, MaxProcesses: *maxProcs, Logger: log})
+	srv, err := agent.New(agent.Config{Token: tok, NoAuth: *noAuth, WorkDir: *workDir, MaxProcesses: *maxProcs,
+		User: *user, DenyRoot: !*allowRoot, Logger: log})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 2

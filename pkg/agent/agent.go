@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/berth-dev/berth/internal/edge"
@@ -40,6 +41,16 @@ type Config struct {
 	MaxProcesses int
 	// ShutdownGrace bounds graceful shutdown. Default 10s.
 	ShutdownGrace time.Duration
+	// User is the default user commands run as and files created through
+	// the agent belong to ("name", "uid", "name:group", "uid:gid", resolved
+	// with /etc/passwd and /etc/group). ExecRequest.user picks another one
+	// per command. Setting users other than the agent's own needs the agent
+	// to run as root. Default "": the agent's own user (when the agent is
+	// not root, ExecRequest.user is then refused).
+	User string
+	// DenyRoot refuses commands as uid 0 with PERMISSION_DENIED (and New
+	// fails when User is root). Default false.
+	DenyRoot bool
 	// Logger receives the agent's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -90,8 +101,16 @@ func New(cfg Config) (*Server, error) {
 		grpc.ChainStreamInterceptor(rec.Stream, auth.stream),
 	)...)
 
-	runner := process.NewRunner(process.Config{WorkDir: cfg.WorkDir, MaxProcesses: cfg.MaxProcesses, OOMScoreAdj: 500, Logger: log.With("component", "process")})
-	fsys := files.New(files.Config{Logger: log.With("component", "files")})
+	us, err := newUsers(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	runner := process.NewRunner(process.Config{WorkDir: cfg.WorkDir, MaxProcesses: cfg.MaxProcesses, OOMScoreAdj: 500, Users: us, Logger: log.With("component", "process")})
+	fcfg := files.Config{Logger: log.With("component", "files")}
+	if us != nil && !us.Default.Root() && os.Geteuid() == 0 {
+		fcfg.Chown = us.Chown
+	}
+	fsys := files.New(fcfg)
 	g := git.New(git.Config{WorkDir: cfg.WorkDir, Logger: log.With("component", "git")})
 
 	agentv1.RegisterProcessServiceServer(gs, process.NewServer(runner))

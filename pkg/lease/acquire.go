@@ -59,6 +59,10 @@ type AcquireRequest struct {
 	Env map[string]string
 	// Resources are limits; zero fields take Config.DefaultResources.
 	Resources runtime.Resources
+	// User runs the sandbox's commands as this user of the image ("name",
+	// "uid", "name:group", "uid:gid"). Default: Config.DefaultUser for the
+	// images it applies to, else the image's own user.
+	User string
 	// PublicPorts are preview ports (1-65535) the proxy serves without a
 	// token. Default none.
 	PublicPorts []int
@@ -122,6 +126,8 @@ func validResources(field string, r runtime.Resources) error {
 		return errdefs.InvalidArgument(field+".memory_bytes", "must not be negative")
 	case r.PidsLimit < 0:
 		return errdefs.InvalidArgument(field+".pids", "must not be negative")
+	case r.DiskBytes < 0:
+		return errdefs.InvalidArgument(field+".disk_bytes", "must not be negative")
 	}
 	return nil
 }
@@ -155,6 +161,11 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if err := m.checkImage(req.Image); err != nil {
 		return req, err
 	}
+	user, err := m.leaseUser(req.Image, req.User)
+	if err != nil {
+		return req, err
+	}
+	req.User = user
 	switch {
 	case req.TTL < 0:
 		return req, errdefs.InvalidArgument("ttl", "%s is negative", req.TTL)
@@ -208,6 +219,9 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	}
 	if req.Resources.PidsLimit == 0 {
 		req.Resources.PidsLimit = d.PidsLimit
+	}
+	if req.Resources.DiskBytes == 0 {
+		req.Resources.DiskBytes = d.DiskBytes
 	}
 	if err := m.checkMaxResources("resources", req.Resources); err != nil {
 		return req, err
@@ -308,7 +322,7 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 			}
 		}
 		if m.cfg.MaxLivePerOwner > 0 && !req.NoOwnerLimit && m.ownerLiveLocked(req.Owner) >= m.cfg.MaxLivePerOwner {
-			after := m.retryHintForLocked(req.Owner)
+			after := m.retryHintForLocked(func(l *Lease) bool { return l.Owner == req.Owner })
 			live := m.ownerLiveLocked(req.Owner)
 			m.mu.Unlock()
 			return Lease{}, "", false, &RetryAfterError{
@@ -324,6 +338,7 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 				Owner:          req.Owner,
 				Labels:         req.Labels,
 				Image:          req.Image,
+				User:           req.User,
 				Env:            req.Env,
 				Resources:      req.Resources,
 				PublicPorts:    req.PublicPorts,
@@ -402,6 +417,8 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 		Labels:         maps.Clone(e.l.Labels),
 		Resources:      e.l.Resources,
 		ReadyTimeout:   m.cfg.ReadyTimeout,
+		User:           e.l.User,
+		DenyRootUser:   m.cfg.DenyRootUser,
 	}
 	m.mu.Unlock()
 
@@ -421,6 +438,7 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 	switch {
 	case err == nil && e.l.State == StatePending:
 		e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
+		e.l.DiskEnforcement = sb.DiskEnforcement
 		e.l.ExpiresAt = now.Add(e.l.TTL)
 		e.l.LastActivityAt = now
 		_ = m.transitionLocked(e, StateReady, fmt.Sprintf("sandbox ready in %s", took.Round(time.Millisecond)))
@@ -460,18 +478,18 @@ func (m *Manager) retryHintLocked() time.Duration {
 	if m.counts[StateReleasing] > 0 {
 		return time.Second
 	}
-	return m.retryHintForLocked("")
+	return m.retryHintForLocked(func(*Lease) bool { return true })
 }
 
-// retryHintForLocked is retryHintLocked over one owner's leases (every
-// lease when owner is ""): soon if one is being released, else when the
-// first READY one expires; between 1s and 30s.
-func (m *Manager) retryHintForLocked(owner string) time.Duration {
+// retryHintForLocked is retryHintLocked over the leases that match: soon if
+// one is being released, else when the first READY one expires; between 1s
+// and 30s.
+func (m *Manager) retryHintForLocked(match func(*Lease) bool) time.Duration {
 	const lo, hi = time.Second, 30 * time.Second
 	now := m.now()
 	best := hi
 	for _, e := range m.leases {
-		if owner != "" && e.l.Owner != owner {
+		if !match(&e.l) {
 			continue
 		}
 		if e.l.State == StateReleasing {

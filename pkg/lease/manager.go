@@ -29,6 +29,10 @@ type Runtime interface {
 	// Restart starts an exited sandbox again in place (files kept) and
 	// waits for its agent.
 	Restart(ctx context.Context, id string) (runtime.Sandbox, error)
+	// Stop stops a sandbox (SIGTERM, grace, SIGKILL), keeping its files.
+	Stop(ctx context.Context, id string, grace time.Duration) error
+	// Usage measures a sandbox's disk usage (the disk limit's enforcement).
+	Usage(ctx context.Context, id string) (runtime.Usage, error)
 }
 
 var _ Runtime = runtime.Runtime(nil)
@@ -83,6 +87,19 @@ type Config struct {
 	// image is errdefs.ErrPermissionDenied naming the image field. Default
 	// empty: every image (the orchestrator passes its allowlist).
 	AllowedImages []string
+	// DefaultUser is the user commands run as in sandboxes of images that
+	// match DefaultUserImages when an acquire names none; other images run
+	// commands as their own configured user. Default "": the image's user
+	// everywhere (the orchestrator sets "sandbox").
+	DefaultUser string
+	// DefaultUserImages are the image prefixes (familiar form, e.g.
+	// "berth/"; "*" for all) DefaultUser applies to. Default
+	// DefaultUserImages (["berth/"]): berth's images carry the user.
+	DefaultUserImages []string
+	// DenyRootUser forbids commands as root: an acquire naming a root user
+	// is errdefs.ErrPermissionDenied, and the agent refuses uid 0
+	// (PERMISSION_DENIED) whatever a command asks for. Default false.
+	DenyRootUser bool
 	// MaxLivePerOwner bounds one owner's live leases; an acquire beyond it
 	// fails like MaxLive (errdefs.ErrResourceExhausted with a RetryAfter
 	// hint) unless AcquireRequest.NoOwnerLimit is set. Default 0: no
@@ -112,6 +129,20 @@ type Config struct {
 	// runtime's container list even when the event watch is healthy (a
 	// resync also follows every watch reconnect). Default 30s.
 	ResyncInterval time.Duration
+	// DiskInterval is the base interval between two measurements of a READY
+	// lease's disk usage (only leases with Resources.DiskBytes are
+	// measured). It adapts per lease: down to a quarter of it (at least
+	// 100ms) when the usage is near or over the limit or growing towards
+	// it, up to four times it when the usage is far below the limit and
+	// unchanged. Default 15s.
+	DiskInterval time.Duration
+	// DiskConcurrency bounds the measurements running at once (each makes
+	// the engine walk a writable layer). Default 2.
+	DiskConcurrency int
+	// DiskGrace is how long a lease may stay over its disk limit (with a
+	// warning, uploads refused) before berth stops its sandbox and fails
+	// the lease. Default 30s.
+	DiskGrace time.Duration
 	// RestartLimit is how many times a lease's sandbox is restarted in
 	// place (same container, files kept) after its container exited
 	// unexpectedly, within RestartWindow; one more exit within the window
@@ -183,6 +214,11 @@ func (c *Config) setDefaults() error {
 	if c.RestartWindow < 0 {
 		return errdefs.InvalidArgument("restart_window", "must not be negative")
 	}
+	def(&c.DiskInterval, 15*time.Second)
+	def(&c.DiskGrace, 30*time.Second)
+	if c.DiskConcurrency <= 0 {
+		c.DiskConcurrency = 2
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -194,7 +230,8 @@ func (c *Config) setDefaults() error {
 		return errdefs.InvalidArgument("ttl", "durations must not be negative")
 	case c.DefaultTTL > c.MaxTTL:
 		return errdefs.InvalidArgument("default_ttl", "%s exceeds max ttl %s", c.DefaultTTL, c.MaxTTL)
-	case c.ReapInterval < 0 || c.ReadyTimeout < 0 || c.RemoveTimeout < 0 || c.ResyncInterval < 0 || c.ActivityFlushInterval < 0:
+	case c.ReapInterval < 0 || c.ReadyTimeout < 0 || c.RemoveTimeout < 0 || c.ResyncInterval < 0 || c.ActivityFlushInterval < 0 ||
+		c.DiskInterval < 0 || c.DiskGrace < 0:
 		return errdefs.InvalidArgument("interval", "durations must not be negative")
 	}
 	if err := validResources("max_resources", c.MaxResources); err != nil {
@@ -229,6 +266,9 @@ type Manager struct {
 	// toRestart are the leases reconcile moved to PENDING for a restart,
 	// started by Start once the background context exists.
 	toRestart []restartJob
+	// diskMeasurements and diskStops count disk measurements and sandboxes
+	// stopped past their disk limit since New (disk.go).
+	diskMeasurements, diskStops uint64
 	seq     uint64           // bumped when a lease becomes READY (resync races)
 	started bool
 	// interrupted is set by reconcile when it failed a PENDING lease: the
@@ -262,6 +302,8 @@ type entry struct {
 
 	activityDirty   bool      // LastActivityAt changed since the last write
 	activityWritten time.Time // real-clock time of the last activity write
+
+	disk diskState // disk measurement bookkeeping (disk.go)
 }
 
 // acquireCall is one in-flight creation; concurrent acquires of the same
@@ -329,6 +371,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.goBackground(func() { m.reapLoop(runCtx) })
 	m.goBackground(func() { m.watchLoop(runCtx) })
 	m.startReconciledRestarts(runCtx)
+	m.goBackground(func() { m.diskLoop(runCtx) })
 	for range m.cfg.ReapConcurrency {
 		m.goBackground(func() { m.cleanWorker(runCtx) })
 	}
@@ -596,6 +639,10 @@ type Route struct {
 	// PublicPorts are preview ports served without a token (shared; do not
 	// modify).
 	PublicPorts []int
+	// DiskLimit is the lease's disk limit in bytes (0: none); DiskUsed the
+	// last measured usage plus what uploads added since (see ChargeDisk).
+	// The proxy refuses uploads past DiskLimit-DiskUsed.
+	DiskLimit, DiskUsed int64
 }
 
 // Route returns the routing facts of lease id without copying the whole
@@ -608,7 +655,8 @@ func (m *Manager) Route(id string) (Route, error) {
 	if e == nil {
 		return Route{}, errdefs.NotFound("lease %s", id)
 	}
-	return Route{State: e.l.State, Reason: e.l.Reason, Owner: e.l.Owner, Endpoint: e.l.Endpoint, PublicPorts: e.l.PublicPorts}, nil
+	return Route{State: e.l.State, Reason: e.l.Reason, Owner: e.l.Owner, Endpoint: e.l.Endpoint, PublicPorts: e.l.PublicPorts,
+		DiskLimit: e.l.Resources.DiskBytes, DiskUsed: e.l.Usage.DiskBytes + e.disk.charged}, nil
 }
 
 // Touch records activity on a live lease (the proxy calls it per request):

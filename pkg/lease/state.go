@@ -115,6 +115,9 @@ type Lease struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// Image is the image the sandbox was created from.
 	Image string `json:"image"`
+	// User is the user the sandbox's commands run as by default (and that
+	// owns files created through the agent); "" is the image's own user.
+	User string `json:"user,omitempty"`
 	// Env is the environment given to the sandbox (persisted, see above).
 	Env map[string]string `json:"env,omitempty"`
 	// Resources are the limits the sandbox was created with (after defaults).
@@ -157,6 +160,30 @@ type Lease struct {
 	// An ended lease with Cleaned false still has a container to remove; the
 	// reaper keeps trying, and the record is not purged until it succeeds.
 	Cleaned bool `json:"cleaned,omitempty"`
+	// KeepContainer is set on a lease that ended with its container stopped
+	// but kept, files intact, for an operator to copy out (a sandbox stopped
+	// past its disk limit): the container is removed only once Retention
+	// has passed since EndedAt (1h when Retention keeps records forever).
+	KeepContainer bool `json:"keep_container,omitempty"`
+	// DiskEnforcement says who enforces Resources.DiskBytes: "engine",
+	// "berth" or "" (no limit); see runtime.DiskEnforcementEngine.
+	DiskEnforcement string `json:"disk_enforcement,omitempty"`
+	// Usage is what the sandbox consumed when last measured (leases with a
+	// disk limit only). It is kept in memory and written to the store only
+	// with the lease's other changes, so after a restart it may be stale
+	// until the next measurement.
+	Usage Usage `json:"usage,omitzero"`
+	// Warnings are conditions that need attention ("disk limit exceeded:
+	// X of Y bytes"); empty when all is well.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Usage is what a lease's sandbox consumed when last measured.
+type Usage struct {
+	// DiskBytes is the size of the sandbox's writable layer (and volumes).
+	DiskBytes int64 `json:"disk_bytes"`
+	// MeasuredAt is when DiskBytes was measured; zero if never.
+	MeasuredAt time.Time `json:"measured_at,omitzero"`
 }
 
 // Clone returns a deep copy of l.
@@ -165,6 +192,7 @@ func (l Lease) Clone() Lease {
 	l.Env = maps.Clone(l.Env)
 	l.Transitions = slices.Clone(l.Transitions)
 	l.PublicPorts = slices.Clone(l.PublicPorts)
+	l.Warnings = slices.Clone(l.Warnings)
 	return l
 }
 

@@ -86,6 +86,20 @@ type Config struct {
 	DefaultMemoryBytes int64 `json:"defaultMemoryBytes"`
 	// DefaultPids is the per-sandbox process limit. Default 512.
 	DefaultPids int64 `json:"defaultPids"`
+	// DefaultDiskBytes is the per-sandbox disk limit (writable layer and
+	// volumes) of an acquire that sets no resources.diskBytes; 0 means no
+	// limit. Enforced by the engine where its storage driver can bound a
+	// container's size, else by berth (see DiskInterval, DiskGrace).
+	// Default 10 GiB.
+	DefaultDiskBytes int64 `json:"defaultDiskBytes"`
+	// DiskInterval is the base interval between two measurements of a
+	// sandbox's disk usage (adapted per lease: more often near the limit,
+	// less when far below it and unchanged). Default 15s.
+	DiskInterval Duration `json:"diskInterval"`
+	// DiskGrace is how long a sandbox may stay over its disk limit (warned,
+	// uploads refused) before berth stops it and fails its lease, keeping
+	// the stopped container until Retention passes. Default 30s.
+	DiskGrace Duration `json:"diskGrace"`
 	// MaxCPUs bounds an acquire's resources.cpus. Default 4.
 	MaxCPUs float64 `json:"maxCPUs"`
 	// MaxMemoryBytes bounds an acquire's resources.memoryBytes. Default 8 GiB.
@@ -108,6 +122,27 @@ type Config struct {
 	// with any tag or digest. Other images are PERMISSION_DENIED naming
 	// image. Default ["berth/"] (the images berth builds).
 	AllowedImages []string `json:"allowedImages"`
+	// DefaultUser is the user commands run as (and that owns files created
+	// through the agent) in sandboxes of DefaultUserImages when an acquire
+	// names no user; sandboxes of other images run commands as the image's
+	// own user. "" runs every image's commands as its own user. The agent
+	// itself always runs as root. Default "sandbox" (uid 1000 in berth's
+	// images).
+	DefaultUser string `json:"defaultUser"`
+	// DefaultUserImages are the image prefixes DefaultUser applies to ("*"
+	// for all). Default ["berth/"].
+	DefaultUserImages []string `json:"defaultUserImages"`
+	// AllowRootUser lets acquires and commands choose root (uid 0). With
+	// false an acquire naming root is PERMISSION_DENIED and the agent
+	// refuses commands as uid 0. Default true: with no-new-privileges a
+	// non-root user cannot sudo, so root is how a sandbox installs
+	// packages.
+	AllowRootUser bool `json:"allowRootUser"`
+	// HostInput is how the Docker backend keeps sandboxes away from the
+	// host's listeners: "auto" (iptables INPUT rules when it can, else a
+	// warning), "required" or "off". The containerd backend always installs
+	// them. Default "auto".
+	HostInput string `json:"hostInput"`
 	// MaxLeasesPerOwner bounds one owner's live leases; more acquires get
 	// RESOURCE_EXHAUSTED (HTTP 429 with Retry-After). The operator's own
 	// acquires are exempt (MaxLeases still applies). Default 20.
@@ -189,6 +224,9 @@ func Defaults() Config {
 		DefaultCPUs:            1,
 		DefaultMemoryBytes:     512 << 20,
 		DefaultPids:            512,
+		DefaultDiskBytes:       10 << 30,
+		DiskInterval:           Duration(15 * time.Second),
+		DiskGrace:              Duration(30 * time.Second),
 		MaxCPUs:                4,
 		MaxMemoryBytes:         8 << 30,
 		MaxPids:                4096,
@@ -197,6 +235,10 @@ func Defaults() Config {
 		MaxLabels:              64,
 		MaxPublicPorts:         16,
 		AllowedImages:          []string{"berth/"},
+		DefaultUser:            "sandbox",
+		DefaultUserImages:      []string{"berth/"},
+		AllowRootUser:          true,
+		HostInput:              "auto",
 		MaxLeasesPerOwner:      20,
 		MaxEndedPerOwner:       100,
 		MaxWatchesPerPrincipal: 8,
@@ -240,6 +282,12 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	maxWatches := fs.Int("max-watches-per-principal", 0, "concurrent watch streams per caller (env BERTH_MAX_WATCHES_PER_PRINCIPAL; default 8)")
 	maxConns := fs.Int("max-connections", 0, "maximum open connections (env BERTH_MAX_CONNECTIONS; default 1024)")
 	allowed := fs.String("allowed-images", "", "comma-separated image prefixes acquires may use, * for all (env BERTH_ALLOWED_IMAGES; default berth/)")
+	defDisk := fs.Int64("default-disk-bytes", -1, "disk limit of a sandbox whose acquire sets none, 0 for none (env BERTH_DEFAULT_DISK_BYTES; default 10 GiB)")
+	diskInterval := fs.Duration("disk-interval", 0, "base interval of disk usage measurements (env BERTH_DISK_INTERVAL; default 15s)")
+	diskGrace := fs.Duration("disk-grace", 0, "time over the disk limit before the sandbox is stopped (env BERTH_DISK_GRACE; default 30s)")
+	defUser := fs.String("default-user", "", "user of commands in sandboxes of berth's images when an acquire names none; 'image' for each image's own (env BERTH_DEFAULT_USER; default sandbox)")
+	allowRoot := fs.String("allow-root-user", "", "true or false: whether acquires and commands may run as root (env BERTH_ALLOW_ROOT_USER; default true)")
+	hostInput := fs.String("host-input", "", "docker backend: auto, required or off: drop sandbox traffic to the host's own addresses (env BERTH_HOST_INPUT; default auto)")
 	logLevel := fs.String("log-level", "", "log level (env BERTH_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "", "log format text|json (env BERTH_LOG_FORMAT)")
 	if err := fs.Parse(args); err != nil {
@@ -342,6 +390,12 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	dur(&cfg.RestartWindow, "BERTH_RESTART_WINDOW", *restartWindow)
 	int64Var(&cfg.MaxMemoryBytes, "BERTH_MAX_MEMORY_BYTES", *maxMem)
 	int64Var(&cfg.MaxPids, "BERTH_MAX_PIDS", *maxPids)
+	int64Var(&cfg.DefaultDiskBytes, "BERTH_DEFAULT_DISK_BYTES", 0)
+	if *defDisk >= 0 { // 0 is a value here: no limit
+		cfg.DefaultDiskBytes = *defDisk
+	}
+	dur(&cfg.DiskInterval, "BERTH_DISK_INTERVAL", *diskInterval)
+	dur(&cfg.DiskGrace, "BERTH_DISK_GRACE", *diskGrace)
 	int64Var(&cfg.MaxDiskBytes, "BERTH_MAX_DISK_BYTES", *maxDisk)
 	if v := getenv("BERTH_MAX_CPUS"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
@@ -364,6 +418,22 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 				cfg.AllowedImages = append(cfg.AllowedImages, p)
 			}
 		}
+	}
+	str(&cfg.DefaultUser, "BERTH_DEFAULT_USER", *defUser)
+	if cfg.DefaultUser == "image" {
+		cfg.DefaultUser = ""
+	}
+	str(&cfg.HostInput, "BERTH_HOST_INPUT", *hostInput)
+	rootVal := getenv("BERTH_ALLOW_ROOT_USER")
+	if *allowRoot != "" {
+		rootVal = *allowRoot
+	}
+	if rootVal != "" {
+		b, err := strconv.ParseBool(rootVal)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("allow-root-user: %w", err))
+		}
+		cfg.AllowRootUser = b
 	}
 	cfg.OperatorToken = getenv("BERTH_OPERATOR_TOKEN")
 	if v := getenv("BERTH_CLIENT_TOKENS"); v != "" {
@@ -408,8 +478,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max cpus must be a positive number (at most 1e6), got %v", c.MaxCPUs)
 	case c.MaxMemoryBytes <= 0 || c.MaxPids <= 0 || c.MaxDiskBytes <= 0:
 		return errors.New("max memory bytes, max pids and max disk bytes must be positive")
-	case c.DefaultCPUs > c.MaxCPUs || c.DefaultMemoryBytes > c.MaxMemoryBytes || c.DefaultPids > c.MaxPids:
-		return errors.New("default cpus, memory bytes and pids must not exceed their maximums")
+	case c.DefaultCPUs > c.MaxCPUs || c.DefaultMemoryBytes > c.MaxMemoryBytes || c.DefaultPids > c.MaxPids || c.DefaultDiskBytes > c.MaxDiskBytes:
+		return errors.New("default cpus, memory bytes, pids and disk bytes must not exceed their maximums")
+	case c.DefaultDiskBytes < 0 || (c.DefaultDiskBytes > 0 && c.DefaultDiskBytes < 1<<20) || c.DefaultDiskBytes > c.MaxDiskBytes:
+		return fmt.Errorf("default disk bytes must be 0 (no limit) or between 1 MiB and max disk bytes (%d), got %d", c.MaxDiskBytes, c.DefaultDiskBytes)
+	case c.DiskInterval <= 0 || c.DiskGrace <= 0:
+		return errors.New("disk interval and disk grace must be positive")
 	case c.MaxEnvBytes <= 0 || c.MaxLabels <= 0 || c.MaxPublicPorts <= 0:
 		return errors.New("max env bytes, max labels and max public ports must be positive")
 	case c.MaxLeasesPerOwner <= 0 || c.MaxEndedPerOwner <= 0 || c.MaxWatchesPerPrincipal <= 0 || c.MaxConnections <= 0:

@@ -142,7 +142,7 @@ func (s *leaseServer) Acquire(ctx context.Context, req *orchv1.AcquireRequest) (
 	}
 	ar := lease.AcquireRequest{
 		ConversationID: req.ConversationId, Owner: owner, Image: req.Image,
-		Labels: req.Labels, Env: req.Env, Resources: res,
+		Labels: req.Labels, Env: req.Env, Resources: res, User: req.User,
 		NoOwnerLimit: p.Role == RoleOperator,
 	}
 	for _, p := range req.PublicPorts {
@@ -360,7 +360,7 @@ func (s *leaseServer) fromResources(r *orchv1.Resources) (runtime.Resources, err
 	if c*1e9 >= math.MaxInt64 {
 		return runtime.Resources{}, status.Errorf(codes.InvalidArgument, "resources.cpus: %g is too large", c)
 	}
-	return runtime.Resources{NanoCPUs: int64(c * 1e9), MemoryBytes: r.MemoryBytes, PidsLimit: r.Pids}, nil
+	return runtime.Resources{NanoCPUs: int64(c * 1e9), MemoryBytes: r.MemoryBytes, PidsLimit: r.Pids, DiskBytes: r.DiskBytes}, nil
 }
 
 func toState(s lease.State) orchv1.LeaseState {
@@ -385,9 +385,10 @@ func toTransition(t lease.Transition) *orchv1.Transition {
 // may hold secrets.
 func toLease(l lease.Lease) *orchv1.Lease {
 	out := &orchv1.Lease{
-		Id: l.ID, ConversationId: l.ConversationID, Owner: l.Owner, Labels: l.Labels, Image: l.Image,
-		Resources: &orchv1.Resources{Cpus: float64(l.Resources.NanoCPUs) / 1e9, MemoryBytes: l.Resources.MemoryBytes, Pids: l.Resources.PidsLimit},
-		State:     toState(l.State), Reason: l.Reason,
+		Id: l.ID, ConversationId: l.ConversationID, Owner: l.Owner, Labels: l.Labels, Image: l.Image, User: l.User,
+		Resources: &orchv1.Resources{Cpus: float64(l.Resources.NanoCPUs) / 1e9, MemoryBytes: l.Resources.MemoryBytes, Pids: l.Resources.PidsLimit,
+			DiskBytes: l.Resources.DiskBytes},
+		State: toState(l.State), Reason: l.Reason,
 		CreatedAt: ts(l.CreatedAt), UpdatedAt: ts(l.UpdatedAt), ExpiresAt: ts(l.ExpiresAt), LastActivityAt: ts(l.LastActivityAt),
 		Ttl: durationpb.New(l.TTL), IdleTimeout: durationpb.New(l.IdleTimeout),
 		ContainerId: l.ContainerID, Endpoint: l.Endpoint, EndedAt: ts(l.EndedAt),
@@ -396,6 +397,10 @@ func toLease(l lease.Lease) *orchv1.Lease {
 	for _, p := range l.PublicPorts {
 		out.PublicPorts = append(out.PublicPorts, int32(p))
 	}
+	if !l.Usage.MeasuredAt.IsZero() {
+		out.Usage = &orchv1.Usage{DiskBytes: l.Usage.DiskBytes, MeasuredAt: ts(l.Usage.MeasuredAt)}
+	}
+	out.Warnings = l.Warnings
 	for _, t := range l.Transitions {
 		out.Transitions = append(out.Transitions, toTransition(t))
 	}

@@ -24,13 +24,14 @@ func NewRuntime(ctx context.Context, cfg Config, log *slog.Logger) (ClosableRunt
 	if log == nil {
 		log = slog.Default()
 	}
-	res := runtime.Resources{NanoCPUs: int64(cfg.DefaultCPUs * 1e9), MemoryBytes: cfg.DefaultMemoryBytes, PidsLimit: cfg.DefaultPids}
+	res := runtime.Resources{NanoCPUs: int64(cfg.DefaultCPUs * 1e9), MemoryBytes: cfg.DefaultMemoryBytes, PidsLimit: cfg.DefaultPids,
+		DiskBytes: cfg.DefaultDiskBytes}
 	var rt ClosableRuntime
 	switch cfg.Runtime {
 	case "docker", "":
 		d, err := docker.New(ctx, docker.Config{
 			AgentBinary: cfg.AgentBinary, Network: cfg.Network, Injection: docker.Injection(cfg.AgentInjection),
-			DefaultResources: res, Logger: log.With("component", "docker"),
+			DefaultResources: res, HostInput: docker.HostInputMode(cfg.HostInput), Logger: log.With("component", "docker"),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("docker runtime: %w", err)

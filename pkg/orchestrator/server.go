@@ -83,18 +83,24 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		Store: store, Runtime: rt, InstanceID: instance, Secret: secret,
 		DefaultImage: cfg.DefaultImage, DefaultTTL: time.Duration(cfg.DefaultTTL), MaxTTL: time.Duration(cfg.MaxTTL),
 		DefaultIdleTimeout: time.Duration(cfg.DefaultIdleTimeout), MaxLive: cfg.MaxLeases,
-		DefaultResources: runtime.Resources{NanoCPUs: int64(cfg.DefaultCPUs * 1e9), MemoryBytes: cfg.DefaultMemoryBytes, PidsLimit: cfg.DefaultPids},
-		MaxResources:     maxResources(cfg),
-		MaxEnvBytes:      cfg.MaxEnvBytes,
-		MaxLabels:        cfg.MaxLabels,
-		MaxPublicPorts:   cfg.MaxPublicPorts,
-		AllowedImages:    cfg.AllowedImages,
-		MaxLivePerOwner:  cfg.MaxLeasesPerOwner,
-		MaxEndedPerOwner: cfg.MaxEndedPerOwner,
-		Retention:        time.Duration(cfg.Retention),
-		RestartLimit:     restartLimit(cfg.RestartLimit),
-		RestartWindow:    time.Duration(cfg.RestartWindow),
-		Logger:           log.With("component", "lease"),
+		DefaultResources: runtime.Resources{NanoCPUs: int64(cfg.DefaultCPUs * 1e9), MemoryBytes: cfg.DefaultMemoryBytes, PidsLimit: cfg.DefaultPids,
+			DiskBytes: cfg.DefaultDiskBytes},
+		DiskInterval:      time.Duration(cfg.DiskInterval),
+		DiskGrace:         time.Duration(cfg.DiskGrace),
+		MaxResources:      maxResources(cfg),
+		MaxEnvBytes:       cfg.MaxEnvBytes,
+		MaxLabels:         cfg.MaxLabels,
+		MaxPublicPorts:    cfg.MaxPublicPorts,
+		AllowedImages:     cfg.AllowedImages,
+		DefaultUser:       cfg.DefaultUser,
+		DefaultUserImages: cfg.DefaultUserImages,
+		DenyRootUser:      !cfg.AllowRootUser,
+		MaxLivePerOwner:   cfg.MaxLeasesPerOwner,
+		MaxEndedPerOwner:  cfg.MaxEndedPerOwner,
+		Retention:         time.Duration(cfg.Retention),
+		RestartLimit:      restartLimit(cfg.RestartLimit),
+		RestartWindow:     time.Duration(cfg.RestartWindow),
+		Logger:            log.With("component", "lease"),
 	})
 	if err != nil {
 		store.Close()
@@ -275,7 +281,7 @@ func (s *Server) authHTTP(next http.Handler) http.Handler {
 
 // maxResources converts the configured maximums.
 func maxResources(cfg Config) runtime.Resources {
-	return runtime.Resources{NanoCPUs: int64(cfg.MaxCPUs * 1e9), MemoryBytes: cfg.MaxMemoryBytes, PidsLimit: cfg.MaxPids}
+	return runtime.Resources{NanoCPUs: int64(cfg.MaxCPUs * 1e9), MemoryBytes: cfg.MaxMemoryBytes, PidsLimit: cfg.MaxPids, DiskBytes: cfg.MaxDiskBytes}
 }
 
 func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

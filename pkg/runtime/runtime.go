@@ -82,6 +82,17 @@ type Spec struct {
 	Resources Resources
 	// ReadyTimeout bounds create+start+health; zero means 30s.
 	ReadyTimeout time.Duration
+	// User is the user the sandbox's commands run as by default, and that
+	// owns the files created through the agent ("name", "uid",
+	// "name:group", "uid:gid"), resolved inside the sandbox with the
+	// image's /etc/passwd and /etc/group. The agent itself runs as root
+	// (the container's user is root) and a command may name another user.
+	// Default "": the image's configured user, root when it sets none.
+	User string
+	// DenyRootUser makes the agent refuse commands as uid 0
+	// (PERMISSION_DENIED), and fail to start when the default user is
+	// root. Default false: the lease token may run commands as root.
+	DenyRootUser bool
 }
 
 // State is a sandbox's container state.

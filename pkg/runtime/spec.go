@@ -12,6 +12,16 @@ import (
 // MaxLeaseIDLen bounds Spec.LeaseID.
 const MaxLeaseIDLen = 128
 
+// MaxUserLen bounds Spec.User.
+const MaxUserLen = 65
+
+// userRE matches a user spec: a user and an optional group, each a name
+// (as useradd accepts them) or a number.
+var userRE = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9_.-]*\$?(:[a-zA-Z0-9_][a-zA-Z0-9_.-]*\$?)?$`)
+
+// ValidUser reports whether s is an acceptable Spec.User ("" included).
+func ValidUser(s string) bool { return s == "" || (len(s) <= MaxUserLen && userRE.MatchString(s)) }
+
 var (
 	leaseIDRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 	// ImageIDRE matches an image id (with or without "sha256:"), which is
@@ -37,6 +47,10 @@ func (s Spec) Validate() error {
 		return errdefs.InvalidArgument("agent_token", "must not contain whitespace")
 	case s.ReadyTimeout < 0:
 		return errdefs.InvalidArgument("ready_timeout", "must not be negative")
+	case len(s.User) > MaxUserLen:
+		return errdefs.InvalidArgument("user", "longer than %d characters", MaxUserLen)
+	case s.User != "" && !userRE.MatchString(s.User):
+		return errdefs.InvalidArgument("user", "%q: want NAME, UID, NAME:GROUP or UID:GID (letters, digits, '_', '.', '-', '$')", s.User)
 	}
 	if !ImageIDRE.MatchString(s.Image) {
 		if _, err := reference.ParseNormalizedNamed(s.Image); err != nil {

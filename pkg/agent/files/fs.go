@@ -31,6 +31,11 @@ type Config struct {
 	// disposable and the temp-file-and-rename scheme already keeps readers
 	// from seeing partial files.
 	Sync bool
+	// Chown, when set, is called on every file and directory the service
+	// creates (an upload, the parent directories it creates, MakeDir's
+	// directories, a move's target) to give it to the sandbox's default
+	// user. Default nil: they belong to the agent's user.
+	Chown func(path string) error
 }
 
 // FS implements the file operations of the agent on the local file system.
@@ -40,6 +45,7 @@ type FS struct {
 	log      *slog.Logger
 	maxList  int
 	syncData bool
+	chownFn  func(path string) error
 }
 
 // New returns an FS configured by cfg.
@@ -50,7 +56,7 @@ func New(cfg Config) *FS {
 	if cfg.MaxListEntries <= 0 {
 		cfg.MaxListEntries = DefaultMaxListEntries
 	}
-	return &FS{log: cfg.Logger, maxList: cfg.MaxListEntries, syncData: cfg.Sync}
+	return &FS{log: cfg.Logger, maxList: cfg.MaxListEntries, syncData: cfg.Sync, chownFn: cfg.Chown}
 }
 
 // FileType is the kind of a file.
@@ -308,7 +314,7 @@ func (f *FS) MakeDir(ctx context.Context, path string, parents bool, mode fs.Fil
 			}
 			return errdefs.AlreadyExists("mkdir %s: exists and is not a directory", p)
 		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if err := f.mkdirAll(filepath.Dir(p)); err != nil {
 			return osError("mkdir", filepath.Dir(p), err)
 		}
 	}
@@ -325,6 +331,9 @@ func (f *FS) MakeDir(ctx context.Context, path string, parents bool, mode fs.Fil
 			return errdefs.NotFound("mkdir %s: parent directory %s does not exist", p, filepath.Dir(p))
 		}
 		return osError("mkdir", p, err)
+	}
+	if err := f.chown(p); err != nil {
+		return osError("chown", p, err)
 	}
 	if err := os.Chmod(p, mode); err != nil {
 		return osError("chmod", p, err)
@@ -381,9 +390,18 @@ func (f *FS) Move(ctx context.Context, src, dst string, overwrite bool) error {
 	err = syscall.Rename(s, d)
 	switch {
 	case err == nil:
+		if err := f.chown(d); err != nil {
+			return osError("move: chown", d, err)
+		}
 		return nil
 	case errors.Is(err, syscall.EXDEV):
-		return f.moveAcross(s, d, sfi, overwrite)
+		if err := f.moveAcross(s, d, sfi, overwrite); err != nil {
+			return err
+		}
+		if err := f.chown(d); err != nil {
+			return osError("move: chown", d, err)
+		}
+		return nil
 	case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST) && overwrite:
 		return errdefs.FailedPrecondition("move %s: destination %s is a non-empty directory", s, d)
 	case errors.Is(err, syscall.EINVAL):

@@ -111,7 +111,7 @@ func (f *FS) Upload(ctx context.Context, opts UploadOptions, r io.Reader) (Uploa
 	}
 
 	dir := filepath.Dir(p)
-	if err := prepareParent(dir, p, opts.CreateParents); err != nil {
+	if err := f.prepareParent(dir, p, opts.CreateParents); err != nil {
 		return UploadResult{}, err
 	}
 	existed := false
@@ -161,12 +161,12 @@ func (f *FS) logFailure(p string, err error) {
 
 // prepareParent checks (or, with create, makes) the directory dir that will
 // hold p.
-func prepareParent(dir, p string, create bool) error {
+func (f *FS) prepareParent(dir, p string, create bool) error {
 	err := checkParent(p)
 	if err == nil || !create || !errdefs.IsNotFound(err) {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := f.mkdirAll(dir); err != nil {
 		return osError("upload: create parent", dir, err)
 	}
 	return nil
@@ -205,6 +205,9 @@ func (f *FS) writeTemp(ctx context.Context, target, dir string, mode fs.FileMode
 			return t, fmt.Errorf("upload %s: %w", target, ctx.Err())
 		}
 		return t, fmt.Errorf("upload %s: reading data: %w", target, cerr)
+	}
+	if err := f.chown(tf.Name()); err != nil { // before the chmod: chown clears set-id bits
+		return t, osError("upload: chown", target, err)
 	}
 	if err := tf.Chmod(mode); err != nil {
 		return t, osError("upload: chmod", target, err)

@@ -150,6 +150,7 @@ func specFromProto(req *agentv1.ExecRequest) (Spec, error) {
 		Command:     req.GetCommand(),
 		Cwd:         req.GetCwd(),
 		Env:         req.GetEnv(),
+		User:        req.GetUser(),
 		Stdin:       stdin,
 		Timeout:     timeout,
 		KillGrace:   grace,

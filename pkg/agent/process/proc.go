@@ -130,7 +130,7 @@ func (r *Runner) spawn(ctx context.Context, s Spec, pl plan, id string, logs *lo
 		Dir:         pl.dir,
 		Stdout:      outW,
 		Stderr:      errW,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: pl.cred},
 	}
 	var inR *os.File
 	if id != "" || len(pl.stdin) > 0 {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/pkg/agent/users"
 	"github.com/berth-dev/berth/pkg/errdefs"
 )
 
@@ -74,6 +75,12 @@ type Config struct {
 	// Environ returns the base environment of commands, to which Spec.Env
 	// is applied; default os.Environ.
 	Environ func() []string
+	// Users resolves the user each command runs as (Spec.User, or the
+	// default user) and enforces the root policy; the command gets that
+	// user's credentials, supplementary groups and HOME, USER and LOGNAME
+	// (Spec.Env still overrides them). Default nil: commands run as the
+	// agent's own user and a Spec.User is refused.
+	Users *users.Resolver
 	// Logger receives debug records about commands and warnings; default
 	// slog.Default().
 	Logger *slog.Logger

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/berth-dev/berth/pkg/agent/users"
 	"github.com/berth-dev/berth/pkg/agent/validate"
 	"github.com/berth-dev/berth/pkg/errdefs"
 )
@@ -27,6 +28,9 @@ type Spec struct {
 	Cwd string
 	// Env is added to, and overrides, the base environment (Config.Environ).
 	Env map[string]string
+	// User runs the command as this user of the image ("name", "uid",
+	// "name:group", "uid:gid"); default: Config.Users' default user.
+	User string
 	// Stdin is written to the command's standard input, at most
 	// validate.MaxStdin bytes. For Exec and Stream stdin is then closed
 	// (and is /dev/null when Stdin is empty); a background process's stdin
@@ -50,6 +54,7 @@ type plan struct {
 	path    string   // program to execute
 	args    []string // argv, including argv[0]
 	env     []string
+	cred    *syscall.Credential // nil: the agent's own user
 	dir     string
 	stdin   []byte
 	timeout time.Duration
@@ -108,7 +113,19 @@ func (r *Runner) prepare(s Spec, defTimeout time.Duration) (plan, error) {
 			return plan{}, errdefs.FailedPrecondition("cwd: %s is not a directory", dir)
 		}
 	}
-	pl.env = mergeEnv(r.cfg.Environ(), s.Env)
+	base := r.cfg.Environ()
+	switch {
+	case r.cfg.Users != nil:
+		id, err := r.cfg.Users.Resolve(s.User)
+		if err != nil {
+			return plan{}, err
+		}
+		pl.cred = credentialFor(id)
+		base = mergeEnv(base, id.Env())
+	case s.User != "":
+		return plan{}, errdefs.FailedPrecondition("user: this agent runs commands as its own user (start it with --user to choose users)")
+	}
+	pl.env = mergeEnv(base, s.Env)
 
 	if s.Command != "" {
 		pl.args = []string{r.cfg.Shell, "-c", s.Command}
@@ -122,6 +139,16 @@ func (r *Runner) prepare(s Spec, defTimeout time.Duration) (plan, error) {
 		return plan{}, errdefs.FailedPrecondition("argv[0]: %v", err)
 	}
 	return pl, nil
+}
+
+// credentialFor returns the credential a command of id starts with, or nil
+// when that is the agent's own (so an agent that is not root can still run
+// commands as itself).
+func credentialFor(id users.Identity) *syscall.Credential {
+	if id.UID == uint32(os.Geteuid()) && id.GID == uint32(os.Getegid()) && len(id.Groups) == 0 {
+		return nil
+	}
+	return id.Credential()
 }
 
 // mergeEnv returns base with overrides applied: existing variables are

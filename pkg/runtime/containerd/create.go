@@ -239,15 +239,30 @@ func (r *Runtime) specOpts(id string, spec runtime.Spec, info imageInfo) []oci.S
 		{Type: "cgroup", Source: "cgroup", Destination: "/sys/fs/cgroup", Options: []string{"ro", "nosuid", "noexec", "nodev", "relatime"}},
 	}
 	quota := res.NanoCPUs * cpuPeriod / 1_000_000_000
+	// The agent runs as root; it runs commands as the lease's user, by
+	// default the image's own (resolved here too, so that a missing user
+	// fails Create before anything runs).
+	user := spec.User
+	if user == "" {
+		user = info.config.User
+	}
+	args := []string{AgentPath,
+		"--listen", "0.0.0.0:" + strconv.Itoa(runtime.AgentPort),
+		"--workdir", workDir}
+	if user != "" {
+		args = append(args, "--user", user)
+	}
+	if spec.DenyRootUser {
+		args = append(args, "--allow-root=false")
+	}
+	args = append(args, "--token-file", TokenPath)
 	return []oci.SpecOpts{
 		oci.WithDefaultUnixDevices,
-		oci.WithProcessArgs(AgentPath,
-			"--listen", "0.0.0.0:"+strconv.Itoa(runtime.AgentPort),
-			"--workdir", workDir,
-			"--token-file", TokenPath),
+		oci.WithProcessArgs(args...),
 		oci.WithProcessCwd(workDir),
 		withEnv(info.config.Env, spec.Env),
-		withImageUser(info.config.User, info.config.WorkingDir == ""),
+		withImageUser(user, info.config.WorkingDir == ""),
+		withRootAgent,
 		oci.WithHostname(hostname(id)),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: r.netnsPath(id)}),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}),

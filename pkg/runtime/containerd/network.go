@@ -187,7 +187,7 @@ func (r *Runtime) logPath(id string) string { return filepath.Join(r.sandboxDir(
 // writeSandboxFiles lays out sandbox id's host directory:
 //
 //	berth/sandbox-agent  hard link to the agent copy (0555)  -> /.berth (ro)
-//	berth/token          the agent token (0444)
+//	berth/token          the agent token (0400)
 //	hostname, hosts, resolv.conf                             -> /etc/...
 //	log                  the agent's output (written by the shim)
 func (r *Runtime) writeSandboxFiles(id, token string) error {
@@ -208,9 +208,9 @@ func (r *Runtime) writeSandboxFiles(id, token string) error {
 		data string
 		mode os.FileMode
 	}{
-		// World-readable: the image's user (any uid) must read it. The
-		// sandbox's own processes may already do anything the token allows.
-		{"berth/token", token, 0o444},
+		// Readable by root only: the agent runs as root, the commands as
+		// the lease's user, who must not read it (unless that is root).
+		{"berth/token", token, 0o400},
 		{"hostname", hostname(id) + "\n", 0o644},
 		{"hosts", hostsFile("127.0.1.1", hostname(id)), 0o644},
 		{"resolv.conf", resolvConf(), 0o644},

@@ -79,6 +79,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if workDir == "" {
 		workDir = DefaultWorkDir
 	}
+	// The agent runs as root; it runs commands as the lease's user, by
+	// default the image's own.
+	if spec.User == "" {
+		spec.User = imgUser
+	}
 
 	netID, err := r.ensureNetwork(ctx)
 	if err != nil {
@@ -147,7 +152,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		log.Warn("docker create warning", "warning", w)
 	}
 
-	sb, err := r.startAndWait(ctx, id, spec, imgUser, imgWorkDir == "", workDir, log)
+	sb, err := r.startAndWait(ctx, id, spec, spec.User, imgWorkDir == "", workDir, log)
 	if err != nil {
 		if vol != "" {
 			// Check the agent volume again next time, in case it was
@@ -219,6 +224,12 @@ func (r *Runtime) containerConfig(spec runtime.Spec, workDir, netID, agentVolume
 	entrypoint := []string{AgentPath,
 		"--listen", "0.0.0.0:" + strconv.Itoa(runtime.AgentPort),
 		"--workdir", workDir}
+	if spec.User != "" {
+		entrypoint = append(entrypoint, "--user", spec.User)
+	}
+	if spec.DenyRootUser {
+		entrypoint = append(entrypoint, "--allow-root=false")
+	}
 	if agentVolume == "" {
 		entrypoint = append(entrypoint, "--token-file", TokenPath)
 	} else {
@@ -250,7 +261,9 @@ func (r *Runtime) containerConfig(spec runtime.Spec, workDir, netID, agentVolume
 		Env:        env, // merged by the engine over the image's environment
 		Labels:     labels,
 		WorkingDir: workDir,
-		// User is left empty: the image's user is kept.
+		// The agent runs as root, so the commands it runs as the lease's
+		// user (--user) can neither read its token nor signal it.
+		User:       "0:0",
 		StopSignal: "SIGTERM",
 	}
 	hc := &container.HostConfig{
@@ -505,11 +518,9 @@ func (r *Runtime) writeArchive(w io.Writer, a archive) error {
 		entries = append(entries, archiveEntry{h: tar.Header{Typeflag: tar.TypeReg, Name: dir + "sandbox-agent", Mode: 0o755, Size: st.Size(), ModTime: now}, body: f})
 	}
 	if a.token != "" {
-		// World-readable: the image's user (any uid) must read it. It is no
-		// secret from the sandbox's own processes, which run as that user and
-		// can do whatever the token allows anyway; it keeps everyone else off
-		// the agent port.
-		entries = append(entries, archiveEntry{h: tar.Header{Typeflag: tar.TypeReg, Name: dir + "token", Mode: 0o444, Size: int64(len(a.token)), ModTime: now}, body: strings.NewReader(a.token)})
+		// Readable by root only: the agent runs as root, the commands as
+		// the lease's user, who must not read it (unless that is root).
+		entries = append(entries, archiveEntry{h: tar.Header{Typeflag: tar.TypeReg, Name: dir + "token", Mode: 0o400, Size: int64(len(a.token)), ModTime: now}, body: strings.NewReader(a.token)})
 	}
 	if ws := a.ws; ws != nil {
 		entries = append(entries, archiveEntry{h: tar.Header{Typeflag: tar.TypeDir, Name: strings.Trim(ws.path, "/") + "/", Mode: 0o755, Uid: ws.uid, Gid: ws.gid, ModTime: now}})

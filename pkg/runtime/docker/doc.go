@@ -14,16 +14,17 @@
 //  3. ContainerCreate named ContainerName(lease) — at most one container per
 //     lease; a second Create for a live lease is errdefs.ErrAlreadyExists —
 //     with entrypoint
-//     `/.berth/sandbox-agent --listen 0.0.0.0:7000 --workdir WORKDIR --token-file /.berth/token`
+//     `/.berth/sandbox-agent --listen 0.0.0.0:7000 --workdir WORKDIR [--user USER] [--allow-root=false] --token-file /.berth/token`
 //     and no command (the image's entrypoint and command do not run), the
-//     image's environment plus Spec.Env, the image's user and berth's labels.
-//     WORKDIR is the image's WorkingDir, or /workspace (created owned by the
-//     image's user) when it sets none.
+//     image's environment plus Spec.Env and berth's labels. The container
+//     runs as root (the agent); USER, the user of the commands, is
+//     Spec.User or else the image's user. WORKDIR is the image's
+//     WorkingDir, or /workspace (created owned by USER) when it sets none.
 //  4. The agent is injected through the engine's archive API, so the engine
 //     need not share the orchestrator's filesystem (remote DOCKER_HOST,
 //     rootless, VMs). With InjectCopy (the default) each Create copies a tar
 //     holding /.berth/sandbox-agent (mode 0755) and /.berth/token (mode
-//     0444), both owned by root, streaming the binary from disk. With
+//     0400), both owned by root, streaming the binary from disk. With
 //     InjectVolume the agent is copied once per agent version into a named
 //     volume mounted read-only at /.berth, and the token is passed in
 //     BERTH_AGENT_TOKEN; this saves the per-Create copy.

@@ -45,7 +45,7 @@ const (
 	AgentDir = "/.berth"
 	// AgentPath is the injected agent binary (mode 0755, owned by root).
 	AgentPath = AgentDir + "/sandbox-agent"
-	// TokenPath is the injected token file (mode 0444, owned by root).
+	// TokenPath is the injected token file (mode 0400, owned by root).
 	TokenPath = AgentDir + "/token"
 	// DefaultWorkDir is the agent's working directory when the image sets none.
 	DefaultWorkDir = "/workspace"

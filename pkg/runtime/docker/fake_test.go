@@ -245,7 +245,7 @@ func TestArchive(t *testing.T) {
 	}{
 		".berth/":              {tar.TypeDir, 0o755, 0, 0, 0},
 		".berth/sandbox-agent": {tar.TypeReg, 0o755, st.Size(), 0, 0},
-		".berth/token":         {tar.TypeReg, 0o444, 6, 0, 0},
+		".berth/token":         {tar.TypeReg, 0o400, 6, 0, 0},
 		"workspace/":           {tar.TypeDir, 0o755, 0, 1000, 100},
 	}
 	tr := tar.NewReader(&buf)
