@@ -112,7 +112,10 @@ for sock in "${sockets[@]}"; do
 			warn "$where containers: $out"
 		fi
 		if out=$("${ctr[@]}" -n "$ns" snapshots --snapshotter overlayfs ls 2>&1); then
-			while read -r key parent kind; do
+			# KEY [PARENT] KIND: a base layer has no parent, so KIND is the
+			# last field.
+			while read -r key rest; do
+				kind=${rest##* }
 				[[ -n $key && $key != KEY && $kind != Committed ]] && leak "$where snapshot $key ($kind)"
 			done <<<"$out"
 		else
