@@ -33,6 +33,11 @@ type fakeRuntime struct {
 	restartGate chan struct{} // when set, Restart waits for it to close
 	restartErr  error
 	restartIDs  []string         // containers Restart was called for
+	usage       map[string]int64 // container id → disk bytes Usage reports
+	usageErr    error
+	usageCalls  int
+	stopped     []string
+	stopErr     error
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -140,6 +145,49 @@ func (f *fakeRuntime) Remove(ctx context.Context, id string) error {
 	f.removed = append(f.removed, id)
 	delete(f.boxes, id)
 	return nil
+}
+
+// Stop marks a container exited (files kept) and sends the died event.
+func (f *fakeRuntime) Stop(ctx context.Context, id string, grace time.Duration) error {
+	f.mu.Lock()
+	if f.stopErr != nil {
+		f.mu.Unlock()
+		return f.stopErr
+	}
+	sb, ok := f.boxes[id]
+	if !ok {
+		f.mu.Unlock()
+		return errdefs.NotFound("container %s", id)
+	}
+	f.stopped = append(f.stopped, id)
+	sb.State, sb.ExitCode = runtime.StateExited, 143
+	lease := sb.LeaseID
+	f.mu.Unlock()
+	f.emit(runtime.Event{Kind: runtime.EventDied, ID: id, LeaseID: lease, ExitCode: 143, At: time.Now()})
+	return nil
+}
+
+// Usage reports the disk bytes set with setUsage (0 by default).
+func (f *fakeRuntime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.usageCalls++
+	if f.usageErr != nil {
+		return runtime.Usage{}, f.usageErr
+	}
+	if _, ok := f.boxes[id]; !ok {
+		return runtime.Usage{}, errdefs.NotFound("container %s", id)
+	}
+	return runtime.Usage{DiskBytes: f.usage[id], MeasuredAt: time.Now()}, nil
+}
+
+func (f *fakeRuntime) setUsage(id string, n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.usage == nil {
+		f.usage = map[string]int64{}
+	}
+	f.usage[id] = n
 }
 
 func (f *fakeRuntime) Watch(ctx context.Context) (<-chan runtime.Event, error) {

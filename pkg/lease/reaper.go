@@ -44,6 +44,9 @@ func (m *Manager) reapOnce() {
 				l, rev := e.snapshot()
 				snaps = append(snaps, snap{l, rev})
 			}
+		case m.keptLocked(e, now):
+			// A stopped container kept for the operator (disk limit):
+			// removed once its time is up.
 		case e.needsClean():
 			if !real.Before(e.retryAt) {
 				m.enqueueCleanLocked(e)

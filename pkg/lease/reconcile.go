@@ -94,6 +94,12 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			}
 			_ = m.transitionLocked(e, StateFailed, ReasonRestartedCreating)
 			m.interrupted = true
+		default:
+			if m.keptLocked(e, m.now()) { // stopped past its disk limit, kept for the operator
+				for _, c := range byLease[e.l.ID] {
+					keep[c.ID] = true
+				}
+			}
 		}
 	}
 	m.mu.Unlock()
@@ -133,6 +139,8 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		switch {
 		case failed[id]:
 			// left for the reaper (RELEASING or ended and uncleaned)
+		case m.keptLocked(e, m.now()):
+			// its stopped container is kept until its time is up
 		case e.l.State == StateReleasing:
 			_ = m.transitionLocked(e, StateReleased, e.l.Reason)
 			e.l.Cleaned = true
@@ -368,7 +376,7 @@ func (m *Manager) resync(ctx context.Context) {
 		case e.l.State == StatePending, e.l.State == StateReady && (e.l.ContainerID == sb.ID || e.readySeq > seq):
 			continue // being created, or in use
 		case e.needsClean():
-			continue // its own removal is under way
+			continue // its own removal is under way, or it is kept (keptLocked)
 		}
 		orphans = append(orphans, sb)
 	}

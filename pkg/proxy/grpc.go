@@ -153,6 +153,13 @@ func (p *Proxy) handleGRPC(_ any, ss grpc.ServerStream) (err error) {
 		p.logOperator(id, "grpc", "POST", method, remote)
 	}
 
+	budget, berr := limitGRPCUpload(method, id, rt)
+	if berr != nil {
+		p.metrics.grpc(codes.ResourceExhausted)
+		p.log.Info("upload refused: disk limit", "lease_id", id, "method", method)
+		return berr
+	}
+
 	stop := p.track(id)
 	p.metrics.inFlight.Add(1)
 	defer func() {
@@ -197,6 +204,13 @@ func (p *Proxy) handleGRPC(_ any, ss grpc.ServerStream) (err error) {
 				}
 				return
 			}
+			if budget != nil && !budget.add(f.data.Len()) {
+				// Past the disk limit: cancel the agent's side, whose
+				// atomic upload then leaves nothing behind.
+				f.data.Free()
+				cancel()
+				return
+			}
 			if err := cs.SendMsg(f); err != nil {
 				f.data.Free()
 				// io.EOF: the agent ended the call; its status comes from RecvMsg.
@@ -216,8 +230,15 @@ func (p *Proxy) handleGRPC(_ any, ss grpc.ServerStream) (err error) {
 		f := new(frame)
 		rerr := cs.RecvMsg(f)
 		if rerr != nil {
+			if budget != nil && budget.exceeded.Load() {
+				p.log.Info("upload refused: disk limit", "lease_id", id, "method", method)
+				return status.Error(codes.ResourceExhausted, budget.msg)
+			}
 			ss.SetTrailer(cs.Trailer())
 			if errors.Is(rerr, io.EOF) {
+				if budget != nil {
+					p.chargeDisk(id, budget.sent())
+				}
 				return nil
 			}
 			return p.upstreamErr(ctx, id, method, rerr)

@@ -26,11 +26,13 @@ type target struct {
 	rawPath    string // upstream path, as the client escaped it
 	rawQuery   string
 	preview    bool
-	port       int    // preview port
-	prefix     string // path-form preview prefix, for X-Forwarded-Prefix
-	agentToken string // set on agent API routes
-	stripAuth  bool   // the Authorization header carried a berth token
-	status     int    // final status, for metrics
+	port       int         // preview port
+	prefix     string      // path-form preview prefix, for X-Forwarded-Prefix
+	agentToken string      // set on agent API routes
+	stripAuth  bool        // the Authorization header carried a berth token
+	status     int         // final status, for metrics
+	upload     *budgetBody // an upload held to the lease's disk limit (disk.go)
+	uploadMsg  string      // the 507's message should it pass the limit
 }
 
 type targetKey struct{}
@@ -73,10 +75,15 @@ func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath s
 		p.fail(w, r, false, id, &routeError{status: http.StatusBadRequest, code: codes.InvalidArgument, msg: "bad path escape"})
 		return
 	}
-	p.forward(w, r, &target{
+	t := &target{
 		leaseID: id, host: rt.Endpoint, path: path, rawPath: rawPath, rawQuery: r.URL.RawQuery,
 		agentToken: p.leases.AgentToken(id), stripAuth: true,
-	})
+	}
+	if !p.limitUpload(w, r, t, rt) {
+		p.metrics.http(t.status)
+		return
+	}
+	p.forward(w, r, t)
 }
 
 // maxBufferedBody is the largest request body read whole before it is
@@ -166,6 +173,14 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	if t := targetFrom(res.Request.Context()); t != nil {
 		t.status = res.StatusCode
+		if t.upload != nil {
+			if t.upload.exceeded.Load() {
+				return errDiskBudget // answered with 507 by the error handler
+			}
+			if res.StatusCode/100 == 2 {
+				p.chargeDisk(t.leaseID, t.upload.n.Load())
+			}
+		}
 	}
 	return nil
 }
@@ -175,6 +190,10 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 	t := targetFrom(r.Context())
 	if t == nil { // not reached: every request carries a target
 		t = &target{}
+	}
+	if t.upload != nil && t.upload.exceeded.Load() {
+		p.refuseUpload(w, r, t, t.uploadMsg, true)
+		return
 	}
 	st, code, msg := classify(r.Context(), err)
 	t.status = st
