@@ -10,7 +10,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_GEN_GATEWAY_VERSION := v2.27.8
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build run run-agent images e2e proto proto-tools proto-check lint test bench leakcheck clean
+.PHONY: help deps build run run-agent images images-dev e2e proto proto-tools proto-check lint test chaos bench leakcheck clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -30,8 +30,11 @@ run-agent: build ## run the agent alone on 127.0.0.1:7000 (token: $$BERTH_AGENT_
 	mkdir -p .berth/workspace
 	BERTH_AGENT_TOKEN=$${BERTH_AGENT_TOKEN:-dev-token} $(BIN)/sandbox-agent --listen 127.0.0.1:7000 --workdir $(CURDIR)/.berth/workspace
 
-images: deps ## build the sandbox images berth/base and berth/minimal (offline, cached)
-	images/build.sh all
+images: deps ## build the sandbox images berth/base and berth/minimal (offline, cached; what the tests need)
+	images/build.sh base minimal
+
+images-dev: deps ## build berth/dev (berth/base + build-essential, nodejs, npm, golang-go; offline, cached)
+	images/build.sh dev
 
 proto-tools: ## install protoc (Debian) and the pinned Go plugins
 	@command -v protoc >/dev/null || (apt-get update && apt-get install -y protobuf-compiler libprotobuf-dev)
@@ -61,6 +64,9 @@ test: deps images ## run all tests, e2e included (needs a running Docker Engine;
 
 e2e: deps images ## run only the end-to-end tests against the real Docker Engine
 	$(GO) test -count=1 -timeout 20m -v ./e2e/...
+
+chaos: deps images ## the fault suite in full (e2e TestChaos with BERTH_CHAOS=full): one table of figures; a subset runs in make test
+	cd e2e && BERTH_CHAOS=full $(GO) test -count=1 -timeout 20m -run '^TestChaos$$' .
 
 bench: deps build images ## benchmarks; each prints ratios measured in one run
 	@echo "== agent: exec /bin/true over gRPC vs bare fork/exec (target: within 3x)"

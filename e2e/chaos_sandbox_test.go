@@ -1,0 +1,385 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
+)
+
+// sandboxFault is one fault done to a sandbox, with the outcome it should
+// have.
+type sandboxFault struct {
+	name string
+	// resources of the faulted lease (JSON of the API's Resources).
+	resources map[string]any
+	// do inflicts the fault and returns what the command (if any) showed.
+	do func(t *testing.T, p *proc, l *orchv1.Lease, token string) faultObs
+	// settle waits until the lease shows the fault's outcome (or gives up).
+	settle time.Duration
+	// done reports whether the lease shows a final outcome of the fault.
+	done func(before, now *orchv1.Lease) bool
+	// expect checks the observation; it returns the deviations from the
+	// documented behaviour.
+	expect func(o faultObs) []string
+}
+
+// faultObs is what one fault run observed.
+type faultObs struct {
+	cmd        string // what the faulting command returned, if any
+	cmdFailed  bool   // the command failed (non-zero exit, signal, timeout)
+	oomKilled  bool   // the exec result said oomKilled
+	exitCode   int
+	signal     string
+	state      orchv1.LeaseState
+	reason     string
+	restarts   int32
+	warnings   []string
+	sameCtr    bool // the lease still names the same container
+	ctrExists  bool // the lease's container still exists in the engine
+	filesKept  bool // the marker written before the fault can be read back
+	usable     bool // a command runs in the sandbox after the fault
+	recoverIn  time.Duration
+	neighbour  bool // the neighbour lease execs fine after the fault
+	api5xx     int  // 5xx answers of the lease API while observing
+	sawWarning bool // a warning was in the lease at some point
+}
+
+func (o faultObs) String() string {
+	s := fmt.Sprintf("%s", strings.TrimPrefix(o.state.String(), "LEASE_STATE_"))
+	if o.reason != "" {
+		s += fmt.Sprintf(" %q", trunc(o.reason, 60))
+	}
+	s += fmt.Sprintf(", restarts %d", o.restarts)
+	if o.cmd != "" {
+		s += ", cmd: " + o.cmd
+	}
+	if len(o.warnings) > 0 || o.sawWarning {
+		s += fmt.Sprintf(", warned %t", o.sawWarning)
+	}
+	s += fmt.Sprintf(", files kept %t, usable %t", o.filesKept, o.usable)
+	if o.usable && o.recoverIn > 0 {
+		s += fmt.Sprintf(" (after %.1fs)", o.recoverIn.Seconds())
+	}
+	if !o.ctrExists {
+		s += ", container gone"
+	}
+	s += fmt.Sprintf(", neighbour ok %t, API 5xx %d", o.neighbour, o.api5xx)
+	return s
+}
+
+const chaosMarker = "chaos-marker-0123"
+
+func isReady(l *orchv1.Lease) bool { return l.GetState() == orchv1.LeaseState_LEASE_STATE_READY }
+func isEnded(l *orchv1.Lease) bool {
+	switch l.GetState() {
+	case orchv1.LeaseState_LEASE_STATE_FAILED, orchv1.LeaseState_LEASE_STATE_EXPIRED, orchv1.LeaseState_LEASE_STATE_RELEASED:
+		return true
+	}
+	return false
+}
+
+// restartedOrEnded: the lease was restarted in place (READY again, more
+// restarts) or ended.
+func restartedOrEnded(before, now *orchv1.Lease) bool {
+	return isEnded(now) || (isReady(now) && now.GetRestarts() > before.GetRestarts())
+}
+
+func sandboxFaults() []sandboxFault {
+	restartedInPlace := func(o faultObs) []string {
+		var d []string
+		if o.state != orchv1.LeaseState_LEASE_STATE_READY {
+			d = append(d, "lease "+o.state.String()+" ("+o.reason+"), want READY after a restart in place")
+		}
+		if o.restarts < 1 {
+			d = append(d, fmt.Sprintf("restarts %d, want >= 1", o.restarts))
+		}
+		if !o.filesKept {
+			d = append(d, "files lost")
+		}
+		if !o.sameCtr {
+			d = append(d, "not the same container")
+		}
+		return d
+	}
+	return []sandboxFault{
+		{
+			name: "agent killed inside the sandbox (kill -ABRT 1: Go crash, exit 2)",
+			do: func(t *testing.T, p *proc, l *orchv1.Lease, _ string) faultObs {
+				// PID 1 ignores signals it has no handler for, from inside
+				// its namespace; the Go runtime handles SIGABRT (it crashes
+				// with a goroutine dump), so this is an agent crash.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				out, err := dockerCLI(ctx, "exec", l.GetContainerId(), "kill", "-ABRT", "1")
+				return faultObs{cmd: trunc(fmt.Sprintf("docker exec kill -ABRT 1: %v %s", err, out), 80)}
+			},
+			settle: 30 * time.Second, done: restartedOrEnded, expect: restartedInPlace,
+		},
+		{
+			name: "container killed from outside (docker kill)",
+			do: func(t *testing.T, p *proc, l *orchv1.Lease, _ string) faultObs {
+				mustDocker(t, "kill", l.GetContainerId())
+				return faultObs{}
+			},
+			settle: 30 * time.Second, done: restartedOrEnded, expect: restartedInPlace,
+		},
+		{
+			name:      "command OOM (python3 allocates 256 MiB, limit 64 MiB)",
+			resources: map[string]any{"memoryBytes": 64 << 20},
+			do: func(t *testing.T, p *proc, l *orchv1.Lease, token string) faultObs {
+				code, r, body, err := p.chaosExec(l.GetId(), token, 60*time.Second, "python3", "-c", "x = bytearray(b'x') * (256 << 20); print(len(x))")
+				o := faultObs{oomKilled: r.OOMKilled, exitCode: r.ExitCode, signal: r.Signal}
+				switch {
+				case err != nil:
+					o.cmd = "error: " + trunc(err.Error(), 60)
+				case code != http.StatusOK:
+					o.cmd = fmt.Sprintf("HTTP %d %s", code, trunc(body, 60))
+				default:
+					o.cmd = fmt.Sprintf("exit %d signal %s oomKilled %t", r.ExitCode, r.Signal, r.OOMKilled)
+					o.cmdFailed = r.ExitCode != 0
+				}
+				return o
+			},
+			// The engine's oom event arrives within moments; give the lease
+			// manager time to (wrongly) act on it.
+			settle: 3 * time.Second, done: func(_, now *orchv1.Lease) bool { return isEnded(now) },
+			expect: func(o faultObs) []string {
+				var d []string
+				if !o.oomKilled || (o.exitCode != 137 && !strings.Contains(o.signal, "KILL")) {
+					d = append(d, fmt.Sprintf("exec result: exit %d signal %q oomKilled %t, want exit 137 or SIGKILL, and oomKilled", o.exitCode, o.signal, o.oomKilled))
+				}
+				if o.state != orchv1.LeaseState_LEASE_STATE_READY || o.restarts != 0 {
+					d = append(d, fmt.Sprintf("lease %s (%s) restarts %d, want READY with 0 restarts", o.state, o.reason, o.restarts))
+				}
+				if !o.filesKept {
+					d = append(d, "files lost")
+				}
+				return d
+			},
+		},
+		{
+			name:      "fork bomb (pids limit 64)",
+			resources: map[string]any{"pids": 64},
+			do: func(t *testing.T, p *proc, l *orchv1.Lease, token string) faultObs {
+				code, r, body, err := p.chaosExec(l.GetId(), token, 5*time.Second, "/bin/sh", "-c", "b() { b | b & }; b; sleep 30")
+				o := faultObs{exitCode: r.ExitCode}
+				switch {
+				case err != nil:
+					o.cmd = "error: " + trunc(err.Error(), 60)
+				case code != http.StatusOK:
+					o.cmd = fmt.Sprintf("HTTP %d %s", code, trunc(body, 60))
+				default:
+					o.cmd = fmt.Sprintf("exit %d timedOut %t", r.ExitCode, r.TimedOut)
+					o.cmdFailed = r.ExitCode != 0 || r.TimedOut
+				}
+				return o
+			},
+			settle: time.Second, done: func(_, now *orchv1.Lease) bool { return isEnded(now) },
+			expect: func(o faultObs) []string {
+				var d []string
+				if !o.cmdFailed {
+					d = append(d, "the fork bomb's command did not fail: "+o.cmd)
+				}
+				if o.state != orchv1.LeaseState_LEASE_STATE_READY {
+					d = append(d, "lease "+o.state.String()+" ("+o.reason+"), want READY")
+				}
+				if !o.usable {
+					d = append(d, "no command runs in the sandbox 20s after the fork bomb")
+				}
+				if !o.filesKept {
+					d = append(d, "files lost")
+				}
+				return d
+			},
+		},
+		{
+			name:      "disk fill (dd 256 MiB, diskBytes 64 MiB)",
+			resources: map[string]any{"diskBytes": 64 << 20},
+			do: func(t *testing.T, p *proc, l *orchv1.Lease, token string) faultObs {
+				code, r, body, err := p.chaosExec(l.GetId(), token, 60*time.Second, "/bin/sh", "-c", "dd if=/dev/zero of=chaos-fill bs=1M count=256 2>&1 | tail -1")
+				o := faultObs{exitCode: r.ExitCode}
+				switch {
+				case err != nil:
+					o.cmd = "error: " + trunc(err.Error(), 60)
+				case code != http.StatusOK:
+					o.cmd = fmt.Sprintf("HTTP %d %s", code, trunc(body, 60))
+				default:
+					o.cmd = fmt.Sprintf("exit %d", r.ExitCode)
+					o.cmdFailed = r.ExitCode != 0
+				}
+				return o
+			},
+			settle: 45 * time.Second, done: func(_, now *orchv1.Lease) bool { return isEnded(now) },
+			expect: func(o faultObs) []string {
+				var d []string
+				if o.state != orchv1.LeaseState_LEASE_STATE_FAILED || !strings.Contains(o.reason, "disk limit exceeded") {
+					d = append(d, fmt.Sprintf("lease %s (%s), want FAILED \"disk limit exceeded\"", o.state, o.reason))
+				}
+				if !o.sawWarning {
+					d = append(d, "no warning in the lease before it failed")
+				}
+				if !o.ctrExists {
+					d = append(d, "container removed, want it kept")
+				}
+				return d
+			},
+		},
+	}
+}
+
+// chaosSandboxFaults runs every sandbox fault (concurrently, each on its own
+// lease on berth/base) next to a neighbour lease, and checks the outcome
+// each should have, that the neighbour keeps working and that the lease API
+// never answers 5xx.
+func chaosSandboxFaults(t *testing.T, cfg chaosSizes, table *chaosTable) {
+	t0 := time.Now()
+	dir, _ := newDataDir(t)
+	// Disk usage measured every second, stopped 3s past the limit: the
+	// policy of the defaults (15s, 30s), sooner.
+	p := startProc(t, dir, freeAddr(t), "BERTH_DISK_INTERVAL=1s", "BERTH_DISK_GRACE=3s")
+	nb := p.mustAcquire(t, "neighbour", minimalImage, "600s")
+	neighbourOK := func() bool {
+		ok, _ := p.execOK(nb.GetLease().GetId(), nb.GetToken(), "echo ok")
+		return ok
+	}
+
+	faults := sandboxFaults()
+	rows := make([]*chaosRow, len(faults))
+	for i, f := range faults {
+		rows[i] = &chaosRow{name: f.name, runs: cfg.sandboxRuns, pass: true}
+		table.add(rows[i])
+	}
+	for run := range cfg.sandboxRuns {
+		obs := make([]faultObs, len(faults))
+		// Every fault of a run at once, each in its own parallel subtest
+		// (so helpers may t.Fatal); t.Run returns when all are done.
+		t.Run(fmt.Sprintf("run%d", run), func(t *testing.T) {
+			for i, f := range faults {
+				t.Run(fmt.Sprintf("fault%d", i), func(t *testing.T) {
+					t.Parallel()
+					obs[i] = runSandboxFault(t, p, f, fmt.Sprintf("f%d-r%d", i, run), neighbourOK)
+				})
+			}
+		})
+		for i, f := range faults {
+			o := obs[i]
+			rows[i].figures = o.String()
+			if !o.neighbour {
+				rows[i].fail(t, "run %d: the neighbour lease did not exec after the fault", run)
+			}
+			if o.api5xx > 0 {
+				rows[i].fail(t, "run %d: the lease API answered 5xx %d time(s)", run, o.api5xx)
+			}
+			for _, d := range f.expect(o) {
+				rows[i].fail(t, "run %d: %s", run, d)
+			}
+		}
+	}
+	if h := procHealth(p); h != "" {
+		rows[0].fail(t, "%s", h)
+	}
+	for _, r := range rows {
+		r.took = time.Since(t0)
+	}
+}
+
+// runSandboxFault acquires a lease for f, writes a marker file, inflicts
+// the fault and observes the lease, its files and the neighbour.
+func runSandboxFault(t *testing.T, p *proc, f sandboxFault, conv string, neighbourOK func() bool) faultObs {
+	body := map[string]any{"conversationId": conv, "image": baseImage, "ttl": "600s"}
+	if f.resources != nil {
+		body["resources"] = f.resources
+	}
+	code, _, b, err := p.call(http.MethodPost, "/v1/leases", body)
+	if err != nil || code != http.StatusOK {
+		return faultObs{cmd: fmt.Sprintf("acquire: HTTP %d %v %s", code, err, trunc(string(b), 120))}
+	}
+	var r orchv1.AcquireResponse
+	if err := decode(b, &r); err != nil {
+		return faultObs{cmd: err.Error()}
+	}
+	before, token := r.GetLease(), r.GetToken()
+	id := before.GetId()
+	if ok, msg := p.execOK(id, token, "echo "+chaosMarker+" > chaos-marker"); !ok {
+		return faultObs{cmd: "write marker: " + msg}
+	}
+
+	o := f.do(t, p, before, token)
+	t0 := time.Now()
+	var now *orchv1.Lease
+	get := func() *orchv1.Lease {
+		code, _, b, err := p.call(http.MethodGet, "/v1/leases/"+id, nil)
+		if err != nil {
+			return nil
+		}
+		if code >= 500 {
+			o.api5xx++
+		}
+		if code != http.StatusOK {
+			return nil
+		}
+		var l orchv1.Lease
+		if decode(b, &l) != nil {
+			return nil
+		}
+		if len(l.GetWarnings()) > 0 {
+			o.sawWarning = true
+		}
+		return &l
+	}
+	eventually(f.settle, 100*time.Millisecond, func() bool {
+		if l := get(); l != nil {
+			now = l
+		}
+		return now != nil && f.done(before, now)
+	})
+	if now == nil {
+		now = before
+	}
+	o.state, o.reason, o.restarts, o.warnings = now.GetState(), now.GetReason(), now.GetRestarts(), now.GetWarnings()
+	o.sameCtr = now.GetContainerId() == before.GetContainerId()
+	o.ctrExists = !containerGone(t, before.GetContainerId())
+
+	// The sandbox is usable once a command runs in it (a fork bomb may hold
+	// the pids for a while); the marker tells whether files survived.
+	if isReady(now) {
+		eventually(20*time.Second, 250*time.Millisecond, func() bool {
+			ok, _ := p.execOK(id, token, "true")
+			o.usable = ok
+			return ok
+		})
+		if o.usable {
+			o.recoverIn = time.Since(t0)
+			ok, out := p.execOK(id, token, "cat chaos-marker")
+			o.filesKept = ok && strings.TrimSpace(out) == chaosMarker
+		}
+		// A last look at the lease (a late event may still end it).
+		if l := get(); l != nil {
+			o.state, o.reason, o.restarts = l.GetState(), l.GetReason(), l.GetRestarts()
+		}
+	} else if o.ctrExists {
+		// Ended but kept: the files are still in the container.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := dockerCLI(ctx, "cp", before.GetContainerId()+":"+workdirOf(t, before.GetContainerId())+"/chaos-marker", "-")
+		cancel()
+		o.filesKept = err == nil && strings.Contains(out, chaosMarker)
+	}
+	o.neighbour = neighbourOK()
+	return o
+}
+
+// workdirOf is a container's working directory.
+func workdirOf(t *testing.T, cid string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := dockerCLI(ctx, "inspect", "--format", "{{.Config.WorkingDir}}", cid)
+	if err != nil || strings.TrimSpace(out) == "" {
+		return "/workspace"
+	}
+	return strings.TrimSpace(out)
+}
