@@ -300,7 +300,8 @@ func TestWatchStreamsPerPrincipal(t *testing.T) {
 	}
 	defer conn.Close()
 	c := orchv1.NewLeaseServiceClient(conn)
-	watch := func(tok string) (context.CancelFunc, error) {
+	// watch opens a watch and waits up to wait for it to be refused.
+	watch := func(tok string, wait time.Duration) (context.CancelFunc, error) {
 		ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok))
 		st, err := c.Watch(ctx, &orchv1.WatchRequest{})
 		if err != nil {
@@ -318,27 +319,28 @@ func TestWatchStreamsPerPrincipal(t *testing.T) {
 		case err := <-errc:
 			cancel()
 			return cancel, err
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(wait):
 			return cancel, nil
 		}
 	}
-	c1, err := watch(tokA)
+	const admitted, refused = 300 * time.Millisecond, 10 * time.Second
+	c1, err := watch(tokA, admitted)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := watch(tokA); err != nil {
+	if _, err := watch(tokA, admitted); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := watch(tokA); status.Code(err) != codes.ResourceExhausted {
+	if _, err := watch(tokA, refused); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("third watch of team-a: %v, want ResourceExhausted", err)
 	}
-	if _, err := watch(tokB); err != nil {
+	if _, err := watch(tokB, admitted); err != nil {
 		t.Fatalf("team-b is not limited by team-a's watches: %v", err)
 	}
 	c1()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		_, err := watch(tokA)
+		_, err := watch(tokA, admitted)
 		if err == nil {
 			break
 		}
