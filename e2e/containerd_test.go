@@ -266,8 +266,8 @@ type ctrdOrch struct {
 // startCtrdOrch starts an orchestrator with cfg.Runtime "containerd" on
 // env's data dir. When the test ends its live leases are reaped (so their
 // sandboxes go), then it is stopped; stop may come earlier (sandboxes keep
-// running, as after a Close).
-func startCtrdOrch(tb testing.TB, env *ctrdEnv) *ctrdOrch {
+// running, as after a Close). mutate adjusts the configuration.
+func startCtrdOrch(tb testing.TB, env *ctrdEnv, mutate ...func(*orchestrator.Config)) *ctrdOrch {
 	tb.Helper()
 	cfg := orchestrator.Defaults()
 	cfg.Runtime = "containerd"
@@ -276,6 +276,9 @@ func startCtrdOrch(tb testing.TB, env *ctrdEnv) *ctrdOrch {
 	cfg.AgentBinary = agentBin
 	cfg.OperatorToken = operatorToken
 	cfg.DefaultImage = minimalImage
+	for _, f := range mutate {
+		f(&cfg)
+	}
 	log := testLogger(tb, "inproc-ctrd:"+env.instance)
 	ctx := context.Background()
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Minute)
