@@ -10,6 +10,7 @@
 # Debian 12 package:
 #
 #   git                          agent and workspace git tests, `git describe`
+#   python3                      upload tests with a whole-body-first client (urllib)
 #   util-linux                   unshare, nsenter, flock (images/build.sh)
 #   iproute2                     ip, bridge (containerd backend, e2e checks)
 #   iptables                     sandbox network rules (containerd backend)
@@ -29,7 +30,7 @@ CHECK=0
 case ${1:-} in
 --check) CHECK=1 ;;
 "") ;;
--h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+-h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
 *) echo "usage: scripts/deps.sh [--check]" >&2; exit 2 ;;
 esac
 
@@ -57,6 +58,7 @@ want() { # want PKG PROBE...: PKG is needed unless every probe succeeds
 	done
 }
 want git 'has git'
+want python3 'has python3'
 want util-linux 'has unshare' 'has nsenter' 'has flock'
 want iproute2 'has ip' 'has bridge'
 want iptables 'has iptables'

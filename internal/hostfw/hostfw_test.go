@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/berth-dev/berth/internal/hostfw"
+	"github.com/berth-dev/berth/internal/testenv"
 )
 
 func rulesFor(t *testing.T, cmd, iface string) []string {
@@ -29,10 +30,10 @@ func rulesFor(t *testing.T, cmd, iface string) []string {
 // twice, checks they are there once and in order, and removes them.
 func TestEnsureIdempotent(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root (iptables)")
+		testenv.SkipOrFail(t, "needs root (iptables)")
 	}
 	if _, err := exec.LookPath("iptables"); err != nil {
-		t.Skip("no iptables")
+		testenv.SkipOrFail(t, "no iptables (make deps)")
 	}
 	ctx := context.Background()
 	const iface = "berth-fwtest0"

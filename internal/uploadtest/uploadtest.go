@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/internal/testenv"
 )
 
 // Response is what a client read.
@@ -58,11 +60,12 @@ except urllib.error.HTTPError as e:
 print(json.dumps({"status": status, "body": body.decode()}))
 `
 
-// RequirePython skips the test when python3 is not installed.
+// RequirePython skips the test when python3 is not installed (fails with
+// BERTH_REQUIRE_DOCKER=1: make deps installs python3).
 func RequirePython(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 is not installed")
+		testenv.SkipOrFail(t, "python3 is not installed (make deps)")
 	}
 }
 

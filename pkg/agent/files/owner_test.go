@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/berth-dev/berth/internal/testenv"
 )
 
 // TestChownCreated: with Config.Chown, uploads, the parents they create,
@@ -14,7 +16,7 @@ import (
 // while existing directories keep their owner.
 func TestChownCreated(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("chown needs root")
+		testenv.SkipOrFail(t, "chown needs root")
 	}
 	f := New(Config{Chown: func(p string) error { return os.Lchown(p, 1000, 1000) }})
 	ctx := context.Background()

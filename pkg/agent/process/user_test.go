@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-dev/berth/internal/testenv"
 	"github.com/berth-dev/berth/pkg/agent/users"
 	"github.com/berth-dev/berth/pkg/errdefs"
 )
@@ -17,7 +18,7 @@ import (
 // root policy. It needs root, as the agent in a sandbox is.
 func TestCommandUser(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("running commands as other users needs root")
+		testenv.SkipOrFail(t, "running commands as other users needs root")
 	}
 	dir := t.TempDir()
 	passwd, group := filepath.Join(dir, "passwd"), filepath.Join(dir, "group")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
@@ -20,7 +21,7 @@ import (
 func (s *suite) testRestart(t *testing.T) {
 	t.Parallel()
 	if s.opts.kill == nil {
-		t.Skip("no kill hook given (WithKill); skipping")
+		testenv.SkipOrFail(t, "no kill hook given (WithKill); skipping")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
