@@ -114,7 +114,8 @@ func diskEnforcement(bytes int64, engine bool) string {
 // computes it (ContainerInspect with size: the engine walks the layer's
 // files, so it costs in proportion to how many were written). Berth's
 // sandboxes mount no writable volumes (the agent volume is read-only), so
-// the writable layer is everything they can write.
+// the writable layer is everything they can write. With InjectCopy the
+// agent binary berth copied into the layer is not counted.
 func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 	r.negotiate(ctx)
 	if id == "" {
@@ -130,6 +131,9 @@ func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 	u := runtime.Usage{MeasuredAt: time.Now()}
 	if ins.ContainerJSONBase != nil && ins.SizeRw != nil {
 		u.DiskBytes = *ins.SizeRw
+	}
+	if r.cfg.Injection == InjectCopy {
+		u.DiskBytes = max(0, u.DiskBytes-r.agentSize)
 	}
 	return u, nil
 }

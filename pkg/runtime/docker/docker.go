@@ -104,6 +104,7 @@ type Runtime struct {
 	ownClient io.Closer
 	log       *slog.Logger
 	agentSum  string // hex SHA-256 of the agent (InjectVolume)
+	agentSize int64  // size of the agent binary (InjectCopy puts it in the writable layer)
 
 	netMu sync.Mutex
 	netID string // id of the sandbox network once ensured
@@ -131,7 +132,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.AgentBinary == "" {
 		return nil, errdefs.InvalidArgument("agent_binary", "the host path of the static sandbox-agent binary is required")
 	}
-	_, err := checkAgentBinary(cfg.AgentBinary)
+	agentSize, err := checkAgentBinary(cfg.AgentBinary)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +171,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	r := &Runtime{cfg: cfg, cli: cfg.Client, log: cfg.Logger}
+	r := &Runtime{cfg: cfg, cli: cfg.Client, log: cfg.Logger, agentSize: agentSize}
 	if cfg.Injection == InjectVolume {
 		if r.agentSum, err = hashFile(cfg.AgentBinary); err != nil {
 			return nil, errdefs.InvalidArgument("agent_binary", "%v", err)

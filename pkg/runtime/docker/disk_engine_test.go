@@ -1,0 +1,93 @@
+package docker_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/docker/docker/api/types/system"
+	"github.com/docker/docker/client"
+
+	"github.com/berth-dev/berth/pkg/runtime"
+	"github.com/berth-dev/berth/pkg/runtime/docker"
+)
+
+// lockedBuffer is a log sink safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// claimOverlay2 is the real engine's client, except that docker info
+// claims overlay2, a driver that may support StorageOpt size: the backend
+// then has to find out by trying.
+type claimOverlay2 struct{ *client.Client }
+
+func (c claimOverlay2) Info(ctx context.Context) (system.Info, error) {
+	info, err := c.Client.Info(ctx)
+	info.Driver = "overlay2"
+	return info, err
+}
+
+// TestDiskLimitOnThisEngine creates sandboxes with a disk limit on the
+// real engine: whatever its storage driver, Create succeeds and reports who
+// enforces the limit; where the engine refuses a size (fuse-overlayfs,
+// overlay2 without pquota) the refusal is recognised and learned, and Usage
+// measures the writable layer.
+func TestDiskLimitOnThisEngine(t *testing.T) {
+	requireDocker(t)
+	ctx := context.Background()
+	info, err := dockerCli.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cli  docker.Client
+	}{{"as reported", nil}, {"driver claimed overlay2", claimOverlay2{dockerCli}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs lockedBuffer
+			rt := newRuntime(t, func(c *docker.Config) {
+				c.Client = tc.cli
+				c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			})
+			for i := range 2 {
+				spec := testSpec(t, rt, emptyImage)
+				spec.Resources.DiskBytes = 20 << 20
+				sb, err := rt.Create(ctx, spec)
+				if err != nil {
+					t.Fatalf("create %d with a disk limit: %v", i, err)
+				}
+				t.Logf("driver %s: enforcement %q", info.Driver, sb.DiskEnforcement)
+				if sb.DiskEnforcement != runtime.DiskEnforcementEngine && sb.DiskEnforcement != runtime.DiskEnforcementBerth {
+					t.Fatalf("enforcement %q", sb.DiskEnforcement)
+				}
+				if info.Driver == "fuse-overlayfs" && sb.DiskEnforcement != runtime.DiskEnforcementBerth {
+					t.Fatalf("fuse-overlayfs cannot bound a size, got enforcement %q", sb.DiskEnforcement)
+				}
+				u, err := rt.Usage(ctx, sb.ID)
+				if err != nil || u.DiskBytes < 0 || u.DiskBytes > 1<<20 || u.MeasuredAt.IsZero() {
+					t.Fatalf("Usage of a fresh sandbox = %+v, %v", u, err)
+				}
+			}
+			if tc.cli != nil && info.Driver == "fuse-overlayfs" && !strings.Contains(logs.String(), "the engine refused a size") {
+				t.Fatalf("the engine's refusal of StorageOpt was not tried and learned; logs:\n%s", logs.String())
+			}
+		})
+	}
+}
