@@ -328,6 +328,14 @@ func printTable(w io.Writer, msg proto.Message) {
 	case *orchv1.Lease:
 		header()
 		row(m)
+		tw.Flush()
+		if lim := m.GetResources().GetDiskBytes(); lim > 0 && m.GetUsage() != nil {
+			fmt.Fprintf(w, "disk: %d of %d bytes (measured %s)\n", m.GetUsage().GetDiskBytes(), lim,
+				m.GetUsage().GetMeasuredAt().AsTime().Format(time.RFC3339))
+		}
+		for _, wn := range m.GetWarnings() {
+			fmt.Fprintf(w, "warning: %s\n", safe(wn))
+		}
 	case *orchv1.ListLeasesResponse:
 		header()
 		for _, l := range m.Leases {
