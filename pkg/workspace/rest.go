@@ -276,7 +276,8 @@ func httpError(resp *http.Response) error {
 
 // codeFromHTTP maps an HTTP status without a JSON code to a gRPC code. The
 // proxy's 409 and 410 (lease not ready, lease gone) are preconditions; its
-// 502 and 504 (agent unreachable, upstream timeout) are unavailability.
+// 502 and 504 (agent unreachable, upstream timeout) are unavailability; its
+// 507 (an upload over the lease's disk limit) is resource exhaustion.
 func codeFromHTTP(s int) codes.Code {
 	switch s {
 	case http.StatusBadRequest:
@@ -289,7 +290,7 @@ func codeFromHTTP(s int) codes.Code {
 		return codes.NotFound
 	case http.StatusConflict, http.StatusGone, http.StatusPreconditionFailed:
 		return codes.FailedPrecondition
-	case http.StatusTooManyRequests:
+	case http.StatusTooManyRequests, http.StatusInsufficientStorage:
 		return codes.ResourceExhausted
 	case 499:
 		return codes.Canceled
