@@ -143,21 +143,39 @@ func TestFaults(t *testing.T) {
 
 	t.Run("container killed behind the back", func(t *testing.T) {
 		l := o.mustAcquire(t, "c-killed-ctr", noShellImage, "600s").GetLease()
+		var got *orchv1.Lease
+		// The first three kills (the default RestartLimit within 10m) are
+		// answered with a restart in place; the fourth fails the lease.
+		for i := 1; i <= 3; i++ {
+			killed := time.Now()
+			mustDocker(t, "kill", l.GetContainerId())
+			if !eventually(10*time.Second, 20*time.Millisecond, func() bool {
+				got = o.mustGet(t, l.GetId())
+				return got.GetState() == orchv1.LeaseState_LEASE_STATE_READY && got.GetRestarts() == int32(i)
+			}) {
+				t.Fatalf("10s after docker kill %d the lease is %s (%s) with %d restarts, want READY after restart %d",
+					i, got.GetState(), got.GetReason(), got.GetRestarts(), i)
+			}
+			t.Logf("kill %d: READY again %s after docker kill: %q", i, time.Since(killed).Round(time.Millisecond), got.GetReason())
+			if got.GetContainerId() != l.GetContainerId() || got.GetReason() != "restarted after exit 137" {
+				t.Errorf("after kill %d: container %s reason %q, want the same container %s and \"restarted after exit 137\"",
+					i, got.GetContainerId(), got.GetReason(), l.GetContainerId())
+			}
+		}
 		killed := time.Now()
 		mustDocker(t, "kill", l.GetContainerId())
-		var got *orchv1.Lease
 		if !eventually(10*time.Second, 20*time.Millisecond, func() bool {
 			got = o.mustGet(t, l.GetId())
 			return got.GetState() == orchv1.LeaseState_LEASE_STATE_FAILED
 		}) {
-			t.Fatalf("10s after docker kill the lease is %s (%s), want FAILED", got.GetState(), got.GetReason())
+			t.Fatalf("10s after the 4th docker kill the lease is %s (%s), want FAILED", got.GetState(), got.GetReason())
 		}
-		t.Logf("FAILED %s after docker kill: %q", time.Since(killed).Round(time.Millisecond), got.GetReason())
+		t.Logf("FAILED %s after the 4th docker kill: %q", time.Since(killed).Round(time.Millisecond), got.GetReason())
 		if time.Since(killed) > 5*time.Second {
 			t.Errorf("FAILED only %s after the kill, want within a few seconds", time.Since(killed).Round(time.Millisecond))
 		}
-		if !strings.Contains(got.GetReason(), "137") {
-			t.Errorf("reason %q does not mention the exit code 137", got.GetReason())
+		if !strings.Contains(got.GetReason(), "137") || !strings.Contains(got.GetReason(), "restart limit reached") {
+			t.Errorf("reason %q does not mention the exit code 137 and the restart limit", got.GetReason())
 		}
 		// What is left of it is removed.
 		if !eventually(10*time.Second, 50*time.Millisecond, func() bool { return containerGone(t, l.GetContainerId()) }) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -152,6 +153,13 @@ type Config struct {
 	// RestartWindow is the sliding window RestartLimit counts restarts in.
 	// Default 10m.
 	RestartWindow time.Duration
+	// RestartDelay is how long after a container's died event its restart
+	// begins. An engine that is shutting down (and stopping every
+	// container) closes its event stream within it; the restart then waits
+	// until the runtime's event stream is back, i.e. the engine is up
+	// again, rather than start a container in an engine going down.
+	// Default 2s.
+	RestartDelay time.Duration
 	// ActivityFlushInterval is the least time between two writes of a
 	// lease's LastActivityAt caused by Touch. Default 5s.
 	ActivityFlushInterval time.Duration
@@ -208,11 +216,12 @@ func (c *Config) setDefaults() error {
 	def(&c.ResyncInterval, 30*time.Second)
 	def(&c.ActivityFlushInterval, 5*time.Second)
 	def(&c.RestartWindow, 10*time.Minute)
+	def(&c.RestartDelay, 2*time.Second)
 	if c.RestartLimit == 0 {
 		c.RestartLimit = 3
 	}
-	if c.RestartWindow < 0 {
-		return errdefs.InvalidArgument("restart_window", "must not be negative")
+	if c.RestartWindow < 0 || c.RestartDelay < 0 {
+		return errdefs.InvalidArgument("restart_window", "restart window and delay must not be negative")
 	}
 	def(&c.DiskInterval, 15*time.Second)
 	def(&c.DiskGrace, 30*time.Second)
@@ -266,6 +275,9 @@ type Manager struct {
 	// toRestart are the leases reconcile moved to PENDING for a restart,
 	// started by Start once the background context exists.
 	toRestart []restartJob
+	// watchDown is set while the runtime's event stream is down (closed,
+	// or Watch failing): the engine may be restarting (restart.go).
+	watchDown atomic.Bool
 	// diskMeasurements and diskStops count disk measurements and sandboxes
 	// stopped past their disk limit since New (disk.go).
 	diskMeasurements, diskStops uint64

@@ -490,7 +490,7 @@ func TestDiedEvent(t *testing.T) {
 	if got := h.get(a.ID); got.State != StateFailed || got.Reason != "container exited with code 137" {
 		t.Fatalf("a: %s %q", got.State, got.Reason)
 	}
-	if got := h.get(b.ID); got.State != StateFailed || got.Reason != "container exited with code 137 (OOM-killed)" {
+	if got := h.get(b.ID); got.State != StateFailed || got.Reason != "container exited with code 137 (an OOM kill was reported in it)" {
 		t.Fatalf("b: %s %q", got.State, got.Reason)
 	}
 	eventually(t, time.Second, "cleaned", func() bool { return h.get(a.ID).Cleaned && h.get(b.ID).Cleaned })

@@ -197,6 +197,7 @@ func (m *Manager) watchLoop(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		ch, err := m.rt.Watch(ctx)
+		m.watchDown.Store(err != nil)
 		if err != nil {
 			m.log.Warn("watching runtime events failed; polling", "err", err, "retry_in", bo)
 			m.resync(ctx)
@@ -214,6 +215,7 @@ func (m *Manager) watchLoop(ctx context.Context) {
 				return
 			case ev, ok := <-ch:
 				if !ok {
+					m.watchDown.Store(true)
 					break events
 				}
 				m.handleEvent(ctx, ev)
@@ -311,6 +313,7 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 		if job, restart = m.sandboxExitedLocked(e, ev.ID, reason, after); !restart {
 			m.enqueueCleanLocked(e)
 		}
+		job.settle = true
 	}
 	l, rev := e.snapshot()
 	m.mu.Unlock()

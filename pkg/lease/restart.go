@@ -27,15 +27,21 @@ type restartJob struct {
 	e     *entry
 	cid   string
 	after string
+	// settle: wait Config.RestartDelay, and for the event stream to be up,
+	// before restarting (a died event may come from an engine going down).
+	settle bool
 }
 
 // exitText describes a container exit: why for the READY → PENDING (or
 // FAILED) reason ("container exited with code 137"), after for the
-// PENDING → READY one ("exit 137").
+// PENDING → READY one ("exit 137"). oom is the engine's OOMKilled flag.
 func exitText(code int, oom bool) (why, after string) {
 	why, after = fmt.Sprintf("container exited with code %d", code), fmt.Sprintf("exit %d", code)
 	if oom {
-		why, after = why+" (OOM-killed)", after+" (OOM-killed)"
+		// The engine's flag says an OOM kill happened in the container
+		// during its life, not that it killed the agent (after a command's
+		// OOM kill, a docker kill reports it too): a hint, not a verdict.
+		why += " (an OOM kill was reported in it)"
 	}
 	return why, after
 }
@@ -122,6 +128,35 @@ func (m *Manager) startReconciledRestarts(ctx context.Context) {
 	}
 }
 
+// settle waits Config.RestartDelay and then, while the runtime's event
+// stream is down (the engine restarting), until it is back, bounded by
+// restartUnreachableFor since began. It reports false when the lease
+// stopped waiting for this restart (released meanwhile) or ctx ended.
+func (m *Manager) settle(ctx context.Context, e *entry, cid string, began time.Time) bool {
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	if !wait(m.cfg.RestartDelay) {
+		return false
+	}
+	for m.watchDown.Load() && time.Since(began) < restartUnreachableFor {
+		m.mu.Lock()
+		still := e.l.State == StatePending && e.l.ContainerID == cid
+		m.mu.Unlock()
+		if !still || !wait(200*time.Millisecond) {
+			return false
+		}
+	}
+	return true
+}
+
 // restart starts j's container again in place (Runtime.Restart: files
 // kept, endpoint re-read) and records the outcome: PENDING → READY
 // "restarted after exit 137" with Lease.Restarts incremented, or FAILED with
@@ -145,7 +180,9 @@ func (m *Manager) restart(ctx context.Context, j restartJob) {
 		attempt int
 		retry   bool
 	)
-	for {
+	// skipped: released while settling, or shutting down.
+	skipped := j.settle && !m.settle(ctx, e, j.cid, began)
+	for !skipped {
 		// Bounded by the runtime's ReadyTimeout; the extra grace lets its
 		// (more precise) timeout error win over ours.
 		rctx, cancel := detached(ctx, m.cfg.ReadyTimeout+5*time.Second)
@@ -185,9 +222,12 @@ func (m *Manager) restart(ctx context.Context, j restartJob) {
 	e.call = nil
 	cleanup := false
 	switch {
-	case err != nil && ctx.Err() != nil && e.l.State == StatePending:
+	case skipped && ctx.Err() != nil && e.l.State == StatePending, err != nil && ctx.Err() != nil && e.l.State == StatePending:
 		// Shutting down: the lease stays PENDING; the next Start resumes.
 		call.err = errdefs.Unavailable("lease %s: the lease manager shut down while restarting its sandbox", id)
+	case skipped: // released while settling
+		call.err = errNotUsable(&e.l)
+		cleanup = true
 	case err == nil && e.l.State == StatePending:
 		e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
 		e.l.Restarts++
@@ -209,9 +249,12 @@ func (m *Manager) restart(ctx context.Context, j restartJob) {
 	m.mu.Unlock()
 	_ = m.persist(l, rev)
 	close(call.done)
-	if err != nil {
+	switch {
+	case skipped:
+		log.Info("in-place restart abandoned before it began", "state", l.State.String())
+	case err != nil:
 		log.Warn("in-place restart of sandbox failed", "err", err, "duration", took)
-	} else {
+	default:
 		log.Info("sandbox restarted in place", "endpoint", sb.Endpoint, "restarts", l.Restarts, "duration", took)
 	}
 	if cleanup && ctx.Err() == nil {

@@ -43,7 +43,7 @@ func TestDiedRestartsInPlace(t *testing.T) {
 		wantOOMStat bool
 	}{
 		{a, "container exited with code 137; restarting", "restarted after exit 137", false},
-		{b, "container exited with code 137 (OOM-killed); restarting", "restarted after exit 137 (OOM-killed)", true},
+		{b, "container exited with code 137 (an OOM kill was reported in it); restarting", "restarted after exit 137", true},
 	} {
 		eventually(t, 2*time.Second, "restarted", func() bool { got := h.get(c.l.ID); return got.State == StateReady && got.Restarts == 1 })
 		got := h.get(c.l.ID)
@@ -228,5 +228,25 @@ func TestReconcileResumesRestart(t *testing.T) {
 	eventually(t, 2*time.Second, "restart resumed", func() bool { return h.get(l.ID).State == StateReady })
 	if got := h.get(l.ID); got.Reason != "restarted after container exited with code 137" || got.Restarts != 1 || got.ContainerID != l.ContainerID {
 		t.Fatalf("%q restarts %d container %s", got.Reason, got.Restarts, got.ContainerID)
+	}
+}
+
+// TestRestartWaitsForEventStream: a died event followed by the end of the
+// event stream (an engine shutting down stops every container, then goes
+// away) does not restart anything until the stream is back.
+func TestRestartWaitsForEventStream(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.RestartDelay = 300 * time.Millisecond })
+	l, _ := h.acquire("c")
+	h.rt.kill(l.ContainerID, 143, false)
+	h.rt.set(func(f *fakeRuntime) { f.watchErr = errdefs.Unavailable("engine restarting") })
+	h.rt.closeWatches()
+	time.Sleep(time.Second)
+	if n, got := h.rt.restartCount(), h.get(l.ID); n != 0 || got.State != StatePending {
+		t.Fatalf("while the event stream is down: %d restarts tried, lease %s (%s)", n, got.State, got.Reason)
+	}
+	h.rt.set(func(f *fakeRuntime) { f.watchErr = nil })
+	eventually(t, 15*time.Second, "restarted once the stream is back", func() bool { return h.get(l.ID).State == StateReady })
+	if n := h.rt.restartCount(); n != 1 {
+		t.Errorf("%d restarts tried, want 1", n)
 	}
 }
