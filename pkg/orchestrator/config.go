@@ -42,6 +42,12 @@ type Config struct {
 	SandboxSubnet string `json:"sandboxSubnet"`
 	// SandboxBridge is the containerd sandboxes' bridge. Default "berth-ctrd0".
 	SandboxBridge string `json:"sandboxBridge"`
+	// UserNamespaces runs containerd sandboxes in user namespaces: their
+	// root is host uid UserNSBase, their uids 0-65535 the host's
+	// UserNSBase… (containerd only). Default false.
+	UserNamespaces bool `json:"userNamespaces"`
+	// UserNSBase is the first host uid/gid of that range. Default 2^30.
+	UserNSBase uint32 `json:"userNSBase"`
 	// AgentBinary is the static sandbox-agent injected into sandboxes.
 	// Default: "sandbox-agent" next to the orchestrator's executable.
 	AgentBinary string `json:"agentBinary"`
@@ -287,6 +293,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	diskGrace := fs.Duration("disk-grace", 0, "time over the disk limit before the sandbox is stopped (env BERTH_DISK_GRACE; default 30s)")
 	defUser := fs.String("default-user", "", "user of commands in sandboxes of berth's images when an acquire names none; 'image' for each image's own (env BERTH_DEFAULT_USER; default sandbox)")
 	allowRoot := fs.String("allow-root-user", "", "true or false: whether acquires and commands may run as root (env BERTH_ALLOW_ROOT_USER; default true)")
+	userns := fs.Bool("userns", false, "containerd: run sandboxes in user namespaces, root mapped to an unprivileged host uid (env BERTH_USERNS=1)")
 	hostInput := fs.String("host-input", "", "docker backend: auto, required or off: drop sandbox traffic to the host's own addresses (env BERTH_HOST_INPUT; default auto)")
 	logLevel := fs.String("log-level", "", "log level (env BERTH_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "", "log format text|json (env BERTH_LOG_FORMAT)")
@@ -424,6 +431,23 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 		cfg.DefaultUser = ""
 	}
 	str(&cfg.HostInput, "BERTH_HOST_INPUT", *hostInput)
+	if v := getenv("BERTH_USERNS"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("BERTH_USERNS: %w", err))
+		}
+		cfg.UserNamespaces = b
+	}
+	if *userns {
+		cfg.UserNamespaces = true
+	}
+	if v := getenv("BERTH_USERNS_BASE"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("BERTH_USERNS_BASE: %w", err))
+		}
+		cfg.UserNSBase = uint32(n)
+	}
 	rootVal := getenv("BERTH_ALLOW_ROOT_USER")
 	if *allowRoot != "" {
 		rootVal = *allowRoot

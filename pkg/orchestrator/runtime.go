@@ -45,7 +45,8 @@ func NewRuntime(ctx context.Context, cfg Config, log *slog.Logger) (ClosableRunt
 		c, err := containerd.New(ctx, containerd.Config{
 			AgentBinary: cfg.AgentBinary, Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace,
 			StateDir: cfg.ContainerdStateDir, CNIBinDirs: bins, Subnet: cfg.SandboxSubnet, Bridge: cfg.SandboxBridge,
-			DefaultResources: res, Logger: log.With("component", "containerd"),
+			DefaultResources: res, UserNamespaces: cfg.UserNamespaces, UserNSBase: cfg.UserNSBase,
+			Logger: log.With("component", "containerd"),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("containerd runtime: %w", err)
@@ -60,6 +61,17 @@ func NewRuntime(ctx context.Context, cfg Config, log *slog.Logger) (ClosableRunt
 			log.Warn("containerd: images not imported from Docker; import them by hand (docs/runtime-containerd.md)", "err", err)
 		} else {
 			log.Info("containerd: images ready", "images", names)
+		}
+		if cfg.UserNamespaces {
+			// The default image's first sandbox would otherwise remap it
+			// (seconds to tens of seconds); do it now, in the background.
+			go func() {
+				pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Minute)
+				defer cancel()
+				if err := c.PrepareImage(pctx, cfg.DefaultImage); err != nil {
+					log.Warn("containerd: default image not prepared for user namespaces; its first sandbox will remap it", "image", cfg.DefaultImage, "err", err)
+				}
+			}()
 		}
 		rt = c
 	default:

@@ -19,6 +19,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/testenv"
 	"github.com/berth-dev/berth/pkg/runtime"
+	"github.com/berth-dev/berth/pkg/runtime/containerd"
 	"github.com/berth-dev/berth/pkg/runtime/docker"
 )
 
@@ -189,5 +190,65 @@ func requireDockerImage(b *testing.B, ref string) {
 	b.Helper()
 	if _, err := dockerCLI(b).ImageInspect(context.Background(), ref); err != nil {
 		testenv.SkipOrFailf(b, "%s not in the Docker Engine (make images)", ref)
+	}
+}
+
+// BenchmarkCreateUserNS is the cold-start cost of user namespaces: a cold
+// Create of berth/base without and with Config.UserNamespaces (the image's
+// remapped snapshot made by the warm-up, as in steady state), and
+// "userns-first": the first sandbox of an image, which also remaps the
+// image (chowns every file into the range; the remapped snapshot is removed
+// before each iteration). It logs the ratio userns/plain.
+//
+//	go test -run '^$' -bench CreateUserNS -benchtime 5x ./pkg/runtime/containerd/
+func BenchmarkCreateUserNS(b *testing.B) {
+	if !baseOK {
+		testenv.SkipOrFailf(b, "%s is not present (make images)", baseImage)
+	}
+	const base = 300000
+	perOp := map[string]time.Duration{}
+	for _, mode := range []string{"plain", "userns", "userns-first"} {
+		b.Run(mode, func(b *testing.B) {
+			rt := newRuntime(b, func(c *containerd.Config) {
+				c.UserNamespaces, c.UserNSBase = mode != "plain", base
+			})
+			ctx := context.Background()
+			removeRemapped := func() { removeRemappedSnapshots(b, rt, base) }
+			if mode != "plain" {
+				b.Cleanup(removeRemapped)
+			}
+			create := func(i int) {
+				spec := testSpec(b, baseImage)
+				spec.LeaseID = fmt.Sprintf("bench-%s-%d-%d", mode, time.Now().UnixNano(), i)
+				spec.ReadyTimeout = 10 * time.Minute
+				sb, err := rt.Create(ctx, spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := rt.Remove(ctx, sb.ID); err != nil {
+					b.Fatal(err)
+				}
+				if mode == "userns-first" {
+					removeRemapped()
+				}
+				b.StartTimer()
+			}
+			create(-1) // warm-up: host setup, image unpacked (and remapped)
+			if mode == "userns-first" {
+				removeRemapped()
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				create(i)
+			}
+			b.StopTimer()
+			perOp[mode] = b.Elapsed() / time.Duration(b.N)
+		})
+	}
+	if p, u := perOp["plain"], perOp["userns"]; p > 0 && u > 0 {
+		b.Logf("cold Create of %s: plain %s, userns %s (ratio %.2f), first sandbox of the image with userns %s (ratio %.2f)",
+			baseImage, p.Round(time.Millisecond), u.Round(time.Millisecond), float64(u)/float64(p),
+			perOp["userns-first"].Round(time.Millisecond), float64(perOp["userns-first"])/float64(p))
 	}
 }

@@ -147,6 +147,17 @@ type Config struct {
 	DefaultResources runtime.Resources
 	// ReadyTimeout applies when Spec.ReadyTimeout is zero. Default 30s.
 	ReadyTimeout time.Duration
+	// UserNamespaces runs every sandbox in a user namespace: the sandbox's
+	// uids 0-65535 are the host's UserNSBase…UserNSBase+65535, so its root
+	// (the agent) is an unprivileged uid on the host. The image's files are
+	// chowned into that range once per image (a remapped snapshot, kept as
+	// the parent of later sandboxes' snapshots). Default false.
+	UserNamespaces bool
+	// UserNSBase is the first host uid and gid of the sandboxes' range with
+	// UserNamespaces (at least 65536, so it never overlaps the host's own
+	// users; the range is shared by all sandboxes, which are isolated from
+	// each other by their other namespaces). Default DefaultUserNSBase.
+	UserNSBase uint32
 	// Logger receives the backend's logs (keys container_id, lease_id,
 	// image). Default slog.Default().
 	Logger *slog.Logger
@@ -201,6 +212,14 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.Snapshotter == "" {
 		cfg.Snapshotter = DefaultSnapshotter
+	}
+	if cfg.UserNamespaces {
+		if cfg.UserNSBase == 0 {
+			cfg.UserNSBase = DefaultUserNSBase
+		}
+		if cfg.UserNSBase < userNSSize || cfg.UserNSBase > 1<<31 {
+			return nil, errdefs.InvalidArgument("userns_base", "%d: want at least %d (above the host's own users) and below 2^31", cfg.UserNSBase, userNSSize)
+		}
 	}
 	if cfg.RuntimeName == "" {
 		cfg.RuntimeName = DefaultRuntimeName

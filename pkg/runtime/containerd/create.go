@@ -134,6 +134,12 @@ func (r *Runtime) newContainer(ctx context.Context, id string, spec runtime.Spec
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// With user namespaces: the image's remapped snapshot (made by the
+	// first sandbox of the image, see remappedParent).
+	parent, err := r.remappedParent(ctx, img)
+	if err != nil {
+		return nil, err
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	unlock := r.createMu.lock(id) // two Creates of one lease in this process
@@ -141,7 +147,7 @@ func (r *Runtime) newContainer(ctx context.Context, id string, spec runtime.Spec
 	for attempt := 0; ; attempt++ {
 		c, err := r.cli.NewContainer(cctx, id,
 			ctd.WithSnapshotter(r.cfg.Snapshotter),
-			ctd.WithNewSnapshot(id, img),
+			r.snapshotOpt(id, img, parent),
 			ctd.WithRuntime(r.cfg.RuntimeName, nil),
 			ctd.WithContainerLabels(r.labels(spec)),
 			ctd.WithNewSpec(r.specOpts(id, spec, info)...),
@@ -256,13 +262,15 @@ func (r *Runtime) specOpts(id string, spec runtime.Spec, info imageInfo) []oci.S
 		args = append(args, "--allow-root=false")
 	}
 	args = append(args, "--token-file", TokenPath)
+	hostBase, _ := r.hostRoot()
 	return []oci.SpecOpts{
 		oci.WithDefaultUnixDevices,
 		oci.WithProcessArgs(args...),
 		oci.WithProcessCwd(workDir),
 		withEnv(info.config.Env, spec.Env),
-		withImageUser(user, info.config.WorkingDir == ""),
+		withImageUser(user, info.config.WorkingDir == "", hostBase),
 		withRootAgent,
+		r.withUserNS,
 		oci.WithHostname(hostname(id)),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: r.netnsPath(id)}),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}),

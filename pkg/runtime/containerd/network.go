@@ -223,6 +223,12 @@ func (r *Runtime) writeSandboxFiles(id, token string) error {
 		if err := os.Chmod(p, f.mode); err != nil { // despite the umask
 			return fmt.Errorf("%w: containerd: %w", errdefs.ErrInternal, err)
 		}
+		if f.name == "berth/token" {
+			// With user namespaces the agent is not the host's root.
+			if err := r.chownToSandboxRoot(p); err != nil {
+				return fmt.Errorf("%w: containerd: %w", errdefs.ErrInternal, err)
+			}
+		}
 	}
 	return nil
 }
@@ -302,6 +308,9 @@ func (r *Runtime) ensureHost(ctx context.Context) error {
 		return err
 	}
 	if err := r.ensureFirewall(ctx); err != nil {
+		return err
+	}
+	if err := r.ensureTraversable(); err != nil {
 		return err
 	}
 	if err := prepareNetnsDir(r.cfg.NetnsDir); err != nil {

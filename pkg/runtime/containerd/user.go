@@ -37,7 +37,11 @@ func (e *userError) Unwrap() error { return e.err }
 // with errdefs.ErrFailedPrecondition, before anything runs. Paths are
 // resolved inside the mounted root filesystem (symlinks cannot point out of
 // it).
-func withImageUser(userSpec string, makeWorkdir bool) oci.SpecOpts {
+//
+// hostBase is the host uid/gid of the sandbox's uid 0 (non-zero with user
+// namespaces): the working directory is created owned by the user's host
+// ids.
+func withImageUser(userSpec string, makeWorkdir bool, hostBase int) oci.SpecOpts {
 	return func(ctx context.Context, client oci.Client, c *containers.Container, s *oci.Spec) error {
 		u, g, _ := strings.Cut(userSpec, ":")
 		if (u == "" || u == "0" || u == "root") && (g == "" || g == "0" || g == "root") {
@@ -66,7 +70,7 @@ func withImageUser(userSpec string, makeWorkdir bool) oci.SpecOpts {
 				return &userError{fmt.Errorf("%w: containerd: the image's user %q cannot be used: %v", errdefs.ErrFailedPrecondition, userSpec, err)}
 			}
 			if makeWorkdir {
-				return ensureDir(root, DefaultWorkDir, eu.Uid, eu.Gid)
+				return ensureDir(root, DefaultWorkDir, hostBase+eu.Uid, hostBase+eu.Gid)
 			}
 			return nil
 		})
