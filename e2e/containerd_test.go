@@ -703,15 +703,17 @@ func TestContainerdReconcileAfterRestart(t *testing.T) {
 	}
 }
 
-// TestContainerdSandboxKilled: a sandbox whose task is SIGKILLed through
-// containerd's API, behind the orchestrator's back, makes its lease FAILED
-// within a few seconds with a reason naming the exit code (137); its
-// container is then removed, and another lease is unaffected.
+// TestContainerdSandboxKilled: with in-place restarts off (RestartLimit
+// 0), a sandbox whose task is SIGKILLed through containerd's API, behind
+// the orchestrator's back, makes its lease FAILED within a few seconds with
+// a reason naming the exit code (137); its container is then removed, and
+// another lease is unaffected. (With restarts on, see
+// TestContainerdRestartInPlace.)
 func TestContainerdSandboxKilled(t *testing.T) {
 	requireCtrdImage(t, minimalImage)
 	rt := ctrd.rt
 	env := newCtrdEnv(t)
-	o := startCtrdOrch(t, env)
+	o := startCtrdOrch(t, env, func(c *orchestrator.Config) { c.RestartLimit = 0 })
 	victim := o.acq(t, "c-ctrd-victim", minimalImage, "600s").GetLease()
 	bystander := o.acq(t, "c-ctrd-bystander", minimalImage, "600s")
 
@@ -904,4 +906,94 @@ func TestContainerdProxyPreview(t *testing.T) {
 	if code, _, body, err := o.httpGet("", url, bearerHeader(tok)); err != nil || code != http.StatusGone {
 		t.Errorf("preview of a released lease: HTTP %d, %v, want 410: %.200s", code, err, body)
 	}
+}
+
+// killCtrdTask SIGKILLs every process of container id's task through
+// containerd's API, behind the orchestrator's back, and waits until the
+// task is stopped.
+func killCtrdTask(tb testing.TB, rt *containerd.Runtime, id string) {
+	tb.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), rt.Namespace())
+	if _, err := rt.Client().TaskService().Kill(ctx, &tasks.KillRequest{ContainerID: id, Signal: uint32(syscall.SIGKILL), All: true}); err != nil {
+		tb.Fatalf("kill task %s: %v", id, err)
+	}
+	if !eventually(10*time.Second, 20*time.Millisecond, func() bool {
+		sb, err := rt.Get(ctx, id)
+		return err == nil && sb.State == runtime.StateExited
+	}) {
+		tb.Fatalf("task of %s not stopped 10s after SIGKILL", id)
+	}
+}
+
+// TestContainerdRestartInPlace: a sandbox whose task is SIGKILLed from
+// outside is restarted in place: a new task on the same container and
+// snapshot (the file written before is there), its network set up again
+// (the endpoint is read again), the same lease and token; the lease records
+// the restart. Released, it leaves nothing behind.
+func TestContainerdRestartInPlace(t *testing.T) {
+	requireCtrdImage(t, minimalImage)
+	rt := ctrd.rt
+	env := newCtrdEnv(t)
+	o := startCtrdOrch(t, env)
+	r := o.acq(t, "c-ctrd-restart", minimalImage, "600s")
+	l := r.GetLease()
+	o.mustProxyExec(t, l.GetId(), r.GetToken(), "sh", "-c", "echo kept > /workspace/kept.txt")
+
+	t0 := time.Now()
+	killCtrdTask(t, rt, l.GetContainerId())
+	var got *orchv1.Lease
+	if !eventually(20*time.Second, 20*time.Millisecond, func() bool {
+		got = o.mustGet(t, l.GetId())
+		return got.GetState() == orchv1.LeaseState_LEASE_STATE_READY && got.GetRestarts() == 1
+	}) {
+		t.Fatalf("20s after the kill the lease is %s (%s) with %d restarts, want READY after 1", got.GetState(), got.GetReason(), got.GetRestarts())
+	}
+	t.Logf("kill → READY again in %s at %s (was %s): %q", time.Since(t0).Round(time.Millisecond), got.GetEndpoint(), l.GetEndpoint(), got.GetReason())
+	trs := got.GetTransitions()
+	if got.GetContainerId() != l.GetContainerId() || got.GetReason() != "restarted after exit 137" ||
+		trs[len(trs)-2].GetReason() != "container exited with code 137; restarting" {
+		t.Errorf("after the kill: container %s reason %q transitions %v", got.GetContainerId(), got.GetReason(), trs)
+	}
+	if res := o.mustProxyExec(t, l.GetId(), r.GetToken(), "cat", "/workspace/kept.txt"); res.Stdout != "kept\n" {
+		t.Errorf("file after the restart: %q, want \"kept\\n\"", res.Stdout)
+	}
+	o.mustRelease(t, l.GetId())
+	requireCtrdGone(t, rt, l.GetId(), l.GetContainerId())
+}
+
+// TestContainerdReconcileRestartsStopped: the orchestrator is stopped, a
+// sandbox's task is killed while it is away (as a containerd or host
+// restart would leave it), and the next orchestrator's reconcile restarts
+// it in place: the lease survives with its files. (Restarting the machine's
+// containerd itself is not done here: the Docker Engine runs on it.)
+func TestContainerdReconcileRestartsStopped(t *testing.T) {
+	requireCtrdImage(t, minimalImage)
+	rt := ctrd.rt
+	env := newCtrdEnv(t)
+	o := startCtrdOrch(t, env)
+	r := o.acq(t, "c-ctrd-reconcile-restart", minimalImage, "600s")
+	l := r.GetLease()
+	o.mustProxyExec(t, l.GetId(), r.GetToken(), "sh", "-c", "echo kept > /workspace/kept.txt")
+	o.stop(t)
+	killCtrdTask(t, rt, l.GetContainerId())
+
+	t0 := time.Now()
+	o2 := startCtrdOrch(t, env)
+	var got *orchv1.Lease
+	if !eventually(20*time.Second, 20*time.Millisecond, func() bool {
+		got = o2.mustGet(t, l.GetId())
+		return got.GetState() == orchv1.LeaseState_LEASE_STATE_READY && got.GetRestarts() == 1
+	}) {
+		t.Fatalf("20s after the restart the lease is %s (%s) with %d restarts, want READY after 1", got.GetState(), got.GetReason(), got.GetRestarts())
+	}
+	t.Logf("orchestrator start → lease READY again in %s at %s (was %s): %q", time.Since(t0).Round(time.Millisecond), got.GetEndpoint(), l.GetEndpoint(), got.GetReason())
+	trs := got.GetTransitions()
+	if got.GetContainerId() != l.GetContainerId() || !strings.Contains(trs[len(trs)-2].GetReason(), "while the orchestrator was down; restarting") {
+		t.Errorf("container %s transitions %v", got.GetContainerId(), trs)
+	}
+	if res := o2.mustProxyExec(t, l.GetId(), r.GetToken(), "cat", "/workspace/kept.txt"); res.Stdout != "kept\n" {
+		t.Errorf("file after the restart: %q, want \"kept\\n\"", res.Stdout)
+	}
+	o2.mustRelease(t, l.GetId())
+	requireCtrdGone(t, rt, l.GetId(), l.GetContainerId())
 }
