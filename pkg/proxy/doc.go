@@ -24,7 +24,12 @@
 // x-berth-token). Preview ports also accept a berth_token cookie and, to
 // bootstrap a browser, a ?berth_token=TOKEN query parameter: a GET with it
 // sets an HttpOnly, SameSite=Lax cookie scoped to that preview host (or path
-// prefix) and redirects to the same URL without the parameter. Ports listed
+// prefix) and redirects to the same URL without the parameter, always to a
+// path on the same host: leading slashes, backslashes and white space (raw
+// or percent-encoded) collapse into one '/', so "//evil.example/x" redirects
+// to "/evil.example/x". The token cookie is read and stripped by one
+// function (net/http's cookie parsing, names trimmed: "berth_token =T"
+// counts), so a token the proxy accepts never reaches the app. Ports listed
 // in the lease's PublicPorts need no token. The operator token opens every
 // lease, and every such access is logged. The caller's token is stripped
 // before forwarding; agent API requests carry the agent's own token
