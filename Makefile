@@ -66,7 +66,7 @@ e2e: deps images ## run only the end-to-end tests against the real Docker Engine
 	$(GO) test -count=1 -timeout 20m -v ./e2e/...
 
 chaos: deps images ## the fault suite in full (e2e TestChaos with BERTH_CHAOS=full): one table of figures; a subset runs in make test
-	cd e2e && BERTH_CHAOS=full $(GO) test -count=1 -timeout 20m -run '^TestChaos$$' .
+	cd e2e && BERTH_CHAOS=full $(GO) test -count=1 -timeout 20m -run '^TestChaos$$'
 
 bench: deps build images ## benchmarks; each prints ratios measured in one run
 	@echo "== agent: exec /bin/true over gRPC vs bare fork/exec (target: within 3x)"

@@ -60,7 +60,7 @@ func acquireAll(a *api, convs []string, image string, out chan<- acquireOutcome)
 // same data dir, and count leases lost, containers leaked and conversations
 // with two containers. All must be 0.
 func chaosKillDuringAcquire(t *testing.T, cfg chaosSizes, table *chaosTable) {
-	row := &chaosRow{name: "orchestrator SIGKILL during 20 concurrent acquires", runs: cfg.killRounds, pass: true}
+	row := &chaosRow{name: "orchestrator SIGKILL during 20 concurrent acquires", runs: cfg.killRounds, pass: true, order: 100}
 	table.add(row)
 	defer func(t0 time.Time) { row.took = time.Since(t0) }(time.Now())
 	dir, instance := newDataDir(t)
@@ -142,32 +142,35 @@ func chaosKillDuringAcquire(t *testing.T, cfg chaosSizes, table *chaosTable) {
 		leaked += chaosLeaks(t, p, instance, row, fmt.Sprintf("round %d", round))
 		doubles += chaosDoubles(t, instance, row, fmt.Sprintf("round %d", round))
 
-		// Every conversation can be acquired again; one answered before
-		// keeps its lease.
-		for _, c := range convs[:distinct] {
+		// Every conversation can be acquired again (all at once); one
+		// answered before keeps its lease.
+		var mu sync.Mutex
+		forEach(convs[:distinct], func(c string) {
 			r, err := p.acquire(c, minimalImage, "600s")
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil {
 				row.fail(t, "round %d: re-acquire %s after restart: %v", round, c, err)
-				continue
+				return
 			}
 			if prev, seen := ok[c]; seen && prev != r.GetLease().GetId() {
 				lost++
 				row.fail(t, "round %d: re-acquire %s after restart got lease %s, but %s was answered before the kill", round, c, r.GetLease().GetId(), prev)
 			}
-			if !seenOK(ok, c) {
+			if _, seen := ok[c]; !seen {
 				reacquired++
 			}
-		}
-		// Release the round's leases, so rounds do not add up.
+		})
+		// Release the round's leases (all at once), so rounds do not add up.
 		ls, err := p.list("")
 		if err != nil {
 			row.fail(t, "round %d: list: %v", round, err)
 		}
-		for _, l := range ls {
+		forEach(ls, func(l *orchv1.Lease) {
 			if code, _, b, err := p.call(http.MethodDelete, "/v1/leases/"+l.GetId(), nil); err != nil || code != http.StatusOK {
 				row.fail(t, "round %d: release %s: HTTP %d %v %s", round, l.GetId(), code, err, trunc(string(b), 200))
 			}
-		}
+		})
 		if h := procHealth(p); h != "" {
 			panics++
 			row.fail(t, "round %d: %s", round, h)
@@ -187,7 +190,18 @@ func chaosKillDuringAcquire(t *testing.T, cfg chaosSizes, table *chaosTable) {
 		lost, leaked, doubles, acquired, interrupted, reacquired, strings.Join(killPoints, " "))
 }
 
-func seenOK(ok map[string]string, c string) bool { _, s := ok[c]; return s }
+// forEach runs f on every element of xs at once and waits for them all.
+func forEach[T any](xs []T, f func(T)) {
+	var wg sync.WaitGroup
+	for _, x := range xs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(x)
+		}()
+	}
+	wg.Wait()
+}
 
 // chaosLeaks counts the containers of instance that no READY lease owns.
 func chaosLeaks(t *testing.T, p *proc, instance string, row *chaosRow, when string) int {
@@ -239,7 +253,7 @@ func chaosDoubles(t *testing.T, instance string, row *chaosRow, when string) int
 // nothing answers 5xx, and releasing everything leaves no container.
 func chaosAcquireStorm(t *testing.T, cfg chaosSizes, table *chaosTable) {
 	const limit, n = 5, 50
-	row := &chaosRow{name: "acquire storm: 50 concurrent vs --max-leases 5", runs: cfg.stormRuns, pass: true}
+	row := &chaosRow{name: "acquire storm: 50 concurrent vs --max-leases 5", runs: cfg.stormRuns, pass: true, order: 300}
 	table.add(row)
 	defer func(t0 time.Time) { row.took = time.Since(t0) }(time.Now())
 	dir, instance := newDataDir(t)

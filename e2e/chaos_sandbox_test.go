@@ -47,6 +47,9 @@ type faultObs struct {
 	neighbour  bool // the neighbour lease execs fine after the fault
 	api5xx     int  // 5xx answers of the lease API while observing
 	sawWarning bool // a warning was in the lease at some point
+	// doTook is how long the fault took, settleTook how long the lease then
+	// took to show its outcome, took the whole run (acquire to checks).
+	doTook, settleTook, took time.Duration
 }
 
 func (o faultObs) String() string {
@@ -68,7 +71,7 @@ func (o faultObs) String() string {
 	if !o.ctrExists {
 		s += ", container gone"
 	}
-	s += fmt.Sprintf(", neighbour ok %t, API 5xx %d", o.neighbour, o.api5xx)
+	s += fmt.Sprintf(", neighbour ok %t, API 5xx %d; fault %.1fs, outcome %.1fs later, run %.0fs", o.neighbour, o.api5xx, o.doTook.Seconds(), o.settleTook.Seconds(), o.took.Seconds())
 	return s
 }
 
@@ -198,10 +201,10 @@ func sandboxFaults() []sandboxFault {
 			},
 		},
 		{
-			name:      "disk fill (dd 256 MiB, diskBytes 64 MiB)",
+			name:      "disk fill (dd 128 MiB, diskBytes 64 MiB)",
 			resources: map[string]any{"diskBytes": 64 << 20},
 			do: func(t *testing.T, p *proc, l *orchv1.Lease, token string) faultObs {
-				code, r, body, err := p.chaosExec(l.GetId(), token, 60*time.Second, "/bin/sh", "-c", "dd if=/dev/zero of=chaos-fill bs=1M count=256 2>&1 | tail -1")
+				code, r, body, err := p.chaosExec(l.GetId(), token, 60*time.Second, "/bin/sh", "-c", "dd if=/dev/zero of=chaos-fill bs=1M count=128 2>&1 | tail -1")
 				o := faultObs{exitCode: r.ExitCode}
 				switch {
 				case err != nil:
@@ -214,7 +217,7 @@ func sandboxFaults() []sandboxFault {
 				}
 				return o
 			},
-			settle: 45 * time.Second, done: func(_, now *orchv1.Lease) bool { return isEnded(now) },
+			settle: 90 * time.Second, done: func(_, now *orchv1.Lease) bool { return isEnded(now) },
 			expect: func(o faultObs) []string {
 				var d []string
 				if o.state != orchv1.LeaseState_LEASE_STATE_FAILED || !strings.Contains(o.reason, "disk limit exceeded") {
@@ -251,7 +254,7 @@ func chaosSandboxFaults(t *testing.T, cfg chaosSizes, table *chaosTable) {
 	faults := sandboxFaults()
 	rows := make([]*chaosRow, len(faults))
 	for i, f := range faults {
-		rows[i] = &chaosRow{name: f.name, runs: cfg.sandboxRuns, pass: true}
+		rows[i] = &chaosRow{name: f.name, runs: cfg.sandboxRuns, pass: true, order: 200 + i}
 		table.add(rows[i])
 	}
 	for run := range cfg.sandboxRuns {
@@ -262,7 +265,9 @@ func chaosSandboxFaults(t *testing.T, cfg chaosSizes, table *chaosTable) {
 			for i, f := range faults {
 				t.Run(fmt.Sprintf("fault%d", i), func(t *testing.T) {
 					t.Parallel()
+					t0 := time.Now()
 					obs[i] = runSandboxFault(t, p, f, fmt.Sprintf("f%d-r%d", i, run), neighbourOK)
+					obs[i].took = time.Since(t0)
 				})
 			}
 		})
@@ -309,8 +314,10 @@ func runSandboxFault(t *testing.T, p *proc, f sandboxFault, conv string, neighbo
 		return faultObs{cmd: "write marker: " + msg}
 	}
 
+	tDo := time.Now()
 	o := f.do(t, p, before, token)
 	t0 := time.Now()
+	o.doTook = t0.Sub(tDo)
 	var now *orchv1.Lease
 	get := func() *orchv1.Lease {
 		code, _, b, err := p.call(http.MethodGet, "/v1/leases/"+id, nil)
@@ -338,6 +345,7 @@ func runSandboxFault(t *testing.T, p *proc, f sandboxFault, conv string, neighbo
 		}
 		return now != nil && f.done(before, now)
 	})
+	o.settleTook = time.Since(t0)
 	if now == nil {
 		now = before
 	}
