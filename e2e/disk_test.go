@@ -100,8 +100,14 @@ func diskScenario(t *testing.T, a *api, image string, acq func(conv string) *orc
 		t.Fatal(err)
 	}
 	wantRefused(t, "25 MiB upload", code, b)
-	if ls := sandboxShell(t, a, id, tok, "ls -A /workspace"); strings.Contains(ls, "big.bin") {
-		t.Fatalf("the refused upload left a file: %q", ls)
+	// The same without a Content-Length (chunked): cut once past the limit.
+	code, b, err = sandboxDo(a, id, tok, http.MethodPut, "/v1/files/workspace/chunked.bin", io.MultiReader(strings.NewReader(big)), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, "25 MiB chunked upload", code, b)
+	if ls := sandboxShell(t, a, id, tok, "ls -A /workspace"); strings.Contains(ls, "big.bin") || strings.Contains(ls, "chunked.bin") {
+		t.Fatalf("a refused upload left a file: %q", ls)
 	}
 
 	// A command writes past the limit: a warning, then FAILED.
