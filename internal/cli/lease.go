@@ -100,10 +100,11 @@ func RunLease(ctx context.Context, args []string, env Env) int {
 		mem := fs.Int64("memory", 0, "memory limit in bytes")
 		pids := fs.Int64("pids", 0, "process limit")
 		owner := fs.String("owner", "", "owner (operator token only)")
+		user := fs.String("user", "", "user the sandbox's commands run as: NAME, UID, NAME:GROUP or UID:GID (default: the orchestrator's default user for berth's images, else the image's user)")
 		labels := labelFlag{}
 		fs.Var(labels, "label", "label key=value (repeatable)")
 		run = func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-			req := &orchv1.AcquireRequest{ConversationId: *conv, Image: *image, Labels: labels, Owner: *owner,
+			req := &orchv1.AcquireRequest{ConversationId: *conv, Image: *image, Labels: labels, Owner: *owner, User: *user,
 				Resources: &orchv1.Resources{Cpus: *cpus, MemoryBytes: *mem, Pids: *pids}}
 			if *ttl != 0 {
 				req.Ttl = durationpb.New(*ttl)
