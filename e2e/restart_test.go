@@ -53,7 +53,7 @@ func rawExec(tb testing.TB, endpoint, token string, body map[string]any) map[str
 }
 
 // acquireWithMemory acquires a lease with a memory limit.
-func acquireWithMemory(tb testing.TB, a *api, conv, image string, memory int64) *orchv1.Lease {
+func acquireWithMemory(tb testing.TB, a *api, conv, image string, memory int64) *orchv1.AcquireResponse {
 	tb.Helper()
 	body := map[string]any{"conversationId": conv, "image": image, "ttl": "600s", "resources": map[string]any{"memoryBytes": memory}}
 	code, _, b := a.mustCall(tb, http.MethodPost, "/v1/leases", body)
@@ -64,7 +64,7 @@ func acquireWithMemory(tb testing.TB, a *api, conv, image string, memory int64) 
 	if err := decode(b, &r); err != nil {
 		tb.Fatal(err)
 	}
-	return r.GetLease()
+	return &r
 }
 
 // waitRestarted waits until lease id is READY with at least n restarts.
@@ -89,7 +89,8 @@ func TestCommandOOMKeepsLease(t *testing.T) {
 	requireImage(t, minimalImage)
 	dir, _ := newDataDir(t)
 	o := startOrch(t, dir)
-	l := acquireWithMemory(t, o.api, "c-oom", minimalImage, 64<<20)
+	acq := acquireWithMemory(t, o.api, "c-oom", minimalImage, 64<<20)
+	l := acq.GetLease()
 	tok := o.agentToken(l.GetId())
 	rawExec(t, l.GetEndpoint(), tok, map[string]any{"command": "echo kept > /workspace/kept.txt"})
 
@@ -106,6 +107,15 @@ func TestCommandOOMKeepsLease(t *testing.T) {
 	// A command that ends on its own is not reported.
 	if res := rawExec(t, l.GetEndpoint(), tok, map[string]any{"command": "exit 3"}); res["oomKilled"] != false || res["exitCode"] != float64(3) {
 		t.Errorf("exit 3: %v", res)
+	}
+	// The CLI says so and exits 137.
+	cli := exec.Command(orchBin, "exec", l.GetId(), "--", "tail", "/dev/zero")
+	cli.Env = append(os.Environ(), "BERTH_ADDR="+o.base, "BERTH_TOKEN="+acq.GetToken())
+	var stderr bytes.Buffer
+	cli.Stderr = &stderr
+	err := cli.Run()
+	if code := cli.ProcessState.ExitCode(); code != 137 || !strings.Contains(stderr.String(), "killed: out of memory") {
+		t.Errorf("orchestrator exec tail /dev/zero: exit %d (%v), stderr %q; want 137 and \"killed: out of memory\"", code, err, stderr.String())
 	}
 	// The engine's oom events reach the lease manager and change nothing.
 	if !eventually(10*time.Second, 50*time.Millisecond, func() bool { return o.srv.Manager().Stats().OOMEvents >= 1 }) {
