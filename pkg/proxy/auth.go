@@ -168,8 +168,10 @@ func usable(id string, rt lease.Route) *routeError {
 		}
 		return nil
 	case lease.StatePending:
+		// Being created ("acquired"), or restarted in place after its
+		// container exited ("container exited with code 137; restarting").
 		return &routeError{status: http.StatusConflict, code: codes.Unavailable, state: rt.State,
-			msg: "lease " + id + " is PENDING: its sandbox is being created; retry shortly"}
+			msg: fmt.Sprintf("lease %s is PENDING (%s): its sandbox is being started; retry shortly", id, rt.Reason)}
 	case lease.StateReleasing:
 		return &routeError{status: http.StatusConflict, code: codes.FailedPrecondition, state: rt.State,
 			msg: fmt.Sprintf("lease %s is RELEASING: %s", id, rt.Reason)}

@@ -323,19 +323,38 @@ func TestAgentUnreachable(t *testing.T) {
 		t.Errorf("502 not logged:\n%s", e.logs)
 	}
 
-	// A real sandbox that dies: the manager marks the lease FAILED, and
-	// the proxy says so (410 with the reason) instead of a bare 502.
+	// A real sandbox that dies is restarted in place by the manager (the
+	// in-process runtime starts a new agent on the same workspace, at
+	// another port): the proxy follows the new endpoint.
 	e = newEnv(t, nil)
 	id, tok := e.acquire(t, "dies", "")
-	if err := e.orch.Runtime.Kill(e.lease(t, id).ContainerID, 137); err != nil {
+	before := e.lease(t, id)
+	if err := e.orch.Runtime.Kill(before.ContainerID, 137); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the sandbox to be restarted", func() bool {
+		l := e.lease(t, id)
+		return l.State == lease.StateReady && l.Restarts == 1
+	})
+	if after := e.lease(t, id); after.Endpoint == before.Endpoint {
+		t.Errorf("endpoint %s unchanged after the restart", after.Endpoint)
+	}
+	r = do(t, "POST", e.sandboxURL(id, "/v1/exec"), "", bearerHdr(tok), `{"argv":["true"]}`)
+	if r.code != 200 {
+		t.Errorf("restarted sandbox: %d %s", r.code, r.body)
+	}
+	// A sandbox removed behind berth's back: the manager marks the lease
+	// FAILED, and the proxy says so (410 with the reason) instead of a
+	// bare 502.
+	if err := e.orch.Runtime.Remove(context.Background(), before.ContainerID); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the lease to fail", func() bool { return e.lease(t, id).State == lease.StateFailed })
 	r = do(t, "POST", e.sandboxURL(id, "/v1/exec"), "", bearerHdr(tok), `{"argv":["true"]}`)
 	if r.code != 410 || !strings.Contains(r.json(t)["message"].(string), "FAILED") {
-		t.Errorf("dead sandbox: %d %s", r.code, r.body)
+		t.Errorf("removed sandbox: %d %s", r.code, r.body)
 	}
-	t.Logf("killed sandbox: %d %s", r.code, r.body)
+	t.Logf("removed sandbox: %d %s", r.code, r.body)
 }
 
 func TestSlowUpstreamIs504(t *testing.T) {
