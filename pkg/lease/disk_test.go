@@ -116,10 +116,9 @@ func TestDiskWarningClearsBelowLimit(t *testing.T) {
 	if want := DiskWarning(12*mib, 10*mib); !slices.Contains(got.Warnings, want) || got.State != StateReady {
 		t.Fatalf("lease = %s %q, want READY with %q", got.State, got.Warnings, want)
 	}
-	// The warning is written to the store (and sent to watchers).
-	if stored := h.stored(l.ID); !hasDiskWarning(stored) {
-		t.Fatalf("stored warnings = %q, want the disk warning", stored.Warnings)
-	}
+	// The warning is written to the store (just after memory) and sent to
+	// watchers.
+	eventually(t, 2*time.Second, "the warning stored", func() bool { return hasDiskWarning(h.stored(l.ID)) })
 	if !watchSees(t, sub, func(l Lease) bool { return hasDiskWarning(l) }) {
 		t.Fatal("no watch event carried the warning")
 	}
