@@ -69,4 +69,15 @@
 // writes pending activity times, and purges ended, cleaned records older
 // than Config.Retention. It holds the mutex only for in-memory updates, so
 // Acquire never waits on it.
+//
+// # Disk limit
+//
+// READY leases with Resources.DiskBytes are measured (Runtime.Usage) every
+// Config.DiskInterval, adaptively and at most Config.DiskConcurrency at
+// once (disk.go). Over the limit a lease gets a warning (Lease.Warnings;
+// the proxy refuses uploads); still over after Config.DiskGrace it goes
+// FAILED ("disk limit exceeded (X > Y bytes)") and its container is stopped
+// but kept (Lease.KeepContainer) until Config.Retention has passed, for an
+// operator to copy the files out: reconcile, resync and the reaper leave it
+// alone until then.
 package lease
