@@ -22,6 +22,7 @@ import (
 	"github.com/berth-dev/berth/internal/testenv"
 	"github.com/berth-dev/berth/pkg/orchestrator"
 	"github.com/berth-dev/berth/pkg/runtime/docker"
+	"github.com/berth-dev/berth/pkg/workspace"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
@@ -116,6 +117,32 @@ func TestCommandOOMKeepsLease(t *testing.T) {
 	err := cli.Run()
 	if code := cli.ProcessState.ExitCode(); code != 137 || !strings.Contains(stderr.String(), "killed: out of memory") {
 		t.Errorf("orchestrator exec tail /dev/zero: exit %d (%v), stderr %q; want 137 and \"killed: out of memory\"", code, err, stderr.String())
+	}
+	// The Workspace interface carries it on both transports, in Exec's
+	// result and in ExecStream's exit event.
+	for _, tr := range []workspace.Transport{workspace.TransportGRPC, workspace.TransportREST} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ws, err := workspace.NewRemote(ctx, workspace.RemoteConfig{Target: o.base, Token: acq.GetToken(), LeaseID: l.GetId(), Transport: tr})
+		if err != nil {
+			cancel()
+			t.Fatalf("NewRemote(%s): %v", tr, err)
+		}
+		res, err := ws.Exec(ctx, workspace.Command{Argv: []string{"tail", "/dev/zero"}})
+		if err != nil || !res.OOMKilled || res.Signal != "SIGKILL" {
+			t.Errorf("%s: Exec tail /dev/zero = %+v, %v; want OOMKilled and SIGKILL", tr, res.ExitStatus, err)
+		}
+		var exited *workspace.ExitStatus
+		res, err = ws.ExecStream(ctx, workspace.Command{Argv: []string{"tail", "/dev/zero"}}, func(ev workspace.Event) error {
+			if ev.Kind == workspace.EventExited {
+				exited = ev.Exit
+			}
+			return nil
+		})
+		if err != nil || !res.OOMKilled || exited == nil || !exited.OOMKilled {
+			t.Errorf("%s: ExecStream tail /dev/zero = %+v (exit event %+v), %v; want OOMKilled", tr, res.ExitStatus, exited, err)
+		}
+		_ = ws.Close()
+		cancel()
 	}
 	// The engine's oom events reach the lease manager and change nothing.
 	if !eventually(10*time.Second, 50*time.Millisecond, func() bool { return o.srv.Manager().Stats().OOMEvents >= 1 }) {
