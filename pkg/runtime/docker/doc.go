@@ -65,9 +65,11 @@
 // containers on that bridge, so sandboxes cannot reach each other's agents or
 // servers. The agent's port is not published on any host interface; the
 // endpoint is CONTAINER_IP:7000 on the bridge, which only the host (the
-// orchestrator) can reach. Sandboxes keep outbound access (NAT) and can reach
-// services listening on the host's bridge gateway address: bind host
-// services to 127.0.0.1. An existing network of that name that allows
+// orchestrator) can reach. Sandboxes keep outbound access (NAT) but not the
+// host's own listeners: with Config.HostInput (default auto) iptables INPUT
+// rules (package hostfw, chain BERTH-INPUT) drop what arrives on the
+// network's bridge for any host address, except replies to the host's own
+// connections. An existing network of that name that allows
 // inter-container communication is refused with ErrFailedPrecondition.
 //
 // # Ownership
