@@ -33,7 +33,7 @@ run-agent: build ## run the agent alone on 127.0.0.1:7000 (token: $$BERTH_AGENT_
 images: deps ## build the sandbox images berth/base and berth/minimal (offline, cached; what the tests need)
 	images/build.sh base minimal
 
-images-dev: deps ## build berth/dev (berth/base + build-essential, nodejs, npm, golang-go; offline, cached)
+images-dev: deps ## build berth/dev (berth/base + build-essential, nodejs, npm; offline, cached; not needed by the tests)
 	images/build.sh dev
 
 proto-tools: ## install protoc (Debian) and the pinned Go plugins

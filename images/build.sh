@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # images/build.sh: build berth's sandbox images offline (no registry needed).
 #
-#   images/build.sh [-f|--force] [--check] [base|minimal|all ...]
+#   images/build.sh [-f|--force] [--check] [base|minimal|dev|all ...]
 #
 # berth/base    Debian bookworm minbase (debootstrap) + images/base/packages.txt
 # berth/minimal busybox-static on an otherwise empty root filesystem
+# berth/dev     berth/base's root filesystem + images/dev/packages.txt
+#               (compilers: build-essential, nodejs/npm, golang-go)
+#
+# Without an IMAGE argument, base and minimal are built (what the tests
+# need; `make images`); dev only when named (`make images-dev`) or with all.
 #
 # Every image is tagged berth/NAME:<recipe hash> and berth/NAME:latest and
 # labelled dev.berth.image.recipe=<recipe hash>. The hash covers this script,
@@ -21,7 +26,8 @@ CACHE_DIR=${BERTH_IMAGES_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(cd ~ && pwd)}/.cache
 REPO=berth
 SUITE=bookworm
 LABEL=dev.berth.image
-RECIPES=(base minimal)
+RECIPES=(base minimal dev)
+DEFAULT_RECIPES=(base minimal)
 PATH_DEFAULT=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 ARGS=("$@")
@@ -29,6 +35,9 @@ FORCE=0
 CHECK=0
 PARTIAL=""     # tarball being written, removed on failure
 WORK=""        # temporary build directory, removed on exit
+MADE=" "       # tarballs built by this run (not rebuilt again under --force)
+TARBALL=""     # set by ensure_tarball
+SUMMARY=()     # one line per image, printed at the end
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'images/build.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -38,8 +47,10 @@ usage() {
 	cat <<EOF
 usage: images/build.sh [-f|--force] [--check] [IMAGE ...]
 
-Builds the berth sandbox images offline. IMAGE is one of: ${RECIPES[*]}, all
-(default: all). An image whose recipe hash is unchanged is skipped.
+Builds the berth sandbox images offline. IMAGE is one of: ${RECIPES[*]}, or
+all for every one (default: ${DEFAULT_RECIPES[*]}). An image whose recipe hash
+is unchanged is skipped. berth/dev is built from berth/base's cached root
+filesystem, so it builds base's first if needed.
 
   -f, --force  rebuild from scratch, ignoring the existing image and the
                cached root filesystem tarball
@@ -49,8 +60,9 @@ Builds the berth sandbox images offline. IMAGE is one of: ${RECIPES[*]}, all
 
 Environment:
   BERTH_IMAGES_CACHE   cache directory (default: \${XDG_CACHE_HOME:-~/.cache}/berth/images)
-  BERTH_DEBIAN_MIRROR  Debian mirror for berth/base (default: the one apt uses
-                       on this machine, read from /etc/apt/sources.list{,.d})
+  BERTH_DEBIAN_MIRROR  Debian mirror for berth/base and berth/dev (default: the
+                       one apt uses on this machine, read from
+                       /etc/apt/sources.list{,.d})
 EOF
 }
 
@@ -162,9 +174,58 @@ busybox_version() {
 	dpkg-query -W -f='${Version}' busybox-static 2>/dev/null || echo "not-installed"
 }
 
-# packages_csv prints images/base/packages.txt as a comma-separated list.
-packages_csv() {
-	sed -e 's/#.*//' -e 's/[[:space:]]//g' "$IMAGES_DIR/base/packages.txt" | { grep -v '^$' || true; } | paste -sd, -
+# packages NAME prints images/NAME/packages.txt, one package per line.
+packages() {
+	sed -e 's/#.*//' -e 's/[[:space:]]//g' "$IMAGES_DIR/$1/packages.txt" | { grep -v '^$' || true; }
+}
+
+# packages_csv NAME prints images/NAME/packages.txt as a comma-separated list.
+packages_csv() { packages "$1" | paste -sd, -; }
+
+# chroot_apt ROOT LOG ARGS... runs apt-get ARGS inside ROOT (with /proc
+# mounted, services kept from starting, apt's Check-Valid-Until from the
+# host, and $CACHE_DIR/debs as the package cache, so a rebuild downloads
+# nothing it already has). Output goes to LOG; on failure its tail is shown.
+chroot_apt() {
+	local root=$1 log=$2 cvu=""
+	shift 2
+	eval "$(apt-config shell cvu Acquire::Check-Valid-Until 2>/dev/null || true)"
+	printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+	chmod 0755 "$root/usr/sbin/policy-rc.d"
+	mkdir -p "$CACHE_DIR/debs" "$root/var/cache/apt/archives"
+	mount -t proc proc "$root/proc" # unmounted by cleanup if we fail
+	mount --bind "$CACHE_DIR/debs" "$root/var/cache/apt/archives"
+	local rc=0
+	chroot "$root" env DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 apt-get -qq \
+		-o "Acquire::Check-Valid-Until=${cvu:-true}" -o Dpkg::Options::=--force-confold "$@" >>"$log" 2>&1 || rc=$?
+	umount "$root/var/cache/apt/archives"
+	umount "$root/proc"
+	rm -f "$root/usr/sbin/policy-rc.d"
+	if ((rc)); then
+		tail -n 30 "$log" >&2
+		die "apt-get $* inside the rootfs failed (log above)"
+	fi
+}
+
+# clean_rootfs ROOT removes what an image does not need: apt lists and
+# caches, logs, manuals, info pages, translations, docs (but copyright
+# files), the build host's resolv.conf/hostname/machine-id and /dev nodes.
+clean_rootfs() {
+	local root=$1
+	log "cleaning apt lists, caches, logs, docs and manuals"
+	rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
+		"$root"/var/cache/apt/archives/*.deb "$root"/var/cache/apt/archives/partial/* \
+		"$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old \
+		"$root"/var/cache/ldconfig/aux-cache "$root"/tmp/* "$root"/var/tmp/* \
+		"$root"/usr/share/info/* "$root"/debootstrap "$root"/root/.cache
+	find "$root/var/log" -type f -delete
+	find "$root/usr/share/man" -type f -delete 2>/dev/null || true
+	find "$root/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete 2>/dev/null || true
+	find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} + 2>/dev/null || true
+	# Docker provides these per container; do not ship the build host's.
+	rm -f "$root/etc/resolv.conf" "$root/etc/hostname" "$root/etc/machine-id"
+	# Docker mounts a fresh /dev; drop the device nodes debootstrap made.
+	find "$root/dev" -mindepth 1 -delete
 }
 
 # --- recipes ---------------------------------------------------------------
@@ -185,7 +246,14 @@ changes_base() {
 		"LABEL $LABEL.debian-suite=$SUITE"
 }
 
-smoke_base() { printf '%s\n' bash -c 'git --version && python3 --version && ps -p 1 >/dev/null && test -d /workspace'; }
+# The smoke test checks what agents rely on most; a fuller test (a venv with
+# pip, http.server) is TestBaseImageTools in pkg/runtime/docker.
+smoke_base() {
+	printf '%s\n' bash -c 'set -e
+git --version >/dev/null; python3 -c "import json, sqlite3, urllib.request, http.server, venv, ensurepip"
+for t in curl jq rg make patch diff find less unzip xz; do command -v $t >/dev/null || { echo "missing $t" >&2; exit 1; }; done
+ps -p 1 >/dev/null; id -u sandbox | grep -qx 1000; test "$(stat -c %u:%g /workspace)" = 1000:1000'
+}
 
 rootfs_base() {
 	local root=$1 mirror security updates pkgs
@@ -196,7 +264,7 @@ rootfs_base() {
 	mirror=$(debian_mirror)
 	security=$(apt_source_uri "$SUITE-security")
 	updates=$(apt_source_uri "$SUITE-updates")
-	pkgs=$(packages_csv)
+	pkgs=$(packages_csv base)
 	[[ -n $pkgs ]] || die "images/base/packages.txt lists no packages"
 
 	mkdir -p "$CACHE_DIR/debs"
@@ -220,39 +288,14 @@ rootfs_base() {
 
 	if [[ -n $security || -n $updates ]]; then
 		log "applying $SUITE${updates:+ $SUITE-updates}${security:+ $SUITE-security} updates"
-		local cvu=""
-		eval "$(apt-config shell cvu Acquire::Check-Valid-Until 2>/dev/null || true)"
-		printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
-		chmod 0755 "$root/usr/sbin/policy-rc.d"
-		mount -t proc proc "$root/proc" # unmounted by cleanup if we fail
-		local apt=(chroot "$root" env DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 apt-get -qq
-			-o "Acquire::Check-Valid-Until=${cvu:-true}" -o Dpkg::Options::=--force-confold)
-		{ "${apt[@]}" update && "${apt[@]}" -y upgrade && "${apt[@]}" clean; } >"$WORK/upgrade.log" 2>&1 || {
-			tail -n 30 "$WORK/upgrade.log" >&2
-			die "apt-get upgrade inside the rootfs failed (log above)"
-		}
-		umount "$root/proc"
-		rm -f "$root/usr/sbin/policy-rc.d"
+		chroot_apt "$root" "$WORK/upgrade.log" update
+		chroot_apt "$root" "$WORK/upgrade.log" -y upgrade
 	fi
 
-	log "adding user sandbox (uid 1000), /workspace"
+	log "adding user sandbox (uid 1000), /workspace owned by it"
 	chroot "$root" useradd --uid 1000 --user-group --create-home --shell /bin/bash sandbox
-	install -d -m 0755 "$root/workspace"
-
-	log "cleaning apt lists, caches, logs, docs and manuals"
-	rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
-		"$root"/var/cache/apt/archives/*.deb "$root"/var/cache/apt/archives/partial/* \
-		"$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old \
-		"$root"/var/cache/ldconfig/aux-cache "$root"/tmp/* "$root"/var/tmp/* \
-		"$root"/usr/share/info/* "$root"/debootstrap
-	find "$root/var/log" -type f -delete
-	find "$root/usr/share/man" -type f -delete 2>/dev/null || true
-	find "$root/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete 2>/dev/null || true
-	find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} + 2>/dev/null || true
-	# Docker provides these per container; do not ship the build host's.
-	rm -f "$root/etc/resolv.conf" "$root/etc/hostname" "$root/etc/machine-id"
-	# Docker mounts a fresh /dev; drop the device nodes debootstrap made.
-	find "$root/dev" -mindepth 1 -delete
+	install -d -m 0755 -o 1000 -g 1000 "$root/workspace"
+	clean_rootfs "$root"
 }
 
 inputs_minimal() {
@@ -264,7 +307,7 @@ changes_minimal() {
 		"WORKDIR /workspace" 'CMD ["/bin/sh"]' "LABEL $LABEL.busybox-version=$(busybox_version)"
 }
 
-smoke_minimal() { printf '%s\n' sh -c 'echo ok >/dev/null && ls /workspace >/dev/null && id sandbox >/dev/null'; }
+smoke_minimal() { printf '%s\n' sh -c 'echo ok >/dev/null && ls /workspace >/dev/null && id sandbox >/dev/null && test "$(stat -c %u:%g /workspace)" = 1000:1000'; }
 
 rootfs_minimal() {
 	local root=$1 bb applet
@@ -275,11 +318,11 @@ rootfs_minimal() {
 	if ldd "$bb" >/dev/null 2>&1; then die "$bb is dynamically linked; berth/minimal needs busybox-static"; fi
 
 	log "busybox-static $(busybox_version): $bb + applet links"
-	install -d -m 0755 "$root"/{bin,sbin,usr/bin,usr/sbin,usr/local/bin,etc,dev,proc,sys,run,var,workspace}
+	install -d -m 0755 "$root"/{bin,sbin,usr/bin,usr/sbin,usr/local/bin,etc,dev,proc,sys,run,var}
 	install -d -m 0700 "$root/root"
 	install -d -m 1777 "$root/tmp" "$root/var/tmp"
-	install -d -m 0755 -o 1000 -g 1000 "$root/home/sandbox" 2>/dev/null ||
-		install -d -m 0755 "$root/home/sandbox" # not root: ownership fixed in the tarball
+	install -d -m 0755 -o 1000 -g 1000 "$root/home/sandbox" "$root/workspace" 2>/dev/null ||
+		install -d -m 0755 "$root/home/sandbox" "$root/workspace" # not root: ownership fixed in the tarball
 	install -m 0755 "$bb" "$root/bin/busybox"
 	# `busybox --list-full` prints each applet with its install path
 	# (bin/sh, usr/bin/awk, ...): the same layout as `busybox --install -s`.
@@ -289,6 +332,52 @@ rootfs_minimal() {
 		ln -sf /bin/busybox "$root/$applet"
 	done < <("$bb" --list-full)
 	[[ -L $root/bin/sh ]] || die "busybox has no sh applet"
+}
+
+# berth/dev: berth/base's root filesystem (its cached tarball, built first
+# if missing) plus images/dev/packages.txt installed with apt-get. Its recipe
+# hash includes base's, so a change to base rebuilds dev too.
+inputs_dev() {
+	printf 'base %s\narch %s\n' "$(recipe_hash base)" "$(arch)"
+}
+
+changes_dev() { changes_base; }
+
+smoke_dev() {
+	printf '%s\n' bash -c 'set -e
+gcc --version >/dev/null; g++ --version >/dev/null; make --version >/dev/null
+node --version >/dev/null; npm --version >/dev/null; go version >/dev/null
+python3 --version >/dev/null; id -u sandbox | grep -qx 1000; test "$(stat -c %u:%g /workspace)" = 1000:1000'
+}
+
+# prereq_dev runs before dev's build directory is made: the base tarball.
+prereq_dev() { ensure_tarball base "$(recipe_hash base)"; }
+
+rootfs_dev() {
+	local root=$1 base_tar pkgs=()
+	require_root "building berth/dev"
+	command -v chroot >/dev/null || die "chroot not found"
+	apt_proxy_env
+	base_tar=$CACHE_DIR/base-$(recipe_hash base).tar
+	[[ -s $base_tar ]] || die "base root filesystem $base_tar is missing"
+	mapfile -t pkgs < <(packages dev)
+	((${#pkgs[@]})) || die "images/dev/packages.txt lists no packages"
+
+	log "unpacking berth/base's root filesystem $(basename "$base_tar")"
+	tar --numeric-owner --same-owner -C "$root" -xpf "$base_tar"
+	# Name resolution and the device nodes apt and maintainer scripts use
+	# inside the chroot (base ships an empty /dev); clean_rootfs removes them.
+	cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+	mknod -m 0666 "$root/dev/null" c 1 3
+	mknod -m 0666 "$root/dev/zero" c 1 5
+	mknod -m 0666 "$root/dev/full" c 1 7
+	mknod -m 0666 "$root/dev/random" c 1 8
+	mknod -m 0666 "$root/dev/urandom" c 1 9
+	mknod -m 0666 "$root/dev/tty" c 5 0
+	log "apt-get install --no-install-recommends ${pkgs[*]}"
+	chroot_apt "$root" "$WORK/apt.log" update
+	chroot_apt "$root" "$WORK/apt.log" -y --no-install-recommends install "${pkgs[@]}"
+	clean_rootfs "$root"
 }
 
 # --- driver ----------------------------------------------------------------
@@ -325,6 +414,53 @@ install_overlay() {
 	done
 }
 
+# ensure_tarball NAME HASH makes sure the root filesystem tarball of NAME's
+# recipe HASH is in the cache (building it unless it is there, or, with
+# --force, unless this run built it) and sets TARBALL to its path. (Not a
+# command substitution: the build must run in this shell, whose EXIT trap
+# unmounts and removes the build directory.)
+ensure_tarball() {
+	local name=$1 hash=$2 tarball root
+	tarball=$CACHE_DIR/$name-$hash.tar
+	mkdir -p "$CACHE_DIR"
+	if [[ -s $tarball ]] && { ((!FORCE)) || [[ $MADE == *" $tarball "* ]]; }; then
+		log "using cached root filesystem $tarball"
+		touch "$tarball" # most recently used: kept by the pruning below
+		TARBALL=$tarball
+		return 0
+	fi
+	if declare -F "prereq_$name" >/dev/null; then "prereq_$name"; fi
+	WORK=$(mktemp -d "$CACHE_DIR/work-$name.XXXXXX")
+	root=$WORK/rootfs
+	mkdir -p "$root"
+	"rootfs_$name" "$root"
+	install_overlay "$name" "$root"
+	log "writing root filesystem tarball $tarball"
+	local owner=()
+	[[ $EUID -eq 0 ]] || owner=(--owner=0 --group=0)
+	PARTIAL=$tarball.partial
+	tar --numeric-owner "${owner[@]}" -C "$root" -cf "$PARTIAL" .
+	mv -f "$PARTIAL" "$tarball"
+	PARTIAL=""
+	rm -rf --one-file-system "$WORK"
+	WORK=""
+	MADE+="$tarball "
+	# keep this tarball and the previous one (switching back is a re-import)
+	find "$CACHE_DIR" -maxdepth 1 -name "$name-*.tar" -printf '%T@ %p\n' | sort -rn | tail -n +3 |
+		cut -d' ' -f2- | while read -r old; do log "removing old cached tarball $old"; rm -f "$old"; done
+	TARBALL=$tarball
+}
+
+# summarize NAME STATUS T0 records a line of the final summary: the image's
+# size and what was done, in how long.
+summarize() {
+	local name=$1 what=$2 t0=$3 size
+	size=$(docker image inspect --format '{{.Size}}' "$REPO/$name:latest" 2>/dev/null || echo 0)
+	SUMMARY+=("$(printf '%-22s %9s  %s in %s' "$REPO/$name:latest" \
+		"$(awk -v b="$size" 'BEGIN { printf "%.1f MB", b / 1e6 }')" "$what" \
+		"$(awk -v ms="$(($(now_ms) - t0))" 'BEGIN { printf "%.1f s", ms / 1000 }')")")
+}
+
 # build NAME builds berth/NAME unless an image with the current recipe exists.
 build() {
 	local name=$1 hash short ref latest tarball t0 root
@@ -345,40 +481,20 @@ build() {
 	if ((!FORCE)); then
 		if [[ $(image_recipe "$latest") == "$hash" ]]; then
 			log "$latest is up to date (recipe $short), skipping"
+			summarize "$name" "up to date (recipe $short), checked" "$t0"
 			return 0
 		fi
 		if [[ $(image_recipe "$ref") == "$hash" ]]; then
 			log "$ref exists, tagging it $latest"
 			docker tag "$ref" "$latest"
+			summarize "$name" "re-tagged $ref" "$t0"
 			return 0
 		fi
 	fi
 
 	log "building $ref (recipe $hash)"
-	mkdir -p "$CACHE_DIR"
-	tarball=$CACHE_DIR/$name-$hash.tar
-	if ((FORCE)) || [[ ! -s $tarball ]]; then
-		WORK=$(mktemp -d "$CACHE_DIR/work-$name.XXXXXX")
-		root=$WORK/rootfs
-		mkdir -p "$root"
-		"rootfs_$name" "$root"
-		install_overlay "$name" "$root"
-		log "writing root filesystem tarball $tarball"
-		local owner=()
-		[[ $EUID -eq 0 ]] || owner=(--owner=0 --group=0)
-		PARTIAL=$tarball.partial
-		tar --numeric-owner "${owner[@]}" -C "$root" -cf "$PARTIAL" .
-		mv -f "$PARTIAL" "$tarball"
-		PARTIAL=""
-		rm -rf --one-file-system "$WORK"
-		WORK=""
-		# keep this tarball and the previous one (switching back is a re-import)
-		find "$CACHE_DIR" -maxdepth 1 -name "$name-*.tar" -printf '%T@ %p\n' | sort -rn | tail -n +3 |
-			cut -d' ' -f2- | while read -r old; do log "removing old cached tarball $old"; rm -f "$old"; done
-	else
-		log "using cached root filesystem $tarball"
-		touch "$tarball" # most recently used: kept by the pruning above
-	fi
+	ensure_tarball "$name" "$hash"
+	tarball=$TARBALL
 
 	local changes=() c
 	while IFS= read -r c; do changes+=(--change "$c"); done < <("changes_$name")
@@ -409,6 +525,7 @@ build() {
 	local size
 	size=$(docker image inspect --format '{{.Size}}' "$ref")
 	log "built $latest = $ref: $(awk -v b="$size" 'BEGIN { printf "%.1f MB", b / 1e6 }'), $(awk -v ms="$(($(now_ms) - t0))" 'BEGIN { printf "%.1f s", ms / 1000 }')"
+	summarize "$name" "built (recipe $short)" "$t0"
 }
 
 main() {
@@ -426,7 +543,7 @@ main() {
 			;;
 		esac
 	done
-	((${#targets[@]})) || targets=("${RECIPES[@]}")
+	((${#targets[@]})) || targets=("${DEFAULT_RECIPES[@]}")
 
 	command -v docker >/dev/null || die "docker CLI not found"
 	docker version --format '{{.Server.Version}}' >/dev/null 2>&1 ||
@@ -450,6 +567,8 @@ main() {
 		seen+="$a "
 		build "$a"
 	done
+	log "images (size as docker images reports it):"
+	printf '    %s\n' "${SUMMARY[@]}" >&2
 }
 
 main "$@"
