@@ -15,7 +15,7 @@ import (
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
-// chaosSettle is how long after a restart the checks wait: the lease
+// chaosSettle is how long after a restart begins the checks wait: the lease
 // manager resyncs with the engine 1 s and 5 s after it starts, so that a
 // creation the killed process left in flight in the engine is cleaned up.
 const chaosSettle = 6500 * time.Millisecond
@@ -68,7 +68,7 @@ func chaosKillDuringAcquire(t *testing.T, cfg chaosSizes, table *chaosTable) {
 	p := startProc(t, dir, addr)
 	rng := rand.New(rand.NewPCG(uint64(cfg.fuzzSeed), 1))
 
-	var lost, leaked, doubles, acquired, interrupted, reacquired, panics int
+	var lost, leaked, doubles, acquired, interrupted, reacquired, refused, panics int
 	var killPoints []string
 	for round := range cfg.killRounds {
 		const distinct, dup = 15, 5
@@ -91,7 +91,6 @@ func chaosKillDuringAcquire(t *testing.T, cfg chaosSizes, table *chaosTable) {
 				got = append(got, <-out)
 			}
 		}
-		killed := time.Now()
 		p.kill9(t)
 		wg.Wait()
 		close(out)
@@ -119,8 +118,9 @@ func chaosKillDuringAcquire(t *testing.T, cfg chaosSizes, table *chaosTable) {
 			killPoints = append(killPoints, fmt.Sprintf("%d/20", answeredBefore))
 		}
 
+		restarted := time.Now()
 		p = startProc(t, dir, addr)
-		time.Sleep(time.Until(killed.Add(chaosSettle)))
+		time.Sleep(time.Until(restarted.Add(chaosSettle)))
 
 		// Lost: an acquire answered 200 whose lease is not READY and usable.
 		for _, o := range got {
@@ -146,9 +146,21 @@ func chaosKillDuringAcquire(t *testing.T, cfg chaosSizes, table *chaosTable) {
 		// answered before keeps its lease.
 		var mu sync.Mutex
 		forEach(convs[:distinct], func(c string) {
-			r, err := p.acquire(c, minimalImage, "600s")
+			code, b, err := acquireRetry(p.api, acquireReq{ConversationID: c, Image: minimalImage, TTL: "600s"})
 			mu.Lock()
 			defer mu.Unlock()
+			if err == nil && (code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests) {
+				// The engine (or the limit) refused it three times: no lease
+				// is lost by that, but it is counted.
+				refused++
+				return
+			}
+			var r orchv1.AcquireResponse
+			if err == nil && code == http.StatusOK {
+				err = decode(b, &r)
+			} else if err == nil {
+				err = fmt.Errorf("HTTP %d: %s", code, trunc(string(b), 300))
+			}
 			if err != nil {
 				row.fail(t, "round %d: re-acquire %s after restart: %v", round, c, err)
 				return
@@ -186,8 +198,21 @@ func chaosKillDuringAcquire(t *testing.T, cfg chaosSizes, table *chaosTable) {
 		leaked += len(left)
 		row.fail(t, "%d container(s) of the instance left 15s after every lease was released: %v", len(left), left)
 	}
-	row.figures = fmt.Sprintf("lost %d, leaked %d, double %d (200s %d, interrupted %d, re-acquired after restart %d; killed at %s)",
-		lost, leaked, doubles, acquired, interrupted, reacquired, strings.Join(killPoints, " "))
+	row.figures = fmt.Sprintf("lost %d, leaked %d, double %d (200s %d, interrupted %d, re-acquired after restart %d, re-acquire refused 503/429 x3 %d; killed at %s)",
+		lost, leaked, doubles, acquired, interrupted, reacquired, refused, strings.Join(killPoints, " "))
+}
+
+// acquireRetry posts an acquire and retries it twice (after 2s, then 4s)
+// while it is answered 503 (the engine unavailable) or 429, as a client
+// would; it returns the last answer.
+func acquireRetry(a *api, body any) (int, []byte, error) {
+	for i := 0; ; i++ {
+		code, _, b, err := a.call(http.MethodPost, "/v1/leases", body)
+		if err != nil || (code != http.StatusServiceUnavailable && code != http.StatusTooManyRequests) || i == 2 {
+			return code, b, err
+		}
+		time.Sleep(time.Duration(2<<i) * time.Second)
+	}
 }
 
 // forEach runs f on every element of xs at once and waits for them all.

@@ -30,6 +30,7 @@ type sandboxFault struct {
 
 // faultObs is what one fault run observed.
 type faultObs struct {
+	notRun     string // why the fault could not be inflicted
 	cmd        string // what the faulting command returned, if any
 	cmdFailed  bool   // the command failed (non-zero exit, signal, timeout)
 	oomKilled  bool   // the exec result said oomKilled
@@ -53,6 +54,9 @@ type faultObs struct {
 }
 
 func (o faultObs) String() string {
+	if o.notRun != "" {
+		return "not run: " + trunc(o.notRun, 200)
+	}
 	s := fmt.Sprintf("%s", strings.TrimPrefix(o.state.String(), "LEASE_STATE_"))
 	if o.reason != "" {
 		s += fmt.Sprintf(" %q", trunc(o.reason, 60))
@@ -274,6 +278,10 @@ func chaosSandboxFaults(t *testing.T, cfg chaosSizes, table *chaosTable) {
 		for i, f := range faults {
 			o := obs[i]
 			rows[i].figures = o.String()
+			if o.notRun != "" {
+				rows[i].fail(t, "run %d: not run: %s", run, o.notRun)
+				continue
+			}
 			if !o.neighbour {
 				rows[i].fail(t, "run %d: the neighbour lease did not exec after the fault", run)
 			}
@@ -300,18 +308,18 @@ func runSandboxFault(t *testing.T, p *proc, f sandboxFault, conv string, neighbo
 	if f.resources != nil {
 		body["resources"] = f.resources
 	}
-	code, _, b, err := p.call(http.MethodPost, "/v1/leases", body)
+	code, b, err := acquireRetry(p.api, body)
 	if err != nil || code != http.StatusOK {
-		return faultObs{cmd: fmt.Sprintf("acquire: HTTP %d %v %s", code, err, trunc(string(b), 120))}
+		return faultObs{notRun: fmt.Sprintf("acquire: HTTP %d %v %s", code, err, trunc(string(b), 200))}
 	}
 	var r orchv1.AcquireResponse
 	if err := decode(b, &r); err != nil {
-		return faultObs{cmd: err.Error()}
+		return faultObs{notRun: err.Error()}
 	}
 	before, token := r.GetLease(), r.GetToken()
 	id := before.GetId()
 	if ok, msg := p.execOK(id, token, "echo "+chaosMarker+" > chaos-marker"); !ok {
-		return faultObs{cmd: "write marker: " + msg}
+		return faultObs{notRun: "write marker: " + msg}
 	}
 
 	tDo := time.Now()
