@@ -108,7 +108,12 @@ func New(cfg Config) (*Server, error) {
 	runner := process.NewRunner(process.Config{WorkDir: cfg.WorkDir, MaxProcesses: cfg.MaxProcesses, OOMScoreAdj: 500, Users: us, Logger: log.With("component", "process")})
 	fcfg := files.Config{Logger: log.With("component", "files")}
 	if us != nil && !us.Default.Root() && os.Geteuid() == 0 {
-		fcfg.Chown = us.Chown
+		if cfg.DenyRoot {
+			// Root is forbidden: the file API acts as the default user too.
+			fcfg.AsUser = &files.Identity{UID: us.Default.UID, GID: us.Default.GID}
+		} else {
+			fcfg.Chown = us.Chown
+		}
 	}
 	fsys := files.New(fcfg)
 	g := git.New(git.Config{WorkDir: cfg.WorkDir, Logger: log.With("component", "git")})

@@ -25,7 +25,7 @@ type Reader struct {
 	remaining int64
 }
 
-// Open opens the regular file at path (following symlinks) for reading
+// open opens the regular file at path (following symlinks) for reading
 // length bytes from offset; a length of 0 means to the end of the file.
 //
 // Errors: InvalidArgument("offset") for a negative offset or one beyond the
@@ -33,7 +33,7 @@ type Reader struct {
 // InvalidArgument("length") for a negative length, NotFound,
 // PermissionDenied, and FailedPrecondition for a directory or a file that
 // is not regular (device, FIFO, socket).
-func (f *FS) Open(ctx context.Context, path string, offset, length int64) (*Reader, error) {
+func (f *FS) open(ctx context.Context, path string, offset, length int64) (*Reader, error) {
 	p, err := checkPath("path", path, true)
 	if err != nil {
 		return nil, err

@@ -36,6 +36,12 @@ type Config struct {
 	// directories, a move's target) to give it to the sandbox's default
 	// user. Default nil: they belong to the agent's user.
 	Chown func(path string) error
+	// AsUser, when set, runs every operation with that file-system
+	// identity (fsuid/fsgid), so the service can read and write only what
+	// that user can; what it creates is the user's. The agent sets it to
+	// the default user when root is forbidden. Default nil: operations run
+	// as the agent's user (root in a sandbox).
+	AsUser *Identity
 }
 
 // FS implements the file operations of the agent on the local file system.
@@ -46,6 +52,7 @@ type FS struct {
 	maxList  int
 	syncData bool
 	chownFn  func(path string) error
+	asUser   *Identity
 }
 
 // New returns an FS configured by cfg.
@@ -56,7 +63,7 @@ func New(cfg Config) *FS {
 	if cfg.MaxListEntries <= 0 {
 		cfg.MaxListEntries = DefaultMaxListEntries
 	}
-	return &FS{log: cfg.Logger, maxList: cfg.MaxListEntries, syncData: cfg.Sync, chownFn: cfg.Chown}
+	return &FS{log: cfg.Logger, maxList: cfg.MaxListEntries, syncData: cfg.Sync, chownFn: cfg.Chown, asUser: cfg.AsUser}
 }
 
 // FileType is the kind of a file.
@@ -161,8 +168,8 @@ func checkPath(field, p string, root bool) (string, error) {
 	return clean, nil
 }
 
-// Stat describes path without following a final symlink.
-func (f *FS) Stat(ctx context.Context, path string) (FileInfo, error) {
+// stat describes path without following a final symlink.
+func (f *FS) stat(ctx context.Context, path string) (FileInfo, error) {
 	p, err := checkPath("path", path, true)
 	if err != nil {
 		return FileInfo{}, err
@@ -182,7 +189,7 @@ type ListResult struct {
 	Truncated bool
 }
 
-// List lists the directory at path down to depth levels (0 means 1: only
+// list lists the directory at path down to depth levels (0 means 1: only
 // the directory's own entries). The directory itself is not included. A
 // symlink to a directory named by path is followed; symlinks met while
 // descending are listed but never descended into. Entries come in lexical
@@ -190,7 +197,7 @@ type ListResult struct {
 // Config.MaxListEntries the entries returned are exactly the first ones in
 // that order. A subdirectory that cannot be read is skipped (and logged); an
 // unreadable path itself is an error.
-func (f *FS) List(ctx context.Context, path string, depth int) (ListResult, error) {
+func (f *FS) list(ctx context.Context, path string, depth int) (ListResult, error) {
 	p, err := checkPath("path", path, true)
 	if err != nil {
 		return ListResult{}, err
@@ -293,12 +300,12 @@ func (q *listQueue) Pop() any {
 	return it
 }
 
-// MakeDir creates the directory path with mode (0 means 0755), set exactly
+// makeDir creates the directory path with mode (0 means 0755), set exactly
 // (the umask does not apply). Without parents, the parent must exist and
 // path must not: a missing parent is NotFound, an existing path
 // AlreadyExists. With parents, missing parents are created (0755) and an
 // existing directory is success; an existing non-directory is AlreadyExists.
-func (f *FS) MakeDir(ctx context.Context, path string, parents bool, mode fs.FileMode) error {
+func (f *FS) makeDir(ctx context.Context, path string, parents bool, mode fs.FileMode) error {
 	p, err := checkPath("path", path, true)
 	if err != nil {
 		return err
@@ -341,14 +348,14 @@ func (f *FS) MakeDir(ctx context.Context, path string, parents bool, mode fs.Fil
 	return nil
 }
 
-// Move renames src to dst. The parent of dst must exist. Without overwrite,
+// move renames src to dst. The parent of dst must exist. Without overwrite,
 // an existing dst is AlreadyExists (checked just before the rename: a dst
 // created in between by another process is replaced). With overwrite, rename
 // semantics apply: a file replaces a file, a directory replaces an empty
 // directory, and any other combination is FailedPrecondition. Moving a
 // directory into itself is InvalidArgument. Across file systems, files and
 // symlinks are copied and then removed; directories are FailedPrecondition.
-func (f *FS) Move(ctx context.Context, src, dst string, overwrite bool) error {
+func (f *FS) move(ctx context.Context, src, dst string, overwrite bool) error {
 	s, err := checkPath("source", src, false)
 	if err != nil {
 		return err
@@ -450,11 +457,11 @@ func (f *FS) moveAcross(s, d string, sfi fs.FileInfo, overwrite bool) error {
 	return nil
 }
 
-// Remove deletes path: a file, a symlink (not its target), an empty
+// remove deletes path: a file, a symlink (not its target), an empty
 // directory, or with recursive any directory and everything below it.
 // A missing path is NotFound, a non-empty directory without recursive is
 // FailedPrecondition, and "/" is refused as InvalidArgument.
-func (f *FS) Remove(ctx context.Context, path string, recursive bool) error {
+func (f *FS) remove(ctx context.Context, path string, recursive bool) error {
 	p, err := checkPath("path", path, false)
 	if err != nil {
 		return err

@@ -69,7 +69,7 @@ type UploadResult struct {
 	Created bool
 }
 
-// Upload writes the content of r to opts.Path. The data streams into a
+// upload writes the content of r to opts.Path. The data streams into a
 // temporary file in the target's directory (named TempPrefix + random),
 // hashed on the way, which is then given its mode and renamed into place
 // (with OverwriteFail, hard-linked into place, which fails atomically if the
@@ -87,7 +87,7 @@ type UploadResult struct {
 // FailedPrecondition when the target (or its parent) is a directory (or
 // not one); AlreadyExists under OverwriteFail; ResourceExhausted when the
 // disk is full; the context's error when cancelled; r's error otherwise.
-func (f *FS) Upload(ctx context.Context, opts UploadOptions, r io.Reader) (UploadResult, error) {
+func (f *FS) upload(ctx context.Context, opts UploadOptions, r io.Reader) (UploadResult, error) {
 	start := time.Now()
 	if strings.HasSuffix(opts.Path, "/") && opts.Path != "/" {
 		return UploadResult{}, errdefs.InvalidArgument("path", "must name a file, not end with a slash: %q", opts.Path)

@@ -135,6 +135,18 @@ func TestLeaseUser(t *testing.T) {
 		if _, res := runAs(t, sb, spec.AgentToken, "", `id -u`); res.Stdout != "1000\n" {
 			t.Errorf("default user under DenyRootUser: %+v", res)
 		}
+		// The file API acts as the user too: no writing where only root can.
+		if code, b := agentCall(t, sb, spec.AgentToken, http.MethodPut, "/v1/files/etc/berth-test", "x"); code != http.StatusForbidden {
+			t.Errorf("upload into /etc under DenyRootUser: %d %s, want 403", code, b)
+		}
+		if code, b := agentCall(t, sb, spec.AgentToken, http.MethodGet, "/v1/files/etc/shadow", ""); code != http.StatusForbidden {
+			t.Errorf("download of /etc/shadow under DenyRootUser: %d %.100s, want 403", code, b)
+		}
+		if code, b := agentCall(t, sb, spec.AgentToken, http.MethodPut, "/v1/files/workspace/ok/up.txt", "x"); code/100 != 2 {
+			t.Errorf("upload into /workspace under DenyRootUser: %d %s", code, b)
+		} else if st := statInContainer(t, sb.ID, "/workspace/ok/up.txt"); st.uid != 1000 || st.gid != 1000 {
+			t.Errorf("upload owned by %d:%d, want 1000:1000", st.uid, st.gid)
+		}
 		// A root default user cannot start under the policy.
 		spec2 := testSpec(t, rt, baseImage)
 		spec2.User, spec2.DenyRootUser = "root", true
