@@ -3,7 +3,9 @@ package containerd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -200,7 +202,26 @@ func (r *Runtime) writeSandboxFiles(id, token string) error {
 	if err := os.Chmod(agentDir, 0o755); err != nil {
 		return fmt.Errorf("%w: containerd: %w", errdefs.ErrInternal, err)
 	}
-	if err := linkOrCopy(r.agentCopy, filepath.Join(agentDir, "sandbox-agent")); err != nil {
+	r.hostMu.Lock()
+	src := r.agentCopy
+	r.hostMu.Unlock()
+	err := linkOrCopy(src, filepath.Join(agentDir, "sandbox-agent"))
+	if errors.Is(err, fs.ErrNotExist) {
+		// Another process on this host (an orchestrator or a test with a
+		// different agent build) removed our copy as unused between two
+		// sandboxes: install it again.
+		r.hostMu.Lock()
+		agent, ierr := installAgent(r.cfg.AgentBinary, filepath.Join(r.cfg.StateDir, "agents"), r.log)
+		if ierr == nil {
+			r.agentCopy = agent
+		}
+		r.hostMu.Unlock()
+		if ierr != nil {
+			return ierr
+		}
+		err = linkOrCopy(agent, filepath.Join(agentDir, "sandbox-agent"))
+	}
+	if err != nil {
 		return fmt.Errorf("%w: containerd: place the agent for %s: %w", errdefs.ErrInternal, id, err)
 	}
 	files := []struct {
