@@ -44,8 +44,8 @@ func Rules(iface string) []string {
 }
 
 // Ensure installs the host-input filter for bridge iface with iptables and,
-// when ip6tables exists, with ip6tables too (an IPv6 link-local address of
-// the host is on every bridge). It needs root (CAP_NET_ADMIN).
+// when ip6tables exists and works, with ip6tables too (an IPv6 link-local
+// address of the host is on every bridge). It needs root (CAP_NET_ADMIN).
 func Ensure(ctx context.Context, iface string) error {
 	if iface == "" || strings.ContainsAny(iface, " \t\n") || len(iface) > 15 {
 		return fmt.Errorf("hostfw: invalid interface name %q", iface)
@@ -58,9 +58,13 @@ func Ensure(ctx context.Context, iface string) error {
 	if err := ensure(ctx, "iptables", iface); err != nil {
 		return err
 	}
+	// IPv6: when ip6tables works at all (a host without IPv6 netfilter
+	// support has nothing to filter, and its sandboxes no IPv6 to use).
 	if _, err := exec.LookPath("ip6tables"); err == nil {
-		if err := ensure(ctx, "ip6tables", iface); err != nil {
-			return err
+		if _, err := run(ctx, "ip6tables", "-S", "INPUT"); err == nil {
+			if err := ensure(ctx, "ip6tables", iface); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
