@@ -8,8 +8,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/orchestrator"
+	"github.com/berth-dev/berth/pkg/runtime"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
+
+// faultBackend is what the sandbox faults need of one container runtime.
+type faultBackend struct {
+	name string // "docker" or "containerd"
+	a    *api   // the orchestrator's API
+	// crashAgent crashes the agent (PID 1) from inside the sandbox and says
+	// how; killOutside kills the sandbox from outside.
+	crashAgent  func(t *testing.T, l *orchv1.Lease, token string) string
+	killOutside func(t *testing.T, cid string) string
+	// exists reports whether the container is still there; marker reads the
+	// marker file of a kept (stopped) container, nil when it cannot.
+	exists func(t *testing.T, cid string) bool
+	marker func(t *testing.T, cid string) bool
+	// health reports panics or an orchestrator gone ("" when fine).
+	health func() string
+	// track, when set, is told every sandbox the faults create.
+	track func(cid string)
+}
 
 // sandboxFault is one fault done to a sandbox, with the outcome it should
 // have.
@@ -18,7 +39,7 @@ type sandboxFault struct {
 	// resources of the faulted lease (JSON of the API's Resources).
 	resources map[string]any
 	// do inflicts the fault and returns what the command (if any) showed.
-	do func(t *testing.T, p *proc, l *orchv1.Lease, token string) faultObs
+	do func(t *testing.T, b *faultBackend, l *orchv1.Lease, token string) faultObs
 	// settle waits until the lease shows the fault's outcome (or gives up).
 	settle time.Duration
 	// done reports whether the lease shows a final outcome of the fault.
@@ -43,6 +64,7 @@ type faultObs struct {
 	sameCtr    bool // the lease still names the same container
 	ctrExists  bool // the lease's container still exists in the engine
 	filesKept  bool // the marker written before the fault can be read back
+	filesNA    bool // the marker of a kept container cannot be read here
 	usable     bool // a command runs in the sandbox after the fault
 	recoverIn  time.Duration
 	neighbour  bool // the neighbour lease execs fine after the fault
@@ -68,7 +90,11 @@ func (o faultObs) String() string {
 	if len(o.warnings) > 0 || o.sawWarning {
 		s += fmt.Sprintf(", warned %t", o.sawWarning)
 	}
-	s += fmt.Sprintf(", files kept %t, usable %t", o.filesKept, o.usable)
+	if o.filesNA {
+		s += fmt.Sprintf(", files kept n/a, usable %t", o.usable)
+	} else {
+		s += fmt.Sprintf(", files kept %t, usable %t", o.filesKept, o.usable)
+	}
 	if o.usable && o.recoverIn > 0 {
 		s += fmt.Sprintf(" (after %.1fs)", o.recoverIn.Seconds())
 	}
@@ -116,30 +142,23 @@ func sandboxFaults() []sandboxFault {
 	return []sandboxFault{
 		{
 			name: "agent killed inside the sandbox (kill -ABRT 1: Go crash, exit 2)",
-			do: func(t *testing.T, p *proc, l *orchv1.Lease, _ string) faultObs {
-				// PID 1 ignores signals it has no handler for, from inside
-				// its namespace; the Go runtime handles SIGABRT (it crashes
-				// with a goroutine dump), so this is an agent crash.
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				out, err := dockerCLI(ctx, "exec", l.GetContainerId(), "kill", "-ABRT", "1")
-				return faultObs{cmd: trunc(fmt.Sprintf("docker exec kill -ABRT 1: %v %s", err, out), 80)}
+			do: func(t *testing.T, b *faultBackend, l *orchv1.Lease, token string) faultObs {
+				return faultObs{cmd: b.crashAgent(t, l, token)}
 			},
 			settle: 30 * time.Second, done: restartedOrEnded, expect: restartedInPlace,
 		},
 		{
-			name: "container killed from outside (docker kill)",
-			do: func(t *testing.T, p *proc, l *orchv1.Lease, _ string) faultObs {
-				mustDocker(t, "kill", l.GetContainerId())
-				return faultObs{}
+			name: "sandbox killed from outside (SIGKILL)",
+			do: func(t *testing.T, b *faultBackend, l *orchv1.Lease, _ string) faultObs {
+				return faultObs{cmd: b.killOutside(t, l.GetContainerId())}
 			},
 			settle: 30 * time.Second, done: restartedOrEnded, expect: restartedInPlace,
 		},
 		{
 			name:      "command OOM (python3 allocates 256 MiB, limit 64 MiB)",
 			resources: map[string]any{"memoryBytes": 64 << 20},
-			do: func(t *testing.T, p *proc, l *orchv1.Lease, token string) faultObs {
-				code, r, body, err := p.chaosExec(l.GetId(), token, 60*time.Second, "python3", "-c", "x = bytearray(b'x') * (256 << 20); print(len(x))")
+			do: func(t *testing.T, b *faultBackend, l *orchv1.Lease, token string) faultObs {
+				code, r, body, err := b.a.chaosExec(l.GetId(), token, 60*time.Second, "python3", "-c", "x = bytearray(b'x') * (256 << 20); print(len(x))")
 				o := faultObs{oomKilled: r.OOMKilled, exitCode: r.ExitCode, signal: r.Signal}
 				switch {
 				case err != nil:
@@ -172,8 +191,8 @@ func sandboxFaults() []sandboxFault {
 		{
 			name:      "fork bomb (pids limit 64)",
 			resources: map[string]any{"pids": 64},
-			do: func(t *testing.T, p *proc, l *orchv1.Lease, token string) faultObs {
-				code, r, body, err := p.chaosExec(l.GetId(), token, 5*time.Second, "/bin/sh", "-c", "b() { b | b & }; b; sleep 30")
+			do: func(t *testing.T, b *faultBackend, l *orchv1.Lease, token string) faultObs {
+				code, r, body, err := b.a.chaosExec(l.GetId(), token, 5*time.Second, "/bin/sh", "-c", "b() { b | b & }; b; sleep 30")
 				o := faultObs{exitCode: r.ExitCode}
 				switch {
 				case err != nil:
@@ -207,8 +226,8 @@ func sandboxFaults() []sandboxFault {
 		{
 			name:      "disk fill (dd 128 MiB, diskBytes 64 MiB)",
 			resources: map[string]any{"diskBytes": 64 << 20},
-			do: func(t *testing.T, p *proc, l *orchv1.Lease, token string) faultObs {
-				code, r, body, err := p.chaosExec(l.GetId(), token, 60*time.Second, "/bin/sh", "-c", "dd if=/dev/zero of=chaos-fill bs=1M count=128 2>&1 | tail -1")
+			do: func(t *testing.T, b *faultBackend, l *orchv1.Lease, token string) faultObs {
+				code, r, body, err := b.a.chaosExec(l.GetId(), token, 60*time.Second, "/bin/sh", "-c", "dd if=/dev/zero of=chaos-fill bs=1M count=128 2>&1 | tail -1")
 				o := faultObs{exitCode: r.ExitCode}
 				switch {
 				case err != nil:
@@ -239,26 +258,55 @@ func sandboxFaults() []sandboxFault {
 	}
 }
 
-// chaosSandboxFaults runs every sandbox fault (concurrently, each on its own
-// lease on berth/base) next to a neighbour lease, and checks the outcome
-// each should have, that the neighbour keeps working and that the lease API
-// never answers 5xx.
+// chaosSandboxFaults runs every sandbox fault on the Docker backend, on a
+// subprocess orchestrator.
 func chaosSandboxFaults(t *testing.T, cfg chaosSizes, table *chaosTable) {
-	t0 := time.Now()
 	dir, _ := newDataDir(t)
 	// Disk usage measured every second, stopped 3s past the limit: the
 	// policy of the defaults (15s, 30s), sooner.
 	p := startProc(t, dir, freeAddr(t), "BERTH_DISK_INTERVAL=1s", "BERTH_DISK_GRACE=3s")
-	nb := p.mustAcquire(t, "neighbour", minimalImage, "600s")
+	b := &faultBackend{name: "docker", a: p.api,
+		crashAgent: func(t *testing.T, l *orchv1.Lease, _ string) string {
+			// PID 1 ignores signals it has no handler for when they come
+			// from inside its namespace (kill -9 1 does nothing); the Go
+			// runtime handles SIGABRT and crashes (exit 2): an agent crash.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			out, err := dockerCLI(ctx, "exec", l.GetContainerId(), "kill", "-ABRT", "1")
+			return trunc(fmt.Sprintf("docker exec kill -ABRT 1: %v %s", err, out), 80)
+		},
+		killOutside: func(t *testing.T, cid string) string {
+			mustDocker(t, "kill", cid)
+			return "docker kill"
+		},
+		exists: func(t *testing.T, cid string) bool { return !containerGone(t, cid) },
+		marker: func(t *testing.T, cid string) bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			out, err := dockerCLI(ctx, "cp", cid+":"+workdirOf(t, cid)+"/chaos-marker", "-")
+			return err == nil && strings.Contains(out, chaosMarker)
+		},
+		health: func() string { return procHealth(p) },
+	}
+	runSandboxFaults(t, cfg, table, b, 200)
+}
+
+// runSandboxFaults runs every sandbox fault (concurrently, each on its own
+// lease on berth/base) next to a neighbour lease, and checks the outcome
+// each should have, that the neighbour keeps working and that the lease API
+// never answers 5xx.
+func runSandboxFaults(t *testing.T, cfg chaosSizes, table *chaosTable, b *faultBackend, order int) {
+	t0 := time.Now()
+	nb := b.a.mustAcquire(t, "neighbour", minimalImage, "600s")
 	neighbourOK := func() bool {
-		ok, _ := p.execOK(nb.GetLease().GetId(), nb.GetToken(), "echo ok")
+		ok, _ := b.a.execOK(nb.GetLease().GetId(), nb.GetToken(), "echo ok")
 		return ok
 	}
 
 	faults := sandboxFaults()
 	rows := make([]*chaosRow, len(faults))
 	for i, f := range faults {
-		rows[i] = &chaosRow{name: f.name, runs: cfg.sandboxRuns, pass: true, order: 200 + i}
+		rows[i] = &chaosRow{name: f.name + " [" + b.name + "]", runs: cfg.sandboxRuns, pass: true, order: order + i}
 		table.add(rows[i])
 	}
 	for run := range cfg.sandboxRuns {
@@ -270,7 +318,7 @@ func chaosSandboxFaults(t *testing.T, cfg chaosSizes, table *chaosTable) {
 				t.Run(fmt.Sprintf("fault%d", i), func(t *testing.T) {
 					t.Parallel()
 					t0 := time.Now()
-					obs[i] = runSandboxFault(t, p, f, fmt.Sprintf("f%d-r%d", i, run), neighbourOK)
+					obs[i] = runSandboxFault(t, b, f, fmt.Sprintf("f%d-r%d", i, run), neighbourOK)
 					obs[i].took = time.Since(t0)
 				})
 			}
@@ -293,7 +341,7 @@ func chaosSandboxFaults(t *testing.T, cfg chaosSizes, table *chaosTable) {
 			}
 		}
 	}
-	if h := procHealth(p); h != "" {
+	if h := b.health(); h != "" {
 		rows[0].fail(t, "%s", h)
 	}
 	for _, r := range rows {
@@ -303,32 +351,36 @@ func chaosSandboxFaults(t *testing.T, cfg chaosSizes, table *chaosTable) {
 
 // runSandboxFault acquires a lease for f, writes a marker file, inflicts
 // the fault and observes the lease, its files and the neighbour.
-func runSandboxFault(t *testing.T, p *proc, f sandboxFault, conv string, neighbourOK func() bool) faultObs {
+func runSandboxFault(t *testing.T, b *faultBackend, f sandboxFault, conv string, neighbourOK func() bool) faultObs {
+	p := b.a
 	body := map[string]any{"conversationId": conv, "image": baseImage, "ttl": "600s"}
 	if f.resources != nil {
 		body["resources"] = f.resources
 	}
-	code, b, err := acquireRetry(p.api, body)
+	code, ab, err := acquireRetry(p, body)
 	if err != nil || code != http.StatusOK {
-		return faultObs{notRun: fmt.Sprintf("acquire: HTTP %d %v %s", code, err, trunc(string(b), 200))}
+		return faultObs{notRun: fmt.Sprintf("acquire: HTTP %d %v %s", code, err, trunc(string(ab), 200))}
 	}
 	var r orchv1.AcquireResponse
-	if err := decode(b, &r); err != nil {
+	if err := decode(ab, &r); err != nil {
 		return faultObs{notRun: err.Error()}
 	}
 	before, token := r.GetLease(), r.GetToken()
 	id := before.GetId()
+	if b.track != nil {
+		b.track(before.GetContainerId())
+	}
 	if ok, msg := p.execOK(id, token, "echo "+chaosMarker+" > chaos-marker"); !ok {
 		return faultObs{notRun: "write marker: " + msg}
 	}
 
 	tDo := time.Now()
-	o := f.do(t, p, before, token)
+	o := f.do(t, b, before, token)
 	t0 := time.Now()
 	o.doTook = t0.Sub(tDo)
 	var now *orchv1.Lease
 	get := func() *orchv1.Lease {
-		code, _, b, err := p.call(http.MethodGet, "/v1/leases/"+id, nil)
+		code, _, lb, err := p.call(http.MethodGet, "/v1/leases/"+id, nil)
 		if err != nil {
 			return nil
 		}
@@ -339,7 +391,7 @@ func runSandboxFault(t *testing.T, p *proc, f sandboxFault, conv string, neighbo
 			return nil
 		}
 		var l orchv1.Lease
-		if decode(b, &l) != nil {
+		if decode(lb, &l) != nil {
 			return nil
 		}
 		if len(l.GetWarnings()) > 0 {
@@ -359,7 +411,7 @@ func runSandboxFault(t *testing.T, p *proc, f sandboxFault, conv string, neighbo
 	}
 	o.state, o.reason, o.restarts, o.warnings = now.GetState(), now.GetReason(), now.GetRestarts(), now.GetWarnings()
 	o.sameCtr = now.GetContainerId() == before.GetContainerId()
-	o.ctrExists = !containerGone(t, before.GetContainerId())
+	o.ctrExists = b.exists(t, before.GetContainerId())
 
 	// The sandbox is usable once a command runs in it (a fork bomb may hold
 	// the pids for a while); the marker tells whether files survived.
@@ -378,12 +430,11 @@ func runSandboxFault(t *testing.T, p *proc, f sandboxFault, conv string, neighbo
 		if l := get(); l != nil {
 			o.state, o.reason, o.restarts = l.GetState(), l.GetReason(), l.GetRestarts()
 		}
-	} else if o.ctrExists {
+	} else if o.ctrExists && b.marker != nil {
 		// Ended but kept: the files are still in the container.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		out, err := dockerCLI(ctx, "cp", before.GetContainerId()+":"+workdirOf(t, before.GetContainerId())+"/chaos-marker", "-")
-		cancel()
-		o.filesKept = err == nil && strings.Contains(out, chaosMarker)
+		o.filesKept = b.marker(t, before.GetContainerId())
+	} else if o.ctrExists {
+		o.filesNA = true
 	}
 	o.neighbour = neighbourOK()
 	return o
@@ -398,4 +449,63 @@ func workdirOf(t *testing.T, cid string) string {
 		return "/workspace"
 	}
 	return strings.TrimSpace(out)
+}
+
+// chaosSandboxFaultsContainerd runs every sandbox fault on the containerd
+// backend (an in-process orchestrator, as the other containerd e2e tests).
+// The agent is crashed by a command in the sandbox run as root; the task is
+// killed from outside through containerd's API.
+func chaosSandboxFaultsContainerd(t *testing.T, cfg chaosSizes, table *chaosTable) {
+	requireCtrdImage(t, minimalImage)
+	requireCtrdImage(t, baseImage)
+	env := newCtrdEnv(t)
+	o := startCtrdOrch(t, env, func(c *orchestrator.Config) {
+		c.DiskInterval = orchestrator.Duration(time.Second)
+		c.DiskGrace = orchestrator.Duration(3 * time.Second)
+	})
+	// Runs before the orchestrator's own reap-all and the env's leftover
+	// check: a FAILED lease's kept container is expected; remove it.
+	t.Cleanup(func() {
+		o.reapAll(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		eventually(30*time.Second, 200*time.Millisecond, func() bool {
+			boxes, err := ctrd.rt.List(ctx, runtime.Selector{runtime.LabelInstance: env.instance})
+			if err != nil {
+				return false
+			}
+			running := 0
+			for _, sb := range boxes {
+				if sb.State == runtime.StateRunning {
+					running++
+				}
+			}
+			return running == 0
+		})
+		boxes, _ := ctrd.rt.List(ctx, runtime.Selector{runtime.LabelInstance: env.instance})
+		for _, sb := range boxes {
+			if err := ctrd.rt.Remove(ctx, sb.ID); err != nil && !errdefs.IsNotFound(err) {
+				t.Logf("cleanup: remove kept container %s: %v", sb.ID, err)
+			}
+		}
+	})
+	b := &faultBackend{name: "containerd", a: o.api,
+		crashAgent: func(t *testing.T, l *orchv1.Lease, token string) string {
+			code, _, body, err := o.api.chaosExecAs(l.GetId(), token, "root", 10*time.Second, "kill", "-ABRT", "1")
+			return trunc(fmt.Sprintf("exec kill -ABRT 1 as root: HTTP %d %v %s", code, err, body), 80)
+		},
+		killOutside: func(t *testing.T, cid string) string {
+			killCtrdTask(t, ctrd.rt, cid)
+			return "task SIGKILL"
+		},
+		exists: func(t *testing.T, cid string) bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := ctrd.rt.Get(ctx, cid)
+			return err == nil
+		},
+		health: func() string { return "" },
+		track:  env.track,
+	}
+	runSandboxFaults(t, cfg, table, b, 250)
 }

@@ -139,6 +139,7 @@ func TestChaos(t *testing.T) {
 	t.Run("Engine", func(t *testing.T) {
 		t.Run("KillDuringAcquire", func(t *testing.T) { t.Parallel(); chaosKillDuringAcquire(t, cfg, table) })
 		t.Run("SandboxFaults", func(t *testing.T) { t.Parallel(); chaosSandboxFaults(t, cfg, table) })
+		t.Run("SandboxFaultsContainerd", func(t *testing.T) { t.Parallel(); chaosSandboxFaultsContainerd(t, cfg, table) })
 		t.Run("AcquireStorm", func(t *testing.T) { t.Parallel(); chaosAcquireStorm(t, cfg, table) })
 	})
 	t.Run("Fuzz", func(t *testing.T) { chaosFuzz(t, cfg, table) })
@@ -207,9 +208,18 @@ type chaosExecResult struct {
 // (POST /v1/sandboxes/{id}/v1/exec) with token and a command timeout; body
 // is the answer's body when it is not 200.
 func (a *api) chaosExec(id, token string, timeout time.Duration, argv ...string) (int, chaosExecResult, string, error) {
+	return a.chaosExecAs(id, token, "", timeout, argv...)
+}
+
+// chaosExecAs is chaosExec as user ("" for the lease's).
+func (a *api) chaosExecAs(id, token, user string, timeout time.Duration, argv ...string) (int, chaosExecResult, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
 	defer cancel()
-	j, _ := json.Marshal(map[string]any{"argv": argv, "timeout": fmt.Sprintf("%ds", int(timeout.Seconds()))})
+	body := map[string]any{"argv": argv, "timeout": fmt.Sprintf("%ds", int(timeout.Seconds()))}
+	if user != "" {
+		body["user"] = user
+	}
+	j, _ := json.Marshal(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.base+sandboxPath(id, "/v1/exec"), bytes.NewReader(j))
 	if err != nil {
 		return 0, chaosExecResult{}, "", err
