@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/orchestrator"
-	"github.com/berth-dev/berth/pkg/runtime"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
@@ -28,8 +28,9 @@ type faultBackend struct {
 	marker func(t *testing.T, cid string) bool
 	// health reports panics or an orchestrator gone ("" when fine).
 	health func() string
-	// track, when set, is told every sandbox the faults create.
-	track func(cid string)
+	// track, when set, is told every sandbox the faults create; kept,
+	// every container of an ended lease still there after the checks.
+	track, kept func(cid string)
 }
 
 // sandboxFault is one fault done to a sandbox, with the outcome it should
@@ -106,6 +107,10 @@ func (o faultObs) String() string {
 }
 
 const chaosMarker = "chaos-marker-0123"
+
+// chaosRestartLimit is the orchestrator's default restart budget
+// (restartLimit within restartWindow).
+var chaosRestartLimit = int32(orchestrator.Defaults().RestartLimit)
 
 func isReady(l *orchv1.Lease) bool { return l.GetState() == orchv1.LeaseState_LEASE_STATE_READY }
 func isEnded(l *orchv1.Lease) bool {
@@ -184,6 +189,45 @@ func sandboxFaults() []sandboxFault {
 				}
 				if !o.filesKept {
 					d = append(d, "files lost")
+				}
+				return d
+			},
+		},
+		{
+			name: "crash loop: killed from outside 4 times (restart limit 3)",
+			do: func(t *testing.T, b *faultBackend, l *orchv1.Lease, _ string) faultObs {
+				// Three kills are restarted in place; the fourth exit within
+				// the window is past the budget.
+				restarts := int32(0)
+				for i := range chaosRestartLimit + 1 {
+					b.killOutside(t, l.GetContainerId())
+					if i == chaosRestartLimit {
+						break
+					}
+					if !eventually(30*time.Second, 100*time.Millisecond, func() bool {
+						got, code, _ := b.a.get(t, l.GetId())
+						if code == http.StatusOK && isReady(got) && got.GetRestarts() > restarts {
+							restarts = got.GetRestarts()
+							return true
+						}
+						return false
+					}) {
+						return faultObs{cmd: fmt.Sprintf("kill %d: not READY again within 30s", i+1)}
+					}
+				}
+				return faultObs{cmd: fmt.Sprintf("%d kills", chaosRestartLimit+1)}
+			},
+			settle: 30 * time.Second, done: func(_, now *orchv1.Lease) bool { return isEnded(now) },
+			expect: func(o faultObs) []string {
+				var d []string
+				if o.state != orchv1.LeaseState_LEASE_STATE_FAILED || !strings.Contains(o.reason, "restart limit") {
+					d = append(d, fmt.Sprintf("lease %s (%s), want FAILED naming the restart limit", o.state, o.reason))
+				}
+				if o.restarts != chaosRestartLimit {
+					d = append(d, fmt.Sprintf("restarts %d, want %d", o.restarts, chaosRestartLimit))
+				}
+				if o.ctrExists {
+					d = append(d, "container not removed 10s after the lease failed")
 				}
 				return d
 			},
@@ -411,7 +455,14 @@ func runSandboxFault(t *testing.T, b *faultBackend, f sandboxFault, conv string,
 	}
 	o.state, o.reason, o.restarts, o.warnings = now.GetState(), now.GetReason(), now.GetRestarts(), now.GetWarnings()
 	o.sameCtr = now.GetContainerId() == before.GetContainerId()
+	if isEnded(now) && !strings.Contains(now.GetReason(), "disk limit") {
+		// Failed for another reason: its container is being removed.
+		eventually(10*time.Second, 200*time.Millisecond, func() bool { return !b.exists(t, before.GetContainerId()) })
+	}
 	o.ctrExists = b.exists(t, before.GetContainerId())
+	if isEnded(now) && o.ctrExists && b.kept != nil {
+		b.kept(before.GetContainerId())
+	}
 
 	// The sandbox is usable once a command runs in it (a fork bomb may hold
 	// the pids for a while); the marker tells whether files survived.
@@ -463,29 +514,19 @@ func chaosSandboxFaultsContainerd(t *testing.T, cfg chaosSizes, table *chaosTabl
 		c.DiskInterval = orchestrator.Duration(time.Second)
 		c.DiskGrace = orchestrator.Duration(3 * time.Second)
 	})
-	// Runs before the orchestrator's own reap-all and the env's leftover
-	// check: a FAILED lease's kept container is expected; remove it.
+	// Runs before the env's leftover check: the containers of ended leases
+	// that berth keeps (disk limit) are expected; remove them. Anything
+	// else left fails the test there.
+	var mu sync.Mutex
+	var kept []string
 	t.Cleanup(func() {
-		o.reapAll(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		eventually(30*time.Second, 200*time.Millisecond, func() bool {
-			boxes, err := ctrd.rt.List(ctx, runtime.Selector{runtime.LabelInstance: env.instance})
-			if err != nil {
-				return false
-			}
-			running := 0
-			for _, sb := range boxes {
-				if sb.State == runtime.StateRunning {
-					running++
-				}
-			}
-			return running == 0
-		})
-		boxes, _ := ctrd.rt.List(ctx, runtime.Selector{runtime.LabelInstance: env.instance})
-		for _, sb := range boxes {
-			if err := ctrd.rt.Remove(ctx, sb.ID); err != nil && !errdefs.IsNotFound(err) {
-				t.Logf("cleanup: remove kept container %s: %v", sb.ID, err)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range kept {
+			if err := ctrd.rt.Remove(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+				t.Errorf("cleanup: remove kept container %s: %v", id, err)
 			}
 		}
 	})
@@ -506,6 +547,11 @@ func chaosSandboxFaultsContainerd(t *testing.T, cfg chaosSizes, table *chaosTabl
 		},
 		health: func() string { return "" },
 		track:  env.track,
+		kept: func(cid string) {
+			mu.Lock()
+			defer mu.Unlock()
+			kept = append(kept, cid)
+		},
 	}
 	runSandboxFaults(t, cfg, table, b, 250)
 }
