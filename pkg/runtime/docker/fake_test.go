@@ -219,6 +219,16 @@ func TestValidateSpec(t *testing.T) {
 		"memory_bytes": func(s *runtime.Spec) { s.Resources.MemoryBytes = 1 << 20 },
 		"pids_limit":   func(s *runtime.Spec) { s.Resources.PidsLimit = -1 },
 		"nano_cpus":    func(s *runtime.Spec) { s.Resources.NanoCPUs = -1 },
+		"user":         func(s *runtime.Spec) { s.User = "a b" },
+		"user ":        func(s *runtime.Spec) { s.User = "x;rm -rf" },
+		"user  ":       func(s *runtime.Spec) { s.User = strings.Repeat("u", 66) },
+	}
+	for _, u := range []string{"sandbox", "1000", "1000:1000", "sandbox:staff", "svc$", "a.b-c_d"} {
+		s := ok
+		s.User = u
+		if err := validateSpec(s); err != nil {
+			t.Errorf("user %q: %v", u, err)
+		}
 	}
 	for field, mutate := range bad {
 		s := ok
