@@ -30,10 +30,13 @@
 //     version under StateDir/agents, the CNI plugins, the firewall rules.
 //  3. The container ContainerID(lease) = "berth-"+lease is created with an
 //     overlayfs snapshot and its OCI spec — at most one per lease, a second
-//     Create is errdefs.ErrAlreadyExists. The image's user is resolved from
-//     its /etc/passwd (a user that does not exist fails here, at once);
-//     /workspace is created owned by it when the image has no working
-//     directory.
+//     Create is errdefs.ErrAlreadyExists. The commands' user (Spec.User,
+//     else the image's) is resolved from the image's /etc/passwd (a user
+//     that does not exist fails here, at once); /workspace is created owned
+//     by it when the image has no working directory. The process, the
+//     agent, runs as root and gets --user (and --allow-root=false under
+//     Spec.DenyRootUser). With Config.UserNamespaces the snapshot is made on
+//     the image's remapped copy and the spec gets a user namespace.
 //  4. StateDir/sandboxes/ID is written: berth/sandbox-agent (a hard link to
 //     the agent copy) and berth/token, bind-mounted read-only at /.berth, and
 //     hosts, hostname, resolv.conf bind-mounted at /etc.
