@@ -327,4 +327,3 @@ func storedIDs(t *testing.T, h *harness) []string {
 	}
 	return ids
 }
-

@@ -259,15 +259,15 @@ type Manager struct {
 	rt    Runtime
 	store Store
 
-	mu      sync.Mutex
-	leases  map[string]*entry // every record, live and ended
-	byConv  map[string]*entry // convKey(owner, conversation id) → its PENDING or READY lease
+	mu     sync.Mutex
+	leases map[string]*entry // every record, live and ended
+	byConv map[string]*entry // convKey(owner, conversation id) → its PENDING or READY lease
 	// liveByOwner counts live (PENDING, READY, RELEASING) leases per owner.
 	liveByOwner map[string]int
-	subs    map[*subscriber]struct{}
-	counts  map[State]int    // current records by state
-	entered map[State]uint64 // transitions into each state since New
-	created uint64           // leases created since New
+	subs        map[*subscriber]struct{}
+	counts      map[State]int    // current records by state
+	entered     map[State]uint64 // transitions into each state since New
+	created     uint64           // leases created since New
 	// oomEvents counts the runtime's oom events (a process of a sandbox
 	// was OOM-killed; the lease lives on); restarts counts in-place
 	// restarts started, restartFails those that failed (restart.go).
@@ -281,8 +281,8 @@ type Manager struct {
 	// diskMeasurements and diskStops count disk measurements and sandboxes
 	// stopped past their disk limit since New (disk.go).
 	diskMeasurements, diskStops uint64
-	seq     uint64           // bumped when a lease becomes READY (resync races)
-	started bool
+	seq                         uint64 // bumped when a lease becomes READY (resync races)
+	started                     bool
 	// interrupted is set by reconcile when it failed a PENDING lease: the
 	// previous process died during a creation, which may still finish in
 	// the engine after reconcile (see watchLoop).
@@ -334,18 +334,18 @@ func New(cfg Config) (*Manager, error) {
 	}
 	cfg.Secret = bytes.Clone(cfg.Secret)
 	return &Manager{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		rt:        cfg.Runtime,
-		store:     cfg.Store,
-		leases:    map[string]*entry{},
-		byConv:    map[string]*entry{},
+		cfg:         cfg,
+		log:         cfg.Logger,
+		rt:          cfg.Runtime,
+		store:       cfg.Store,
+		leases:      map[string]*entry{},
+		byConv:      map[string]*entry{},
 		liveByOwner: map[string]int{},
-		subs:      map[*subscriber]struct{}{},
-		counts:    map[State]int{},
-		entered:   map[State]uint64{},
-		persisted: map[string]uint64{},
-		cleanQ:    make(chan string, 4096),
+		subs:        map[*subscriber]struct{}{},
+		counts:      map[State]int{},
+		entered:     map[State]uint64{},
+		persisted:   map[string]uint64{},
+		cleanQ:      make(chan string, 4096),
 	}, nil
 }
 
