@@ -788,7 +788,9 @@ func startProc(tb testing.TB, dataDir, addr string, env ...string) *proc {
 		tb.Fatal(err)
 	}
 	cmd := exec.Command(orchBin, "serve", "--listen", addr, "--data-dir", dataDir, "--agent-binary", agentBin, "--log-level", "debug")
-	cmd.Env = append(hermeticEnv(), "BERTH_OPERATOR_TOKEN="+operatorToken)
+	// The e2e images (berth-e2e/…) are allowed beside berth's own; env given
+	// by the caller comes later and wins.
+	cmd.Env = append(hermeticEnv(), "BERTH_OPERATOR_TOKEN="+operatorToken, "BERTH_ALLOWED_IMAGES=berth/,berth-e2e/")
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
@@ -38,7 +39,24 @@ func GatewayMux(opts ...runtime.ServeMuxOption) *runtime.ServeMux {
 		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}}
-	return runtime.NewServeMux(append([]runtime.ServeMuxOption{runtime.WithMarshalerOption(runtime.MIMEWildcard, m)}, opts...)...)
+	base := []runtime.ServeMuxOption{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, m),
+		runtime.WithRoutingErrorHandler(routingError),
+	}
+	return runtime.NewServeMux(append(base, opts...)...)
+}
+
+// routingError answers a request that matches no route. grpc-gateway's
+// default maps a known path with the wrong method to UNIMPLEMENTED, which
+// is HTTP 501 (a server error); a wrong method is the caller's error, so it
+// is answered 405 Method Not Allowed. Everything else keeps the default.
+func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	if httpStatus == http.StatusMethodNotAllowed {
+		WriteJSONErrorStatus(w, http.StatusMethodNotAllowed,
+			status.Newf(codes.Unimplemented, "method %s not allowed on %s", r.Method, r.URL.Path))
+		return
+	}
+	runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
 }
 
 // WriteJSONError writes st the way grpc-gateway does: the HTTP status that
