@@ -124,7 +124,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	} else if r.Body != nil && r.Body != http.NoBody {
-		r.Body = &endedBody{ReadCloser: r.Body}
+		r.Body = edge.EndedBody(r.Body)
 	}
 	stop := p.track(t.leaseID)
 	p.metrics.inFlight.Add(1)
@@ -264,27 +264,4 @@ func classify(ctx context.Context, err error) (int, codes.Code, string) {
 		return http.StatusBadGateway, codes.Unavailable, "upstream request cancelled"
 	}
 	return http.StatusBadGateway, codes.Unavailable, err.Error()
-}
-
-// endedBody is a streamed request body that, once it has returned io.EOF,
-// answers io.EOF again without touching the underlying body. The
-// forwarding transport reads once more after the last byte; if the agent
-// has answered by then, net/http's server has already closed the body,
-// that read fails, and the transport would cut the upstream connection in
-// the middle of the response.
-type endedBody struct {
-	io.ReadCloser
-	eof bool
-}
-
-// Read reads from the body until its end, then answers io.EOF.
-func (b *endedBody) Read(p []byte) (int, error) {
-	if b.eof {
-		return 0, io.EOF
-	}
-	n, err := b.ReadCloser.Read(p)
-	if errors.Is(err, io.EOF) {
-		b.eof = true
-	}
-	return n, err
 }

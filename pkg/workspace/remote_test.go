@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/edge"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/workspace"
 	"github.com/berth-dev/berth/pkg/workspace/conformance"
@@ -41,31 +42,6 @@ type action struct {
 	// bytes (the forwarding transport's last read, the one that finds the
 	// end), as a loaded machine may.
 	lateBodyEnd time.Duration
-}
-
-// endedBody is the request body a frontProxy forwards: once it has
-// returned io.EOF it answers io.EOF again without reading the underlying
-// body. The forwarding transport reads once more after the last byte (to
-// check the length); by then the agent may have answered an exec stream,
-// and net/http's HTTP/1 server closes the request body as soon as the
-// proxy's response headers go out. That read then failed ("invalid Read
-// on closed Body"), the transport closed the upstream connection, and the
-// client's stream was cut in the middle ("unexpected EOF" instead of the
-// callback's error in ExecStreamCallbackErrorStops).
-type endedBody struct {
-	io.ReadCloser
-	eof bool
-}
-
-func (b *endedBody) Read(p []byte) (int, error) {
-	if b.eof {
-		return 0, io.EOF
-	}
-	n, err := b.ReadCloser.Read(p)
-	if errors.Is(err, io.EOF) {
-		b.eof = true
-	}
-	return n, err
 }
 
 // lateBody delays its reads after the first bytes by d.
@@ -146,7 +122,7 @@ func newFrontProxy(t *testing.T, a *testAgent) *frontProxy {
 			if act.lateBodyEnd > 0 {
 				r.Body = &lateBody{ReadCloser: r.Body, d: act.lateBodyEnd}
 			}
-			r.Body = &endedBody{ReadCloser: r.Body}
+			r.Body = edge.EndedBody(r.Body) // see edge.EndedBody: the flake of ExecStreamCallbackErrorStops
 			rp.ServeHTTP(w, r)
 		}
 	}))
