@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,6 +90,64 @@ func Remove(ctx context.Context, iface string) {
 			}
 		}
 	}
+}
+
+// PruneMissing deletes the rules of bridges whose name starts with prefix
+// and that no longer exist on this host, so that rules do not pile up in
+// InputChain (every packet a sandbox sends to the host walks the chain) as
+// networks come and go. Only prefixes whose names never come back are safe
+// to prune: Docker names a network's bridge br-<network id>, and a removed
+// network's id is never reused. Errors are ignored: pruning is hygiene.
+func PruneMissing(ctx context.Context, prefix string) {
+	if prefix == "" {
+		return
+	}
+	unlock := lock()
+	defer unlock()
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		if _, err := exec.LookPath(cmd); err != nil {
+			continue
+		}
+		out, err := run(ctx, cmd, "-S", InputChain)
+		if err != nil {
+			continue
+		}
+		for _, iface := range staleIfaces(out, prefix, ifaceExists) {
+			for _, rule := range Rules(iface) {
+				args := strings.Fields(rule)
+				args[0] = "-D"
+				_, _ = run(ctx, cmd, args...)
+			}
+		}
+	}
+}
+
+// staleIfaces returns the interfaces named in the `iptables -S` output of
+// InputChain that start with prefix and do not exist, each once.
+func staleIfaces(rules, prefix string, exists func(string) bool) []string {
+	seen := map[string]bool{}
+	var stale []string
+	for _, line := range strings.Split(rules, "\n") {
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] != "-i" {
+				continue
+			}
+			iface := f[i+1]
+			if strings.HasPrefix(iface, prefix) && !seen[iface] {
+				seen[iface] = true
+				if !exists(iface) {
+					stale = append(stale, iface)
+				}
+			}
+		}
+	}
+	return stale
+}
+
+func ifaceExists(name string) bool {
+	_, err := net.InterfaceByName(name)
+	return err == nil
 }
 
 // Installed reports whether iface's rules are in InputChain and INPUT jumps

@@ -63,6 +63,8 @@ func (r *Runtime) ensureHostInput(ctx context.Context, nw network.Summary) error
 		err := hostfw.Ensure(ctx, iface)
 		if err == nil {
 			r.log.Debug("host input filter in place", "network", nw.Name, "bridge", iface, "chain", hostfw.InputChain)
+			// Rules of removed networks' bridges (br-<id>) are dropped.
+			hostfw.PruneMissing(ctx, "br-")
 			return nil
 		}
 		problem = err.Error()
