@@ -1,7 +1,8 @@
 // Package errdefs defines berth's error categories. Code wraps one of the
 // sentinel errors with %w and the ids involved; the gRPC and HTTP edges map
-// the category to a status code (ToGRPC) and clients map it back (FromGRPC),
-// so errors.Is works on both sides of the wire.
+// the category to a status code and clients map it back (package
+// errdefs/errgrpc), so errors.Is works on both sides of the wire. This
+// package imports no gRPC.
 package errdefs
 
 import (
@@ -63,6 +64,38 @@ func Unavailable(format string, args ...any) error {
 func ResourceExhausted(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrResourceExhausted, fmt.Sprintf(format, args...))
 }
+
+// Unauthenticated returns an ErrUnauthenticated error.
+func Unauthenticated(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnauthenticated, fmt.Sprintf(format, args...))
+}
+
+// PermissionDenied returns an ErrPermissionDenied error.
+func PermissionDenied(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrPermissionDenied, fmt.Sprintf(format, args...))
+}
+
+// Conflict returns an ErrConflict error.
+func Conflict(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConflict, fmt.Sprintf(format, args...))
+}
+
+// Internal returns an ErrInternal error.
+func Internal(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInternal, fmt.Sprintf(format, args...))
+}
+
+// IsUnauthenticated reports whether err is ErrUnauthenticated.
+func IsUnauthenticated(err error) bool { return errors.Is(err, ErrUnauthenticated) }
+
+// IsPermissionDenied reports whether err is ErrPermissionDenied.
+func IsPermissionDenied(err error) bool { return errors.Is(err, ErrPermissionDenied) }
+
+// IsConflict reports whether err is ErrConflict.
+func IsConflict(err error) bool { return errors.Is(err, ErrConflict) }
+
+// IsInternal reports whether err is ErrInternal.
+func IsInternal(err error) bool { return errors.Is(err, ErrInternal) }
 
 // IsInvalidArgument reports whether err is an ErrInvalidArgument.
 func IsInvalidArgument(err error) bool { return errors.Is(err, ErrInvalidArgument) }

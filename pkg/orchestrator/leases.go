@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/runtime"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
@@ -87,7 +88,7 @@ func grpcErr(err error) error {
 		}
 		return st.Err()
 	}
-	return errdefs.ToGRPC(err)
+	return errgrpc.ToGRPC(err)
 }
 
 var errDenied = status.Error(codes.PermissionDenied, "this token may not make this call")

@@ -31,7 +31,7 @@
 // # Errors
 //
 // Errors carry the categories of package errdefs on every implementation:
-// remote ones are mapped back from gRPC codes (errdefs.FromGRPC), and from
+// remote ones are mapped back from gRPC codes (errgrpc.FromGRPC), and from
 // the JSON error bodies and HTTP statuses of the REST API, so
 // errors.Is(err, errdefs.ErrNotFound) means the same thing everywhere. The
 // main ones:

@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -93,7 +94,7 @@ func newGRPCBackend(cfg RemoteConfig) (*grpcBackend, error) {
 }
 
 // wireErr maps a gRPC error to its errdefs category.
-func wireErr(err error) error { return errdefs.FromGRPC(err) }
+func wireErr(err error) error { return errgrpc.FromGRPC(err) }
 
 func (b *grpcBackend) close() error { return b.conn.Close() }
 

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -98,7 +99,7 @@ func (b *restBackend) execStream(ctx context.Context, req *agentv1.ExecRequest, 
 			if line.Error.Code != nil {
 				code = codes.Code(*line.Error.Code)
 			}
-			return errdefs.FromGRPC(status.Error(code, line.Error.Message))
+			return errgrpc.FromGRPC(status.Error(code, line.Error.Message))
 		}
 		if len(line.Result) == 0 {
 			continue

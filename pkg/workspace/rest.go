@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"github.com/hashicorp/go-retryablehttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -271,7 +272,7 @@ func httpError(resp *http.Response) error {
 	if msg == "" {
 		msg = resp.Status
 	}
-	return errdefs.FromGRPC(status.Error(code, msg))
+	return errgrpc.FromGRPC(status.Error(code, msg))
 }
 
 // codeFromHTTP maps an HTTP status without a JSON code to a gRPC code. The

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -28,23 +29,23 @@ func NewServer(fsys *FS) *Server { return &Server{fs: fsys} }
 func (s *Server) Upload(stream agentv1.FileService_UploadServer) error {
 	first, err := stream.Recv()
 	if errors.Is(err, io.EOF) {
-		return errdefs.ToGRPC(errdefs.InvalidArgument("header", "the stream is empty; the first message must be the upload header"))
+		return errgrpc.ToGRPC(errdefs.InvalidArgument("header", "the stream is empty; the first message must be the upload header"))
 	}
 	if err != nil {
 		return err
 	}
 	h := first.GetHeader()
 	if h == nil {
-		return errdefs.ToGRPC(errdefs.InvalidArgument("header", "the first message must be the upload header"))
+		return errgrpc.ToGRPC(errdefs.InvalidArgument("header", "the first message must be the upload header"))
 	}
 	mode, err := modeFromUnix("header.mode", h.GetMode())
 	if err != nil {
-		return errdefs.ToGRPC(err)
+		return errgrpc.ToGRPC(err)
 	}
 	// Missing parents are created unless the header opts out;
 	// create_parents is accepted for compatibility.
 	if h.GetNoCreateParents() && h.GetCreateParents() {
-		return errdefs.ToGRPC(errdefs.InvalidArgument("header.no_create_parents", "contradicts create_parents; set at most one"))
+		return errgrpc.ToGRPC(errdefs.InvalidArgument("header.no_create_parents", "contradicts create_parents; set at most one"))
 	}
 	opts := UploadOptions{Path: h.GetPath(), Mode: mode, CreateParents: !h.GetNoCreateParents()}
 	switch h.GetOverwrite() {
@@ -53,11 +54,11 @@ func (s *Server) Upload(stream agentv1.FileService_UploadServer) error {
 	case agentv1.OverwritePolicy_OVERWRITE_POLICY_FAIL:
 		opts.Overwrite = OverwriteFail
 	default:
-		return errdefs.ToGRPC(errdefs.InvalidArgument("header.overwrite", "unknown policy %d", h.GetOverwrite()))
+		return errgrpc.ToGRPC(errdefs.InvalidArgument("header.overwrite", "unknown policy %d", h.GetOverwrite()))
 	}
 	res, err := s.fs.Upload(stream.Context(), opts, &uploadStream{stream: stream})
 	if err != nil {
-		return errdefs.ToGRPC(err)
+		return errgrpc.ToGRPC(err)
 	}
 	return stream.SendAndClose(&agentv1.UploadResponse{Path: res.Path, Size: res.Size, Sha256: res.SHA256})
 }
@@ -125,7 +126,7 @@ func (u *uploadStream) WriteTo(w io.Writer) (int64, error) {
 func (s *Server) Download(req *agentv1.DownloadRequest, stream agentv1.FileService_DownloadServer) error {
 	rd, err := s.fs.Open(stream.Context(), req.GetPath(), req.GetOffset(), req.GetLength())
 	if err != nil {
-		return errdefs.ToGRPC(err)
+		return errgrpc.ToGRPC(err)
 	}
 	defer rd.Close()
 	if err := stream.Send(&agentv1.DownloadResponse{Info: toProtoInfo(rd.Info)}); err != nil {
@@ -149,7 +150,7 @@ func (s *Server) Download(req *agentv1.DownloadRequest, stream agentv1.FileServi
 			return nil
 		}
 		if rerr != nil {
-			return errdefs.ToGRPC(rerr)
+			return errgrpc.ToGRPC(rerr)
 		}
 	}
 }
@@ -171,7 +172,7 @@ func fill(r io.Reader, buf []byte) (int, error) {
 func (s *Server) Stat(ctx context.Context, req *agentv1.StatRequest) (*agentv1.FileInfo, error) {
 	info, err := s.fs.Stat(ctx, req.GetPath())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return toProtoInfo(info), nil
 }
@@ -180,7 +181,7 @@ func (s *Server) Stat(ctx context.Context, req *agentv1.StatRequest) (*agentv1.F
 func (s *Server) List(ctx context.Context, req *agentv1.ListRequest) (*agentv1.ListResponse, error) {
 	res, err := s.fs.List(ctx, req.GetPath(), int(req.GetDepth()))
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	out := &agentv1.ListResponse{Entries: make([]*agentv1.FileInfo, len(res.Entries)), Truncated: res.Truncated}
 	for i, e := range res.Entries {
@@ -193,10 +194,10 @@ func (s *Server) List(ctx context.Context, req *agentv1.ListRequest) (*agentv1.L
 func (s *Server) MakeDir(ctx context.Context, req *agentv1.MakeDirRequest) (*agentv1.MakeDirResponse, error) {
 	mode, err := modeFromUnix("mode", req.GetMode())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	if err := s.fs.MakeDir(ctx, req.GetPath(), req.GetParents(), mode); err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return &agentv1.MakeDirResponse{}, nil
 }
@@ -204,7 +205,7 @@ func (s *Server) MakeDir(ctx context.Context, req *agentv1.MakeDirRequest) (*age
 // Move renames a file or directory.
 func (s *Server) Move(ctx context.Context, req *agentv1.MoveRequest) (*agentv1.MoveResponse, error) {
 	if err := s.fs.Move(ctx, req.GetSource(), req.GetDestination(), req.GetOverwrite()); err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return &agentv1.MoveResponse{}, nil
 }
@@ -212,7 +213,7 @@ func (s *Server) Move(ctx context.Context, req *agentv1.MoveRequest) (*agentv1.M
 // Remove deletes a file, or a directory (recursively when asked).
 func (s *Server) Remove(ctx context.Context, req *agentv1.RemoveRequest) (*agentv1.RemoveResponse, error) {
 	if err := s.fs.Remove(ctx, req.GetPath(), req.GetRecursive()); err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return &agentv1.RemoveResponse{}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -226,7 +227,7 @@ func TestGRPCUploadProtocolErrors(t *testing.T) {
 	}
 	_, err = grpcUpload(ctx, c, &agentv1.UploadHeader{Path: p, Overwrite: agentv1.OverwritePolicy_OVERWRITE_POLICY_FAIL}, bytes.NewReader([]byte("two")))
 	wantCode(t, err, codes.AlreadyExists, p)
-	if !errdefs.IsAlreadyExists(errdefs.FromGRPC(err)) {
+	if !errdefs.IsAlreadyExists(errgrpc.FromGRPC(err)) {
 		t.Fatal("FromGRPC lost the category")
 	}
 	if readFile(t, p) != "one" {

@@ -12,6 +12,7 @@ import (
 	"github.com/berth-dev/berth/internal/edge"
 	"github.com/berth-dev/berth/pkg/agent/validate"
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -299,7 +300,7 @@ func parseRange(h string, size int64) (start, n int64, ok bool, err error) {
 // writeError writes err as grpc-gateway would: the HTTP status for its
 // gRPC code, and a JSON body with the code and message.
 func writeError(w http.ResponseWriter, err error) {
-	st := status.Convert(errdefs.ToGRPC(err))
+	st := status.Convert(errgrpc.ToGRPC(err))
 	writeStatus(w, runtime.HTTPStatusFromCode(st.Code()), st)
 }
 

@@ -5,13 +5,13 @@ import (
 	"math"
 	"strings"
 
-	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Server is the gRPC adapter of Git for berth.agent.v1.GitService. It only
-// converts messages; errors go through errdefs.ToGRPC. Every string it
+// converts messages; errors go through errgrpc.ToGRPC. Every string it
 // returns is valid UTF-8 (invalid bytes, as in paths or a unified diff of a
 // non-UTF-8 file, become U+FFFD), as protobuf requires.
 type Server struct {
@@ -28,7 +28,7 @@ func NewServer(g *Git) *Server { return &Server{g: g} }
 func (s *Server) Status(ctx context.Context, req *agentv1.GitStatusRequest) (*agentv1.GitStatusResponse, error) {
 	st, err := s.g.Status(ctx, req.GetRepo())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	resp := &agentv1.GitStatusResponse{
 		Branch:   utf(st.Branch),
@@ -55,7 +55,7 @@ func (s *Server) Status(ctx context.Context, req *agentv1.GitStatusRequest) (*ag
 func (s *Server) Diff(ctx context.Context, req *agentv1.GitDiffRequest) (*agentv1.GitDiffResponse, error) {
 	d, err := s.g.Diff(ctx, DiffOptions{Repo: req.GetRepo(), Ref: req.GetRef(), File: req.GetFile()})
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return &agentv1.GitDiffResponse{
 		Unified:  utf(d.Unified),
@@ -72,7 +72,7 @@ func (s *Server) Diff(ctx context.Context, req *agentv1.GitDiffRequest) (*agentv
 func (s *Server) Clone(ctx context.Context, req *agentv1.GitCloneRequest) (*agentv1.GitCloneResponse, error) {
 	res, err := s.g.Clone(ctx, CloneOptions{URL: req.GetUrl(), Dir: req.GetDir(), Branch: req.GetBranch(), Depth: int(req.GetDepth())})
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return &agentv1.GitCloneResponse{Dir: utf(res.Dir), Head: res.Head, Branch: utf(res.Branch)}, nil
 }
@@ -81,7 +81,7 @@ func (s *Server) Clone(ctx context.Context, req *agentv1.GitCloneRequest) (*agen
 func (s *Server) Checkout(ctx context.Context, req *agentv1.GitCheckoutRequest) (*agentv1.GitCheckoutResponse, error) {
 	res, err := s.g.Checkout(ctx, req.GetRepo(), req.GetBranch(), req.GetCreate(), req.GetStartPoint())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return &agentv1.GitCheckoutResponse{Branch: utf(res.Branch), Head: res.Head}, nil
 }
@@ -98,7 +98,7 @@ func (s *Server) Commit(ctx context.Context, req *agentv1.GitCommitRequest) (*ag
 		AllowEmpty:  req.GetAllowEmpty(),
 	})
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return &agentv1.GitCommitResponse{Hash: hash}, nil
 }
@@ -107,7 +107,7 @@ func (s *Server) Commit(ctx context.Context, req *agentv1.GitCommitRequest) (*ag
 func (s *Server) Log(ctx context.Context, req *agentv1.GitLogRequest) (*agentv1.GitLogResponse, error) {
 	commits, err := s.g.Log(ctx, req.GetRepo(), req.GetRef(), int(req.GetLimit()))
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	resp := &agentv1.GitLogResponse{Commits: make([]*agentv1.GitCommit, 0, len(commits))}
 	for _, c := range commits {

@@ -10,11 +10,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 )
 
 // Server serves berth.agent.v1.ProcessService over a Runner. It only
-// converts messages and maps errors with errdefs.ToGRPC.
+// converts messages and maps errors with errgrpc.ToGRPC.
 type Server struct {
 	agentv1.UnimplementedProcessServiceServer
 	r *Runner
@@ -34,11 +35,11 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 func (s *Server) Exec(ctx context.Context, req *agentv1.ExecRequest) (*agentv1.ExecResponse, error) {
 	spec, err := specFromProto(req)
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	res, err := s.r.Exec(ctx, spec)
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return &agentv1.ExecResponse{
 		ExitCode:           int32(res.ExitCode),
@@ -60,23 +61,23 @@ func (s *Server) Exec(ctx context.Context, req *agentv1.ExecRequest) (*agentv1.E
 func (s *Server) ExecStream(req *agentv1.ExecRequest, stream grpc.ServerStreamingServer[agentv1.ExecEvent]) error {
 	spec, err := specFromProto(req)
 	if err != nil {
-		return errdefs.ToGRPC(err)
+		return errgrpc.ToGRPC(err)
 	}
 	_, err = s.r.Stream(stream.Context(), spec, func(ev Event) error {
 		return stream.Send(eventToProto(ev))
 	})
-	return errdefs.ToGRPC(err)
+	return errgrpc.ToGRPC(err)
 }
 
 // StartProcess starts a background process.
 func (s *Server) StartProcess(ctx context.Context, req *agentv1.ExecRequest) (*agentv1.ProcessInfo, error) {
 	spec, err := specFromProto(req)
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	info, err := s.r.Start(ctx, spec)
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return infoToProto(info), nil
 }
@@ -85,7 +86,7 @@ func (s *Server) StartProcess(ctx context.Context, req *agentv1.ExecRequest) (*a
 func (s *Server) GetProcess(_ context.Context, req *agentv1.GetProcessRequest) (*agentv1.ProcessInfo, error) {
 	info, err := s.r.Get(req.GetId())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return infoToProto(info), nil
 }
@@ -106,7 +107,7 @@ func (s *Server) ProcessLogs(req *agentv1.ProcessLogsRequest, stream grpc.Server
 	err := s.r.Logs(stream.Context(), req.GetId(), follow, func(ev Event) error {
 		return stream.Send(eventToProto(ev))
 	})
-	return errdefs.ToGRPC(err)
+	return errgrpc.ToGRPC(err)
 }
 
 // WriteStdin writes text, then data, to a background process's stdin.
@@ -117,7 +118,7 @@ func (s *Server) WriteStdin(ctx context.Context, req *agentv1.WriteStdinRequest)
 	}
 	n, err := s.r.WriteStdin(ctx, req.GetId(), data, req.GetClose())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return &agentv1.WriteStdinResponse{Written: int64(n)}, nil
 }
@@ -125,7 +126,7 @@ func (s *Server) WriteStdin(ctx context.Context, req *agentv1.WriteStdinRequest)
 // SignalProcess signals a background process's process group.
 func (s *Server) SignalProcess(_ context.Context, req *agentv1.SignalProcessRequest) (*agentv1.SignalProcessResponse, error) {
 	if err := s.r.Signal(req.GetId(), req.GetSignal()); err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, errgrpc.ToGRPC(err)
 	}
 	return &agentv1.SignalProcessResponse{}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 )
 
@@ -85,7 +86,7 @@ func TestGRPCExec(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "argv")
 	_, err = c.Exec(ctx, &agentv1.ExecRequest{Argv: []string{"no-such-program-xyz"}})
 	wantCode(t, err, codes.FailedPrecondition, "argv[0]")
-	if !errors.Is(errdefs.FromGRPC(err), errdefs.ErrFailedPrecondition) {
+	if !errors.Is(errgrpc.FromGRPC(err), errdefs.ErrFailedPrecondition) {
 		t.Errorf("FromGRPC(%v)", err)
 	}
 }

@@ -1,28 +1,35 @@
-package errdefs
+// Package errgrpc maps berth's error categories (package errdefs) to gRPC
+// status codes at the edge and back in clients, so errors.Is works on both
+// sides of the wire. It is the only place that ties errdefs to gRPC: the
+// categories themselves import no gRPC (containerd's errdefs/errgrpc split).
+package errgrpc
 
 import (
 	"context"
 	"errors"
 	"strings"
 
+	"github.com/berth-dev/berth/pkg/errdefs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
+// codeOf is the one mapping table: category → code, in the order errors.Is
+// is tried (the first match wins).
 var codeOf = []struct {
 	err  error
 	code codes.Code
 }{
-	{ErrInvalidArgument, codes.InvalidArgument},
-	{ErrNotFound, codes.NotFound},
-	{ErrAlreadyExists, codes.AlreadyExists},
-	{ErrFailedPrecondition, codes.FailedPrecondition},
-	{ErrUnavailable, codes.Unavailable},
-	{ErrResourceExhausted, codes.ResourceExhausted},
-	{ErrUnauthenticated, codes.Unauthenticated},
-	{ErrPermissionDenied, codes.PermissionDenied},
-	{ErrConflict, codes.Aborted},
-	{ErrInternal, codes.Internal},
+	{errdefs.ErrInvalidArgument, codes.InvalidArgument},
+	{errdefs.ErrNotFound, codes.NotFound},
+	{errdefs.ErrAlreadyExists, codes.AlreadyExists},
+	{errdefs.ErrFailedPrecondition, codes.FailedPrecondition},
+	{errdefs.ErrUnavailable, codes.Unavailable},
+	{errdefs.ErrResourceExhausted, codes.ResourceExhausted},
+	{errdefs.ErrUnauthenticated, codes.Unauthenticated},
+	{errdefs.ErrPermissionDenied, codes.PermissionDenied},
+	{errdefs.ErrConflict, codes.Aborted},
+	{errdefs.ErrInternal, codes.Internal},
 	{context.Canceled, codes.Canceled},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 }
