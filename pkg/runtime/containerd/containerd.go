@@ -85,17 +85,6 @@ const (
 	DefaultWorkDir = "/workspace"
 )
 
-// CapAdd are the only capabilities a sandbox keeps, the same short list as
-// the Docker backend's CapAdd: file ownership and permission changes
-// (CHOWN, DAC_OVERRIDE, FOWNER, FSETID), signalling its own processes
-// (KILL), switching users (SETUID, SETGID, SETPCAP) and binding ports below
-// 1024 (NET_BIND_SERVICE). NET_RAW, MKNOD, SYS_CHROOT, AUDIT_WRITE and
-// SETFCAP of containerd's default set are dropped.
-var CapAdd = []string{
-	"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL",
-	"SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE",
-}
-
 // Config configures a containerd Runtime. Zero fields take the defaults
 // stated.
 type Config struct {

@@ -343,7 +343,7 @@ func TestSpecHardening(t *testing.T) {
 		t.Error("NoNewPrivileges is off")
 	}
 	var want []string
-	for _, c := range containerd.CapAdd {
+	for _, c := range runtime.Capabilities() {
 		want = append(want, "CAP_"+c)
 	}
 	for name, got := range map[string][]string{"bounding": p.Capabilities.Bounding, "effective": p.Capabilities.Effective, "permitted": p.Capabilities.Permitted} {

@@ -228,8 +228,9 @@ func (r *Runtime) specOpts(id string, spec runtime.Spec, info imageInfo) []oci.S
 	if workDir == "" {
 		workDir = DefaultWorkDir
 	}
-	caps := make([]string, len(CapAdd))
-	for i, c := range CapAdd {
+	keep := runtime.Capabilities()
+	caps := make([]string, len(keep))
+	for i, c := range keep {
 		caps[i] = "CAP_" + c
 	}
 	dir := r.sandboxDir(id)

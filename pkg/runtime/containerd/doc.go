@@ -58,7 +58,7 @@
 //
 // containerd's default spec (masked and read-only /proc paths, private PID,
 // IPC, UTS and mount namespaces, NoNewPrivileges) plus: a private cgroup
-// namespace, capabilities cut to CapAdd (bounding, effective, permitted; no
+// namespace, capabilities cut to runtime.Capabilities() (bounding, effective, permitted; no
 // inheritable or ambient ones), no-new-privileges, the default seccomp
 // profile, CFS quota from NanoCPUs (period 100 ms), memory limit with
 // memory+swap equal to it (no swap), pids limit, the cgroup file system

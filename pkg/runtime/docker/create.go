@@ -278,7 +278,7 @@ func (r *Runtime) containerConfig(spec runtime.Spec, workDir, netID, agentVolume
 		},
 		SecurityOpt:   []string{"no-new-privileges:true"},
 		CapDrop:       []string{"ALL"},
-		CapAdd:        append([]string(nil), CapAdd...),
+		CapAdd:        runtime.Capabilities(),
 		Privileged:    false,
 		Init:          &noInit,
 		IpcMode:       container.IPCModePrivate,

@@ -42,7 +42,7 @@
 //
 //   - no-new-privileges: setuid binaries and file capabilities cannot raise
 //     privileges (NoNewPrivs: 1 in /proc/self/status).
-//   - CapDrop ALL, CapAdd CapAdd (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL,
+//   - CapDrop ALL, CapAdd runtime.Capabilities() (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL,
 //     SETGID, SETUID, SETPCAP, NET_BIND_SERVICE): what package managers and
 //     build tools need as root in a container. Docker's default set is
 //     reduced by NET_RAW (raw sockets, ARP/ICMP spoofing on the bridge),

@@ -51,19 +51,6 @@ const (
 	DefaultWorkDir = "/workspace"
 )
 
-// CapAdd are the only capabilities a sandbox keeps (after CapDrop ALL). They
-// are what package managers, build tools and ordinary root-in-a-container
-// workflows need: file ownership and permission changes (CHOWN, DAC_OVERRIDE,
-// FOWNER, FSETID), signalling its own processes (KILL), switching users
-// (SETUID, SETGID, SETPCAP: apt drops to _apt, su, setpriv) and binding ports
-// below 1024 (NET_BIND_SERVICE). Compared with Docker's default set, NET_RAW
-// (raw sockets: ARP/ICMP spoofing on the bridge), MKNOD, SYS_CHROOT,
-// AUDIT_WRITE and SETFCAP are dropped.
-var CapAdd = []string{
-	"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL",
-	"SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE",
-}
-
 // Config configures a Docker Runtime. Zero fields take the defaults stated.
 type Config struct {
 	// AgentBinary is the host path of the static sandbox-agent binary that is

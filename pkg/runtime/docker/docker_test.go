@@ -313,8 +313,8 @@ func TestHostConfigHardening(t *testing.T) {
 	for _, c := range hc.CapAdd {
 		capAdd = append(capAdd, strings.TrimPrefix(c, "CAP_"))
 	}
-	if !sameSet(capAdd, docker.CapAdd) {
-		t.Errorf("CapAdd = %v, want %v", hc.CapAdd, docker.CapAdd)
+	if !sameSet(capAdd, runtime.Capabilities()) {
+		t.Errorf("CapAdd = %v, want %v", hc.CapAdd, runtime.Capabilities())
 	}
 	if hc.Privileged {
 		t.Error("Privileged")
