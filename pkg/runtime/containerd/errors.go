@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
 )
 
 // mapErr wraps a containerd error with the berth errdefs category that
@@ -29,28 +30,11 @@ func (r *Runtime) mapErr(err error, op, id string) error {
 	if id != "" {
 		what = op + " " + id
 	}
-	var sentinel error
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("containerd: %s: %w", what, err)
-	case cerrdefs.IsNotFound(err):
-		sentinel = errdefs.ErrNotFound
-	case cerrdefs.IsAlreadyExists(err):
-		sentinel = errdefs.ErrAlreadyExists
-	case cerrdefs.IsConflict(err), cerrdefs.IsFailedPrecondition(err), cerrdefs.IsNotImplemented(err):
-		sentinel = errdefs.ErrFailedPrecondition
-	case cerrdefs.IsInvalidArgument(err):
-		sentinel = errdefs.ErrInvalidArgument
 	case cerrdefs.IsUnavailable(err):
 		return fmt.Errorf("%w: containerd: %s: %w (is containerd running at %s?)", errdefs.ErrUnavailable, what, err, r.cfg.Address)
-	case cerrdefs.IsPermissionDenied(err):
-		sentinel = errdefs.ErrPermissionDenied
-	case cerrdefs.IsUnauthorized(err):
-		sentinel = errdefs.ErrUnauthenticated
-	case cerrdefs.IsResourceExhausted(err):
-		sentinel = errdefs.ErrResourceExhausted
-	default:
-		sentinel = errdefs.ErrInternal
 	}
-	return fmt.Errorf("%w: containerd: %s: %w", sentinel, what, err)
+	return fmt.Errorf("%w: containerd: %s: %w", runtime.EngineCategory(err), what, err)
 }

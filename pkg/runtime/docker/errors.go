@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/client"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
 )
 
 // mapErr wraps a Docker client error with the berth errdefs category that
@@ -23,33 +23,14 @@ func (r *Runtime) mapErr(err error, op, id string) error {
 	if id != "" {
 		what = op + " " + id
 	}
-	var sentinel error
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("docker: %s: %w", what, err)
 	case client.IsErrConnectionFailed(err):
 		return fmt.Errorf("%w: docker: %s: %w (is the Docker Engine running? DOCKER_HOST=%s)",
 			errdefs.ErrUnavailable, what, err, r.daemonHost())
-	case cerrdefs.IsNotFound(err):
-		sentinel = errdefs.ErrNotFound
-	case cerrdefs.IsConflict(err), cerrdefs.IsAlreadyExists(err):
-		sentinel = errdefs.ErrFailedPrecondition
-	case cerrdefs.IsInvalidArgument(err):
-		sentinel = errdefs.ErrInvalidArgument
-	case cerrdefs.IsUnavailable(err):
-		sentinel = errdefs.ErrUnavailable
-	case cerrdefs.IsPermissionDenied(err):
-		sentinel = errdefs.ErrPermissionDenied
-	case cerrdefs.IsUnauthorized(err):
-		sentinel = errdefs.ErrUnauthenticated
-	case cerrdefs.IsResourceExhausted(err):
-		sentinel = errdefs.ErrResourceExhausted
-	case cerrdefs.IsNotImplemented(err):
-		sentinel = errdefs.ErrFailedPrecondition
-	default:
-		sentinel = errdefs.ErrInternal
 	}
-	return fmt.Errorf("%w: docker: %s: %w", sentinel, what, err)
+	return fmt.Errorf("%w: docker: %s: %w", runtime.EngineCategory(err), what, err)
 }
 
 func (r *Runtime) daemonHost() string {

@@ -130,6 +130,7 @@ func TestMapErr(t *testing.T) {
 	}{
 		{cerrdefs.ErrNotFound, errdefs.ErrNotFound},
 		{cerrdefs.ErrConflict, errdefs.ErrFailedPrecondition},
+		{cerrdefs.ErrAlreadyExists, errdefs.ErrAlreadyExists}, // as on containerd (was FailedPrecondition)
 		{cerrdefs.ErrInvalidArgument, errdefs.ErrInvalidArgument},
 		{cerrdefs.ErrUnavailable, errdefs.ErrUnavailable},
 		{cerrdefs.ErrPermissionDenied, errdefs.ErrPermissionDenied},
