@@ -138,6 +138,18 @@ type Sandbox struct {
 // An empty selector matches every berth-managed sandbox.
 type Selector map[string]string
 
+// Matches reports whether labels carry every key of s with its value (a
+// key that is missing never matches, even against an empty value). Every
+// backend filters with it, so selectors mean the same on each.
+func (s Selector) Matches(labels map[string]string) bool {
+	for k, v := range s {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
 // EventKind is what happened to a sandbox.
 type EventKind string
 

@@ -433,7 +433,7 @@ func (r *Runtime) List(ctx context.Context, sel runtime.Selector) ([]runtime.San
 	out := make([]runtime.Sandbox, 0, len(list))
 	for _, c := range list {
 		// containerd filtered already; re-check so nothing foreign leaks.
-		if c.Labels[runtime.LabelManaged] != "true" || !matches(c.Labels, sel) {
+		if c.Labels[runtime.LabelManaged] != "true" || !sel.Matches(c.Labels) {
 			continue
 		}
 		out = append(out, r.toSandbox(c, procs[c.ID]))
@@ -444,15 +444,6 @@ func (r *Runtime) List(ctx context.Context, sel runtime.Selector) ([]runtime.San
 // labelFilter is a containerd filter expression matching label k == v.
 func labelFilter(k, v string) string {
 	return "labels." + strconv.Quote(k) + "==" + strconv.Quote(v)
-}
-
-func matches(labels map[string]string, sel runtime.Selector) bool {
-	for k, v := range sel {
-		if got, ok := labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Stop sends SIGTERM to the sandbox's agent (PID 1, which forwards it to its

@@ -292,22 +292,12 @@ func (r *Runtime) List(ctx context.Context, sel runtime.Selector) ([]runtime.San
 	for _, c := range list {
 		// The engine already filtered; re-check so a fake or an older engine
 		// with looser filtering cannot leak foreign containers.
-		if !matches(c.Labels, sel) || c.Labels[runtime.LabelManaged] != "true" {
+		if !sel.Matches(c.Labels) || c.Labels[runtime.LabelManaged] != "true" {
 			continue
 		}
 		out = append(out, r.fromSummary(c))
 	}
 	return out, nil
-}
-
-func matches(labels map[string]string, sel runtime.Selector) bool {
-	for k, v := range sel {
-		got, ok := labels[k]
-		if !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Stop sends SIGTERM to the sandbox's agent (PID 1, which forwards it to its

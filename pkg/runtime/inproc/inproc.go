@@ -129,13 +129,7 @@ func (r *Runtime) List(_ context.Context, sel runtime.Selector) ([]runtime.Sandb
 	defer r.mu.Unlock()
 	var out []runtime.Sandbox
 	for _, bx := range r.boxes {
-		match := true
-		for k, v := range sel {
-			if bx.sb.Labels[k] != v {
-				match = false
-			}
-		}
-		if match {
+		if sel.Matches(bx.sb.Labels) {
 			sb := bx.sb
 			sb.Labels = maps.Clone(sb.Labels)
 			out = append(out, sb)

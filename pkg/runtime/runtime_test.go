@@ -34,3 +34,24 @@ func TestEngineCategory(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectorMatches: every key must be present with its value; an empty
+// selector matches everything.
+func TestSelectorMatches(t *testing.T) {
+	labels := map[string]string{"dev.berth.lease": "l-1", "team": ""}
+	for _, tc := range []struct {
+		sel  runtime.Selector
+		want bool
+	}{
+		{nil, true},
+		{runtime.Selector{"dev.berth.lease": "l-1"}, true},
+		{runtime.Selector{"team": ""}, true},
+		{runtime.Selector{"dev.berth.lease": "l-2"}, false},
+		{runtime.Selector{"missing": ""}, false},
+		{runtime.Selector{"dev.berth.lease": "l-1", "team": "x"}, false},
+	} {
+		if got := tc.sel.Matches(labels); got != tc.want {
+			t.Errorf("%v.Matches = %v, want %v", tc.sel, got, tc.want)
+		}
+	}
+}
