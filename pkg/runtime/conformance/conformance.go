@@ -216,23 +216,31 @@ func (s *suite) needShell(t *testing.T) {
 	}
 }
 
-// call sends a request to the agent and returns the status and body.
+// call sends body as JSON to the agent and returns the status and body.
 func (s *suite) call(t *testing.T, method, url, token string, body any) (int, []byte) {
 	t.Helper()
 	var rd io.Reader
+	contentType := ""
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rd = bytes.NewReader(b)
+		rd, contentType = bytes.NewReader(b), "application/json"
 	}
-	req, err := http.NewRequest(method, url, rd)
+	return s.send(t, method, url, token, contentType, rd)
+}
+
+// send sends one request (contentType set when not empty) and returns the
+// status and the whole body.
+func (s *suite) send(t *testing.T, method, url, token, contentType string, body io.Reader) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
