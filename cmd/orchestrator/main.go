@@ -14,16 +14,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/berth-dev/berth/internal/cli"
-	"github.com/berth-dev/berth/internal/logx"
 	"github.com/berth-dev/berth/internal/version"
-	"github.com/berth-dev/berth/pkg/orchestrator"
 )
 
 const usage = `usage:
@@ -47,7 +41,15 @@ func run(args []string) int {
 	env := cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 	switch args[0] {
 	case "serve":
-		return serve(args[1:])
+		cmd := newServeCommand()
+		cmd.SetArgs(args[1:])
+		if err := cmd.Execute(); err != nil {
+			if code, ok := err.(exitCode); ok {
+				return int(code)
+			}
+			return 1
+		}
+		return 0
 	case "lease":
 		return cli.RunLease(context.Background(), args[1:], env)
 	case "exec":
@@ -66,48 +68,4 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "orchestrator: unknown command %q\n%s\n", args[0], usage)
 		return 2
 	}
-}
-
-func serve(args []string) int {
-	cfg, err := orchestrator.LoadConfig(args, os.Getenv)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "orchestrator:", err)
-		return 2
-	}
-	log, err := logx.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "orchestrator:", err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	rt, err := orchestrator.NewRuntime(pctx, cfg, log)
-	cancel()
-	if err != nil {
-		log.Error("cannot start the runtime", "runtime", cfg.Runtime, "err", err)
-		return 1
-	}
-	defer rt.Close()
-	srv, err := orchestrator.New(ctx, cfg, rt, log)
-	if err != nil {
-		log.Error("cannot start", "err", err)
-		return 1
-	}
-	defer srv.Close()
-	if cfg.OperatorToken == "" && len(cfg.Clients) == 0 {
-		log.Warn("no BERTH_OPERATOR_TOKEN and no client tokens: only lease tokens will work and nobody can acquire")
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		log.Error("cannot listen", "addr", cfg.Listen, "err", err)
-		return 1
-	}
-	orchestrator.WarnExposure(log, ln.Addr())
-	if err := srv.Serve(ctx, ln); err != nil {
-		log.Error("serve failed", "err", err)
-		return 1
-	}
-	return 0
 }
