@@ -19,7 +19,7 @@ import (
 
 	"github.com/docker/docker/client"
 
-	"github.com/berth-dev/berth/internal/testenv"
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/orchestrator"
 	"github.com/berth-dev/berth/pkg/runtime/docker"
 	"github.com/berth-dev/berth/pkg/workspace"

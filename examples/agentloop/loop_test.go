@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/internal/orchtest"
+	"github.com/berth-dev/berth/internal/testsupport/orchtest"
 	"github.com/berth-dev/berth/pkg/workspace"
 )
 

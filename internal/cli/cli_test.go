@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berth-dev/berth/internal/orchtest"
+	"github.com/berth-dev/berth/internal/testsupport/orchtest"
 )
 
 func runCLI(t *testing.T, s *orchtest.Server, args ...string) (int, string, string) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berth-dev/berth/internal/orchtest"
+	"github.com/berth-dev/berth/internal/testsupport/orchtest"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/berth-dev/berth/internal/hostfw"
-	"github.com/berth-dev/berth/internal/testenv"
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 )
 
 func rulesFor(t *testing.T, cmd, iface string) []string {

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berth-dev/berth/internal/testserve"
+	"github.com/berth-dev/berth/internal/testsupport/testserve"
 	"github.com/berth-dev/berth/pkg/agent"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"google.golang.org/grpc"

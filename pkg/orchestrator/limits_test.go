@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/internal/orchtest"
-	"github.com/berth-dev/berth/internal/testserve"
+	"github.com/berth-dev/berth/internal/testsupport/orchtest"
+	"github.com/berth-dev/berth/internal/testsupport/testserve"
 	"github.com/berth-dev/berth/pkg/orchestrator"
 	"github.com/berth-dev/berth/pkg/runtime/inproc"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"

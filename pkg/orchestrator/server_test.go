@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/internal/orchtest"
+	"github.com/berth-dev/berth/internal/testsupport/orchtest"
 	"github.com/berth-dev/berth/pkg/orchestrator"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/internal/orchtest"
+	"github.com/berth-dev/berth/internal/testsupport/orchtest"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/proxy"

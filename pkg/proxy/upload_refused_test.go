@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/berth-dev/berth/internal/uploadtest"
+	"github.com/berth-dev/berth/internal/testsupport/uploadtest"
 	"google.golang.org/grpc/codes"
 )
 

@@ -2,7 +2,7 @@ package workspace_test
 
 import (
 	"context"
-	"github.com/berth-dev/berth/internal/testserve"
+	"github.com/berth-dev/berth/internal/testsupport/testserve"
 	"io"
 	"log/slog"
 	"testing"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/internal/uploadtest"
+	"github.com/berth-dev/berth/internal/testsupport/uploadtest"
 	"google.golang.org/grpc/codes"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berth-dev/berth/internal/testenv"
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 )
 
 // TestMain isolates the tests from the host's git configuration: an empty

@@ -19,7 +19,7 @@
 //
 // A check whose optional input was not given (Images.Shell, Images.BadUser,
 // WithKill) skips, or fails when BERTH_REQUIRE_DOCKER=1 (see
-// internal/testenv): every caller in this repository gives them all.
+// internal/testsupport/testenv): every caller in this repository gives them all.
 package conformance
 
 import (
@@ -39,7 +39,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/internal/testenv"
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )

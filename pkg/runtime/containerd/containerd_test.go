@@ -30,7 +30,7 @@ import (
 	dockerclient "github.com/docker/docker/client"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/berth-dev/berth/internal/testenv"
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/runtime/conformance"

@@ -9,7 +9,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/berth-dev/berth/internal/testserve"
+	"github.com/berth-dev/berth/internal/testsupport/testserve"
 	"github.com/berth-dev/berth/pkg/orchestrator"
 	"github.com/berth-dev/berth/pkg/runtime/inproc"
 )

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/internal/testenv"
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 )
 
 // Response is what a client read.
