@@ -16,7 +16,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/berth-dev/berth/internal/cli"
+	"github.com/berth-dev/berth/cmd/orchestrator/internal/cli"
 	"github.com/berth-dev/berth/internal/version"
 )
 
