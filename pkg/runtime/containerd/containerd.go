@@ -176,7 +176,11 @@ type Runtime struct {
 	createMu keyedMutex           // by container id
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+// Runtime is a runtime.Freezer: Pause and Resume use the cgroup freezer.
+var (
+	_ runtime.Runtime = (*Runtime)(nil)
+	_ runtime.Freezer = (*Runtime)(nil)
+)
 
 // New returns a containerd backend. It checks the configuration and that the
 // agent binary exists and is statically linked. It does not contact

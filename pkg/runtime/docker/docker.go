@@ -109,7 +109,11 @@ type Runtime struct {
 	disk diskProbe // whether the engine can bound the writable layer
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+// Runtime is a runtime.Freezer: Pause and Resume use the cgroup freezer.
+var (
+	_ runtime.Runtime = (*Runtime)(nil)
+	_ runtime.Freezer = (*Runtime)(nil)
+)
 
 // New returns a Docker backend. It checks that the agent binary exists and is
 // statically linked; it does not contact the engine (use Ping), and creates

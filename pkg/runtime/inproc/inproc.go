@@ -177,16 +177,6 @@ func (r *Runtime) Remove(_ context.Context, id string) error {
 	return nil
 }
 
-// Pause is not supported in-process.
-func (r *Runtime) Pause(context.Context, string) error {
-	return errdefs.FailedPrecondition("inproc runtime cannot pause")
-}
-
-// Resume is not supported in-process.
-func (r *Runtime) Resume(context.Context, string) error {
-	return errdefs.FailedPrecondition("inproc runtime cannot resume")
-}
-
 // Watch delivers events until ctx ends.
 func (r *Runtime) Watch(ctx context.Context) (<-chan runtime.Event, error) {
 	ch := make(chan runtime.Event, 64)
