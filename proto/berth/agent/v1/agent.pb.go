@@ -187,6 +187,78 @@ func (FileType) EnumDescriptor() ([]byte, []int) {
 	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
+// WatchEventKind is what happened to a path.
+type WatchEventKind int32
+
+const (
+	WatchEventKind_WATCH_EVENT_KIND_UNSPECIFIED WatchEventKind = 0
+	// WATCH_EVENT_KIND_READY is the first event: the directory is watched,
+	// every later change is reported.
+	WatchEventKind_WATCH_EVENT_KIND_READY WatchEventKind = 1
+	// WATCH_EVENT_KIND_CREATED: the path exists now (and may have existed
+	// before, when a file was replaced by a rename).
+	WatchEventKind_WATCH_EVENT_KIND_CREATED WatchEventKind = 2
+	// WATCH_EVENT_KIND_MODIFIED: the content or the attributes changed.
+	WatchEventKind_WATCH_EVENT_KIND_MODIFIED WatchEventKind = 3
+	// WATCH_EVENT_KIND_REMOVED: the path is gone (deleted or moved out).
+	WatchEventKind_WATCH_EVENT_KIND_REMOVED WatchEventKind = 4
+	// WATCH_EVENT_KIND_RENAMED: old_path moved to path, both under the
+	// watched directory.
+	WatchEventKind_WATCH_EVENT_KIND_RENAMED WatchEventKind = 5
+	// WATCH_EVENT_KIND_OVERFLOW: changes were lost (the kernel's queue or
+	// the stream's buffer overflowed); list the directory again.
+	WatchEventKind_WATCH_EVENT_KIND_OVERFLOW WatchEventKind = 6
+)
+
+// Enum value maps for WatchEventKind.
+var (
+	WatchEventKind_name = map[int32]string{
+		0: "WATCH_EVENT_KIND_UNSPECIFIED",
+		1: "WATCH_EVENT_KIND_READY",
+		2: "WATCH_EVENT_KIND_CREATED",
+		3: "WATCH_EVENT_KIND_MODIFIED",
+		4: "WATCH_EVENT_KIND_REMOVED",
+		5: "WATCH_EVENT_KIND_RENAMED",
+		6: "WATCH_EVENT_KIND_OVERFLOW",
+	}
+	WatchEventKind_value = map[string]int32{
+		"WATCH_EVENT_KIND_UNSPECIFIED": 0,
+		"WATCH_EVENT_KIND_READY":       1,
+		"WATCH_EVENT_KIND_CREATED":     2,
+		"WATCH_EVENT_KIND_MODIFIED":    3,
+		"WATCH_EVENT_KIND_REMOVED":     4,
+		"WATCH_EVENT_KIND_RENAMED":     5,
+		"WATCH_EVENT_KIND_OVERFLOW":    6,
+	}
+)
+
+func (x WatchEventKind) Enum() *WatchEventKind {
+	p := new(WatchEventKind)
+	*p = x
+	return p
+}
+
+func (x WatchEventKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WatchEventKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_berth_agent_v1_agent_proto_enumTypes[3].Descriptor()
+}
+
+func (WatchEventKind) Type() protoreflect.EnumType {
+	return &file_berth_agent_v1_agent_proto_enumTypes[3]
+}
+
+func (x WatchEventKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WatchEventKind.Descriptor instead.
+func (WatchEventKind) EnumDescriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
 // ChangeKind is how a file changed.
 type ChangeKind int32
 
@@ -239,11 +311,11 @@ func (x ChangeKind) String() string {
 }
 
 func (ChangeKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_berth_agent_v1_agent_proto_enumTypes[3].Descriptor()
+	return file_berth_agent_v1_agent_proto_enumTypes[4].Descriptor()
 }
 
 func (ChangeKind) Type() protoreflect.EnumType {
-	return &file_berth_agent_v1_agent_proto_enumTypes[3]
+	return &file_berth_agent_v1_agent_proto_enumTypes[4]
 }
 
 func (x ChangeKind) Number() protoreflect.EnumNumber {
@@ -252,7 +324,7 @@ func (x ChangeKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChangeKind.Descriptor instead.
 func (ChangeKind) EnumDescriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 // ExecRequest describes a command. Exactly one of argv and command is set.
@@ -2262,6 +2334,155 @@ func (*RemoveResponse) Descriptor() ([]byte, []int) {
 	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
+// WatchRequest names a directory to watch.
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is the absolute directory to watch (a symlink to a directory is
+	// followed; symlinks below it never are).
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// recursive watches every directory below path too, including the ones
+	// created while the watch runs.
+	Recursive bool `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	// debounce_ms is the quiet time after which a burst of changes is
+	// reported, one event per path; zero means 50, at most 10000.
+	DebounceMs    uint32 `protobuf:"varint,3,opt,name=debounce_ms,json=debounceMs,proto3" json:"debounce_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WatchRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+func (x *WatchRequest) GetDebounceMs() uint32 {
+	if x != nil {
+		return x.DebounceMs
+	}
+	return 0
+}
+
+// WatchEvent is one change under a watched directory.
+type WatchEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  WatchEventKind         `protobuf:"varint,1,opt,name=kind,proto3,enum=berth.agent.v1.WatchEventKind" json:"kind,omitempty"`
+	// path is relative to the watched directory, slash-separated; empty for
+	// the directory itself (ready, overflow, or the directory removed).
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// old_path is where a renamed path was, relative like path.
+	OldPath string `protobuf:"bytes,3,opt,name=old_path,json=oldPath,proto3" json:"old_path,omitempty"`
+	// is_dir is true when the path is a directory.
+	IsDir bool `protobuf:"varint,4,opt,name=is_dir,json=isDir,proto3" json:"is_dir,omitempty"`
+	// time is when the last change merged into this event was seen.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEvent) Reset() {
+	*x = WatchEvent{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEvent) ProtoMessage() {}
+
+func (x *WatchEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
+func (*WatchEvent) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WatchEvent) GetKind() WatchEventKind {
+	if x != nil {
+		return x.Kind
+	}
+	return WatchEventKind_WATCH_EVENT_KIND_UNSPECIFIED
+}
+
+func (x *WatchEvent) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetOldPath() string {
+	if x != nil {
+		return x.OldPath
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetIsDir() bool {
+	if x != nil {
+		return x.IsDir
+	}
+	return false
+}
+
+func (x *WatchEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 // GitStatusRequest names a repository (absolute path; default workspace).
 type GitStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2272,7 +2493,7 @@ type GitStatusRequest struct {
 
 func (x *GitStatusRequest) Reset() {
 	*x = GitStatusRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2505,7 @@ func (x *GitStatusRequest) String() string {
 func (*GitStatusRequest) ProtoMessage() {}
 
 func (x *GitStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2518,7 @@ func (x *GitStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitStatusRequest.ProtoReflect.Descriptor instead.
 func (*GitStatusRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GitStatusRequest) GetRepo() string {
@@ -2324,7 +2545,7 @@ type GitFileChange struct {
 
 func (x *GitFileChange) Reset() {
 	*x = GitFileChange{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2557,7 @@ func (x *GitFileChange) String() string {
 func (*GitFileChange) ProtoMessage() {}
 
 func (x *GitFileChange) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2570,7 @@ func (x *GitFileChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitFileChange.ProtoReflect.Descriptor instead.
 func (*GitFileChange) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GitFileChange) GetPath() string {
@@ -2403,7 +2624,7 @@ type GitStatusResponse struct {
 
 func (x *GitStatusResponse) Reset() {
 	*x = GitStatusResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2636,7 @@ func (x *GitStatusResponse) String() string {
 func (*GitStatusResponse) ProtoMessage() {}
 
 func (x *GitStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2649,7 @@ func (x *GitStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitStatusResponse.ProtoReflect.Descriptor instead.
 func (*GitStatusResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GitStatusResponse) GetBranch() string {
@@ -2494,7 +2715,7 @@ type GitDiffRequest struct {
 
 func (x *GitDiffRequest) Reset() {
 	*x = GitDiffRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2727,7 @@ func (x *GitDiffRequest) String() string {
 func (*GitDiffRequest) ProtoMessage() {}
 
 func (x *GitDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2740,7 @@ func (x *GitDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitDiffRequest.ProtoReflect.Descriptor instead.
 func (*GitDiffRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GitDiffRequest) GetRepo() string {
@@ -2559,7 +2780,7 @@ type GitDiffResponse struct {
 
 func (x *GitDiffResponse) Reset() {
 	*x = GitDiffResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2792,7 @@ func (x *GitDiffResponse) String() string {
 func (*GitDiffResponse) ProtoMessage() {}
 
 func (x *GitDiffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2805,7 @@ func (x *GitDiffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitDiffResponse.ProtoReflect.Descriptor instead.
 func (*GitDiffResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GitDiffResponse) GetUnified() string {
@@ -2649,7 +2870,7 @@ type GitCloneRequest struct {
 
 func (x *GitCloneRequest) Reset() {
 	*x = GitCloneRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2882,7 @@ func (x *GitCloneRequest) String() string {
 func (*GitCloneRequest) ProtoMessage() {}
 
 func (x *GitCloneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2895,7 @@ func (x *GitCloneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCloneRequest.ProtoReflect.Descriptor instead.
 func (*GitCloneRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GitCloneRequest) GetUrl() string {
@@ -2717,7 +2938,7 @@ type GitCloneResponse struct {
 
 func (x *GitCloneResponse) Reset() {
 	*x = GitCloneResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2729,7 +2950,7 @@ func (x *GitCloneResponse) String() string {
 func (*GitCloneResponse) ProtoMessage() {}
 
 func (x *GitCloneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2742,7 +2963,7 @@ func (x *GitCloneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCloneResponse.ProtoReflect.Descriptor instead.
 func (*GitCloneResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GitCloneResponse) GetDir() string {
@@ -2780,7 +3001,7 @@ type GitCheckoutRequest struct {
 
 func (x *GitCheckoutRequest) Reset() {
 	*x = GitCheckoutRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +3013,7 @@ func (x *GitCheckoutRequest) String() string {
 func (*GitCheckoutRequest) ProtoMessage() {}
 
 func (x *GitCheckoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +3026,7 @@ func (x *GitCheckoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCheckoutRequest.ProtoReflect.Descriptor instead.
 func (*GitCheckoutRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GitCheckoutRequest) GetRepo() string {
@@ -2847,7 +3068,7 @@ type GitCheckoutResponse struct {
 
 func (x *GitCheckoutResponse) Reset() {
 	*x = GitCheckoutResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2859,7 +3080,7 @@ func (x *GitCheckoutResponse) String() string {
 func (*GitCheckoutResponse) ProtoMessage() {}
 
 func (x *GitCheckoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2872,7 +3093,7 @@ func (x *GitCheckoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCheckoutResponse.ProtoReflect.Descriptor instead.
 func (*GitCheckoutResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GitCheckoutResponse) GetBranch() string {
@@ -2907,7 +3128,7 @@ type GitCommitRequest struct {
 
 func (x *GitCommitRequest) Reset() {
 	*x = GitCommitRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2919,7 +3140,7 @@ func (x *GitCommitRequest) String() string {
 func (*GitCommitRequest) ProtoMessage() {}
 
 func (x *GitCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2932,7 +3153,7 @@ func (x *GitCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCommitRequest.ProtoReflect.Descriptor instead.
 func (*GitCommitRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GitCommitRequest) GetRepo() string {
@@ -2994,7 +3215,7 @@ type GitCommitResponse struct {
 
 func (x *GitCommitResponse) Reset() {
 	*x = GitCommitResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3227,7 @@ func (x *GitCommitResponse) String() string {
 func (*GitCommitResponse) ProtoMessage() {}
 
 func (x *GitCommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3240,7 @@ func (x *GitCommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCommitResponse.ProtoReflect.Descriptor instead.
 func (*GitCommitResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GitCommitResponse) GetHash() string {
@@ -3042,7 +3263,7 @@ type GitLogRequest struct {
 
 func (x *GitLogRequest) Reset() {
 	*x = GitLogRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3275,7 @@ func (x *GitLogRequest) String() string {
 func (*GitLogRequest) ProtoMessage() {}
 
 func (x *GitLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3288,7 @@ func (x *GitLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitLogRequest.ProtoReflect.Descriptor instead.
 func (*GitLogRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GitLogRequest) GetRepo() string {
@@ -3106,7 +3327,7 @@ type GitCommit struct {
 
 func (x *GitCommit) Reset() {
 	*x = GitCommit{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3339,7 @@ func (x *GitCommit) String() string {
 func (*GitCommit) ProtoMessage() {}
 
 func (x *GitCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3352,7 @@ func (x *GitCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCommit.ProtoReflect.Descriptor instead.
 func (*GitCommit) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GitCommit) GetHash() string {
@@ -3186,7 +3407,7 @@ type GitLogResponse struct {
 
 func (x *GitLogResponse) Reset() {
 	*x = GitLogResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +3419,7 @@ func (x *GitLogResponse) String() string {
 func (*GitLogResponse) ProtoMessage() {}
 
 func (x *GitLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3432,7 @@ func (x *GitLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitLogResponse.ProtoReflect.Descriptor instead.
 func (*GitLogResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GitLogResponse) GetCommits() []*GitCommit {
@@ -3230,7 +3451,7 @@ type GetInfoRequest struct {
 
 func (x *GetInfoRequest) Reset() {
 	*x = GetInfoRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3242,7 +3463,7 @@ func (x *GetInfoRequest) String() string {
 func (*GetInfoRequest) ProtoMessage() {}
 
 func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3255,7 +3476,7 @@ func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetInfoRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 // Info describes the agent.
@@ -3276,7 +3497,7 @@ type Info struct {
 
 func (x *Info) Reset() {
 	*x = Info{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3509,7 @@ func (x *Info) String() string {
 func (*Info) ProtoMessage() {}
 
 func (x *Info) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3522,7 @@ func (x *Info) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Info.ProtoReflect.Descriptor instead.
 func (*Info) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Info) GetVersion() string {
@@ -3365,6 +3586,844 @@ func (x *Info) GetArch() string {
 		return x.Arch
 	}
 	return ""
+}
+
+// TerminalOpen starts a new session. The command policy is that of exec:
+// argv or command (neither: the user's login shell from /etc/passwd, else
+// /bin/sh), cwd, env and user as in ExecRequest.
+type TerminalOpen struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// argv is the program and its arguments, run without a shell.
+	Argv []string `protobuf:"bytes,1,rep,name=argv,proto3" json:"argv,omitempty"`
+	// command is a shell line, run as /bin/sh -c COMMAND.
+	Command string `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	// cwd is the absolute working directory; default: the agent's workspace.
+	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// env is added to (and overrides) the agent's environment.
+	Env map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// user runs the session as this user; default: the agent's default user.
+	User string `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
+	// rows and cols are the terminal's size; zero means 24 rows, 80 columns.
+	Rows uint32 `protobuf:"varint,6,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols uint32 `protobuf:"varint,7,opt,name=cols,proto3" json:"cols,omitempty"`
+	// term is the TERM variable; default "xterm-256color" (env may override it).
+	Term          string `protobuf:"bytes,8,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalOpen) Reset() {
+	*x = TerminalOpen{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalOpen) ProtoMessage() {}
+
+func (x *TerminalOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalOpen.ProtoReflect.Descriptor instead.
+func (*TerminalOpen) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *TerminalOpen) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *TerminalOpen) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *TerminalOpen) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *TerminalOpen) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *TerminalOpen) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *TerminalOpen) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TerminalOpen) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *TerminalOpen) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+// TerminalAttach joins an existing session.
+type TerminalAttach struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the session's id ("t-" and 16 hex digits).
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// no_replay skips the scrollback: only output produced from now on.
+	NoReplay      bool `protobuf:"varint,2,opt,name=no_replay,json=noReplay,proto3" json:"no_replay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalAttach) Reset() {
+	*x = TerminalAttach{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalAttach) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalAttach) ProtoMessage() {}
+
+func (x *TerminalAttach) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalAttach.ProtoReflect.Descriptor instead.
+func (*TerminalAttach) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *TerminalAttach) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *TerminalAttach) GetNoReplay() bool {
+	if x != nil {
+		return x.NoReplay
+	}
+	return false
+}
+
+// TerminalResize changes the terminal's size (the program gets SIGWINCH).
+type TerminalResize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalResize) Reset() {
+	*x = TerminalResize{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalResize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalResize) ProtoMessage() {}
+
+func (x *TerminalResize) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalResize.ProtoReflect.Descriptor instead.
+func (*TerminalResize) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *TerminalResize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TerminalResize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+// TerminalClientMessage is one message from a client.
+type TerminalClientMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*TerminalClientMessage_Open
+	//	*TerminalClientMessage_Attach
+	//	*TerminalClientMessage_Input
+	//	*TerminalClientMessage_Resize
+	//	*TerminalClientMessage_Signal
+	Msg           isTerminalClientMessage_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalClientMessage) Reset() {
+	*x = TerminalClientMessage{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalClientMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalClientMessage) ProtoMessage() {}
+
+func (x *TerminalClientMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalClientMessage.ProtoReflect.Descriptor instead.
+func (*TerminalClientMessage) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *TerminalClientMessage) GetMsg() isTerminalClientMessage_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *TerminalClientMessage) GetOpen() *TerminalOpen {
+	if x != nil {
+		if x, ok := x.Msg.(*TerminalClientMessage_Open); ok {
+			return x.Open
+		}
+	}
+	return nil
+}
+
+func (x *TerminalClientMessage) GetAttach() *TerminalAttach {
+	if x != nil {
+		if x, ok := x.Msg.(*TerminalClientMessage_Attach); ok {
+			return x.Attach
+		}
+	}
+	return nil
+}
+
+func (x *TerminalClientMessage) GetInput() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*TerminalClientMessage_Input); ok {
+			return x.Input
+		}
+	}
+	return nil
+}
+
+func (x *TerminalClientMessage) GetResize() *TerminalResize {
+	if x != nil {
+		if x, ok := x.Msg.(*TerminalClientMessage_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
+func (x *TerminalClientMessage) GetSignal() string {
+	if x != nil {
+		if x, ok := x.Msg.(*TerminalClientMessage_Signal); ok {
+			return x.Signal
+		}
+	}
+	return ""
+}
+
+type isTerminalClientMessage_Msg interface {
+	isTerminalClientMessage_Msg()
+}
+
+type TerminalClientMessage_Open struct {
+	// open starts a session; only as the first message.
+	Open *TerminalOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
+}
+
+type TerminalClientMessage_Attach struct {
+	// attach joins a session; only as the first message.
+	Attach *TerminalAttach `protobuf:"bytes,2,opt,name=attach,proto3,oneof"`
+}
+
+type TerminalClientMessage_Input struct {
+	// input is written to the terminal as typed (e.g. "\x03" for Ctrl-C).
+	Input []byte `protobuf:"bytes,3,opt,name=input,proto3,oneof"`
+}
+
+type TerminalClientMessage_Resize struct {
+	// resize changes the terminal's size.
+	Resize *TerminalResize `protobuf:"bytes,4,opt,name=resize,proto3,oneof"`
+}
+
+type TerminalClientMessage_Signal struct {
+	// signal is sent to the terminal's foreground process group: a name
+	// ("INT", "SIGTERM") or a number.
+	Signal string `protobuf:"bytes,5,opt,name=signal,proto3,oneof"`
+}
+
+func (*TerminalClientMessage_Open) isTerminalClientMessage_Msg() {}
+
+func (*TerminalClientMessage_Attach) isTerminalClientMessage_Msg() {}
+
+func (*TerminalClientMessage_Input) isTerminalClientMessage_Msg() {}
+
+func (*TerminalClientMessage_Resize) isTerminalClientMessage_Msg() {}
+
+func (*TerminalClientMessage_Signal) isTerminalClientMessage_Msg() {}
+
+// TerminalServerMessage is one message to a client.
+type TerminalServerMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*TerminalServerMessage_Session
+	//	*TerminalServerMessage_Output
+	//	*TerminalServerMessage_Exit
+	Msg           isTerminalServerMessage_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalServerMessage) Reset() {
+	*x = TerminalServerMessage{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalServerMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalServerMessage) ProtoMessage() {}
+
+func (x *TerminalServerMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalServerMessage.ProtoReflect.Descriptor instead.
+func (*TerminalServerMessage) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *TerminalServerMessage) GetMsg() isTerminalServerMessage_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *TerminalServerMessage) GetSession() *TerminalInfo {
+	if x != nil {
+		if x, ok := x.Msg.(*TerminalServerMessage_Session); ok {
+			return x.Session
+		}
+	}
+	return nil
+}
+
+func (x *TerminalServerMessage) GetOutput() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*TerminalServerMessage_Output); ok {
+			return x.Output
+		}
+	}
+	return nil
+}
+
+func (x *TerminalServerMessage) GetExit() *TerminalExit {
+	if x != nil {
+		if x, ok := x.Msg.(*TerminalServerMessage_Exit); ok {
+			return x.Exit
+		}
+	}
+	return nil
+}
+
+type isTerminalServerMessage_Msg interface {
+	isTerminalServerMessage_Msg()
+}
+
+type TerminalServerMessage_Session struct {
+	// session is the first message: the session opened or attached to.
+	Session *TerminalInfo `protobuf:"bytes,1,opt,name=session,proto3,oneof"`
+}
+
+type TerminalServerMessage_Output struct {
+	// output is terminal output: first the scrollback, then as produced.
+	Output []byte `protobuf:"bytes,2,opt,name=output,proto3,oneof"`
+}
+
+type TerminalServerMessage_Exit struct {
+	// exit is the last message, when the session's program has ended.
+	Exit *TerminalExit `protobuf:"bytes,3,opt,name=exit,proto3,oneof"`
+}
+
+func (*TerminalServerMessage_Session) isTerminalServerMessage_Msg() {}
+
+func (*TerminalServerMessage_Output) isTerminalServerMessage_Msg() {}
+
+func (*TerminalServerMessage_Exit) isTerminalServerMessage_Msg() {}
+
+// TerminalExit says how a session's program ended.
+type TerminalExit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// exit_code is the exit status, or -1 when a signal ended the program.
+	ExitCode int32 `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// signal names the terminating signal, if any.
+	Signal        string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalExit) Reset() {
+	*x = TerminalExit{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalExit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalExit) ProtoMessage() {}
+
+func (x *TerminalExit) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalExit.ProtoReflect.Descriptor instead.
+func (*TerminalExit) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *TerminalExit) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *TerminalExit) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+// TerminalInfo describes a session.
+type TerminalInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// pid is the program's process id (and its session id).
+	Pid     int32    `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	Argv    []string `protobuf:"bytes,3,rep,name=argv,proto3" json:"argv,omitempty"`
+	Command string   `protobuf:"bytes,4,opt,name=command,proto3" json:"command,omitempty"`
+	Cwd     string   `protobuf:"bytes,5,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	User    string   `protobuf:"bytes,6,opt,name=user,proto3" json:"user,omitempty"`
+	Rows    uint32   `protobuf:"varint,7,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols    uint32   `protobuf:"varint,8,opt,name=cols,proto3" json:"cols,omitempty"`
+	Term    string   `protobuf:"bytes,9,opt,name=term,proto3" json:"term,omitempty"`
+	// running is false once the program has ended; exit says how.
+	Running   bool                   `protobuf:"varint,10,opt,name=running,proto3" json:"running,omitempty"`
+	Exit      *TerminalExit          `protobuf:"bytes,11,opt,name=exit,proto3" json:"exit,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	ExitedAt  *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=exited_at,json=exitedAt,proto3" json:"exited_at,omitempty"`
+	// clients is the number of clients attached now.
+	Clients       int32 `protobuf:"varint,14,opt,name=clients,proto3" json:"clients,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalInfo) Reset() {
+	*x = TerminalInfo{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalInfo) ProtoMessage() {}
+
+func (x *TerminalInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalInfo.ProtoReflect.Descriptor instead.
+func (*TerminalInfo) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *TerminalInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *TerminalInfo) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *TerminalInfo) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *TerminalInfo) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *TerminalInfo) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *TerminalInfo) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *TerminalInfo) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TerminalInfo) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *TerminalInfo) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+func (x *TerminalInfo) GetRunning() bool {
+	if x != nil {
+		return x.Running
+	}
+	return false
+}
+
+func (x *TerminalInfo) GetExit() *TerminalExit {
+	if x != nil {
+		return x.Exit
+	}
+	return nil
+}
+
+func (x *TerminalInfo) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *TerminalInfo) GetExitedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExitedAt
+	}
+	return nil
+}
+
+func (x *TerminalInfo) GetClients() int32 {
+	if x != nil {
+		return x.Clients
+	}
+	return 0
+}
+
+// ListTerminalsRequest lists sessions.
+type ListTerminalsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTerminalsRequest) Reset() {
+	*x = ListTerminalsRequest{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTerminalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTerminalsRequest) ProtoMessage() {}
+
+func (x *ListTerminalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTerminalsRequest.ProtoReflect.Descriptor instead.
+func (*ListTerminalsRequest) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+}
+
+// ListTerminalsResponse holds the sessions, oldest first.
+type ListTerminalsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sessions      []*TerminalInfo        `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTerminalsResponse) Reset() {
+	*x = ListTerminalsResponse{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTerminalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTerminalsResponse) ProtoMessage() {}
+
+func (x *ListTerminalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTerminalsResponse.ProtoReflect.Descriptor instead.
+func (*ListTerminalsResponse) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ListTerminalsResponse) GetSessions() []*TerminalInfo {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+// KillTerminalRequest ends, or signals, a session.
+type KillTerminalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// signal, when set, is only sent to the session's processes (a name or a
+	// number); empty ends the session (SIGHUP, then SIGKILL).
+	Signal        string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KillTerminalRequest) Reset() {
+	*x = KillTerminalRequest{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KillTerminalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KillTerminalRequest) ProtoMessage() {}
+
+func (x *KillTerminalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KillTerminalRequest.ProtoReflect.Descriptor instead.
+func (*KillTerminalRequest) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *KillTerminalRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *KillTerminalRequest) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+// KillTerminalResponse is empty.
+type KillTerminalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KillTerminalResponse) Reset() {
+	*x = KillTerminalResponse{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KillTerminalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KillTerminalResponse) ProtoMessage() {}
+
+func (x *KillTerminalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KillTerminalResponse.ProtoReflect.Descriptor instead.
+func (*KillTerminalResponse) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 var File_berth_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -3512,7 +4571,19 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\rRemoveRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
 	"\trecursive\x18\x02 \x01(\bR\trecursive\"\x10\n" +
-	"\x0eRemoveResponse\"&\n" +
+	"\x0eRemoveResponse\"a\n" +
+	"\fWatchRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x02 \x01(\bR\trecursive\x12\x1f\n" +
+	"\vdebounce_ms\x18\x03 \x01(\rR\n" +
+	"debounceMs\"\xb6\x01\n" +
+	"\n" +
+	"WatchEvent\x122\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1e.berth.agent.v1.WatchEventKindR\x04kind\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x19\n" +
+	"\bold_path\x18\x03 \x01(\tR\aoldPath\x12\x15\n" +
+	"\x06is_dir\x18\x04 \x01(\bR\x05isDir\x12.\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"&\n" +
 	"\x10GitStatusRequest\x12\x12\n" +
 	"\x04repo\x18\x01 \x01(\tR\x04repo\"\xa2\x01\n" +
 	"\rGitFileChange\x12\x12\n" +
@@ -3596,7 +4667,65 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\x03pid\x18\x06 \x01(\x05R\x03pid\x12#\n" +
 	"\rgit_available\x18\a \x01(\bR\fgitAvailable\x12\x0e\n" +
 	"\x02os\x18\b \x01(\tR\x02os\x12\x12\n" +
-	"\x04arch\x18\t \x01(\tR\x04arch*b\n" +
+	"\x04arch\x18\t \x01(\tR\x04arch\"\x8f\x02\n" +
+	"\fTerminalOpen\x12\x12\n" +
+	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x127\n" +
+	"\x03env\x18\x04 \x03(\v2%.berth.agent.v1.TerminalOpen.EnvEntryR\x03env\x12\x12\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\x12\x12\n" +
+	"\x04rows\x18\x06 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\a \x01(\rR\x04cols\x12\x12\n" +
+	"\x04term\x18\b \x01(\tR\x04term\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
+	"\x0eTerminalAttach\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tno_replay\x18\x02 \x01(\bR\bnoReplay\"8\n" +
+	"\x0eTerminalResize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"\xf8\x01\n" +
+	"\x15TerminalClientMessage\x122\n" +
+	"\x04open\x18\x01 \x01(\v2\x1c.berth.agent.v1.TerminalOpenH\x00R\x04open\x128\n" +
+	"\x06attach\x18\x02 \x01(\v2\x1e.berth.agent.v1.TerminalAttachH\x00R\x06attach\x12\x16\n" +
+	"\x05input\x18\x03 \x01(\fH\x00R\x05input\x128\n" +
+	"\x06resize\x18\x04 \x01(\v2\x1e.berth.agent.v1.TerminalResizeH\x00R\x06resize\x12\x18\n" +
+	"\x06signal\x18\x05 \x01(\tH\x00R\x06signalB\x05\n" +
+	"\x03msg\"\xa6\x01\n" +
+	"\x15TerminalServerMessage\x128\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.berth.agent.v1.TerminalInfoH\x00R\asession\x12\x18\n" +
+	"\x06output\x18\x02 \x01(\fH\x00R\x06output\x122\n" +
+	"\x04exit\x18\x03 \x01(\v2\x1c.berth.agent.v1.TerminalExitH\x00R\x04exitB\x05\n" +
+	"\x03msg\"C\n" +
+	"\fTerminalExit\x12\x1b\n" +
+	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x9a\x03\n" +
+	"\fTerminalInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x12\n" +
+	"\x04argv\x18\x03 \x03(\tR\x04argv\x12\x18\n" +
+	"\acommand\x18\x04 \x01(\tR\acommand\x12\x10\n" +
+	"\x03cwd\x18\x05 \x01(\tR\x03cwd\x12\x12\n" +
+	"\x04user\x18\x06 \x01(\tR\x04user\x12\x12\n" +
+	"\x04rows\x18\a \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\b \x01(\rR\x04cols\x12\x12\n" +
+	"\x04term\x18\t \x01(\tR\x04term\x12\x18\n" +
+	"\arunning\x18\n" +
+	" \x01(\bR\arunning\x120\n" +
+	"\x04exit\x18\v \x01(\v2\x1c.berth.agent.v1.TerminalExitR\x04exit\x129\n" +
+	"\n" +
+	"started_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x127\n" +
+	"\texited_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\bexitedAt\x12\x18\n" +
+	"\aclients\x18\x0e \x01(\x05R\aclients\"\x16\n" +
+	"\x14ListTerminalsRequest\"Q\n" +
+	"\x15ListTerminalsResponse\x128\n" +
+	"\bsessions\x18\x01 \x03(\v2\x1c.berth.agent.v1.TerminalInfoR\bsessions\"=\n" +
+	"\x13KillTerminalRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x16\n" +
+	"\x14KillTerminalResponse*b\n" +
 	"\fProcessState\x12\x1d\n" +
 	"\x19PROCESS_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PROCESS_STATE_RUNNING\x10\x01\x12\x18\n" +
@@ -3610,7 +4739,15 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\x0eFILE_TYPE_FILE\x10\x01\x12\x17\n" +
 	"\x13FILE_TYPE_DIRECTORY\x10\x02\x12\x15\n" +
 	"\x11FILE_TYPE_SYMLINK\x10\x03\x12\x13\n" +
-	"\x0fFILE_TYPE_OTHER\x10\x04*\xf9\x01\n" +
+	"\x0fFILE_TYPE_OTHER\x10\x04*\xe6\x01\n" +
+	"\x0eWatchEventKind\x12 \n" +
+	"\x1cWATCH_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16WATCH_EVENT_KIND_READY\x10\x01\x12\x1c\n" +
+	"\x18WATCH_EVENT_KIND_CREATED\x10\x02\x12\x1d\n" +
+	"\x19WATCH_EVENT_KIND_MODIFIED\x10\x03\x12\x1c\n" +
+	"\x18WATCH_EVENT_KIND_REMOVED\x10\x04\x12\x1c\n" +
+	"\x18WATCH_EVENT_KIND_RENAMED\x10\x05\x12\x1d\n" +
+	"\x19WATCH_EVENT_KIND_OVERFLOW\x10\x06*\xf9\x01\n" +
 	"\n" +
 	"ChangeKind\x12\x1b\n" +
 	"\x17CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
@@ -3633,7 +4770,7 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\vProcessLogs\x12\".berth.agent.v1.ProcessLogsRequest\x1a\x19.berth.agent.v1.ExecEvent0\x01\x12S\n" +
 	"\n" +
 	"WriteStdin\x12!.berth.agent.v1.WriteStdinRequest\x1a\".berth.agent.v1.WriteStdinResponse\x12\\\n" +
-	"\rSignalProcess\x12$.berth.agent.v1.SignalProcessRequest\x1a%.berth.agent.v1.SignalProcessResponse2\x83\x04\n" +
+	"\rSignalProcess\x12$.berth.agent.v1.SignalProcessRequest\x1a%.berth.agent.v1.SignalProcessResponse2\xc8\x04\n" +
 	"\vFileService\x12I\n" +
 	"\x06Upload\x12\x1d.berth.agent.v1.UploadRequest\x1a\x1e.berth.agent.v1.UploadResponse(\x01\x12O\n" +
 	"\bDownload\x12\x1f.berth.agent.v1.DownloadRequest\x1a .berth.agent.v1.DownloadResponse0\x01\x12=\n" +
@@ -3641,7 +4778,8 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\x04List\x12\x1b.berth.agent.v1.ListRequest\x1a\x1c.berth.agent.v1.ListResponse\x12J\n" +
 	"\aMakeDir\x12\x1e.berth.agent.v1.MakeDirRequest\x1a\x1f.berth.agent.v1.MakeDirResponse\x12A\n" +
 	"\x04Move\x12\x1b.berth.agent.v1.MoveRequest\x1a\x1c.berth.agent.v1.MoveResponse\x12G\n" +
-	"\x06Remove\x12\x1d.berth.agent.v1.RemoveRequest\x1a\x1e.berth.agent.v1.RemoveResponse2\xda\x03\n" +
+	"\x06Remove\x12\x1d.berth.agent.v1.RemoveRequest\x1a\x1e.berth.agent.v1.RemoveResponse\x12C\n" +
+	"\x05Watch\x12\x1c.berth.agent.v1.WatchRequest\x1a\x1a.berth.agent.v1.WatchEvent0\x012\xda\x03\n" +
 	"\n" +
 	"GitService\x12M\n" +
 	"\x06Status\x12 .berth.agent.v1.GitStatusRequest\x1a!.berth.agent.v1.GitStatusResponse\x12G\n" +
@@ -3651,7 +4789,11 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\x06Commit\x12 .berth.agent.v1.GitCommitRequest\x1a!.berth.agent.v1.GitCommitResponse\x12D\n" +
 	"\x03Log\x12\x1d.berth.agent.v1.GitLogRequest\x1a\x1e.berth.agent.v1.GitLogResponse2N\n" +
 	"\vInfoService\x12?\n" +
-	"\aGetInfo\x12\x1e.berth.agent.v1.GetInfoRequest\x1a\x14.berth.agent.v1.InfoB9Z7github.com/berth-dev/berth/proto/berth/agent/v1;agentv1b\x06proto3"
+	"\aGetInfo\x12\x1e.berth.agent.v1.GetInfoRequest\x1a\x14.berth.agent.v1.Info2\xa7\x02\n" +
+	"\x0fTerminalService\x12[\n" +
+	"\aConnect\x12%.berth.agent.v1.TerminalClientMessage\x1a%.berth.agent.v1.TerminalServerMessage(\x010\x01\x12\\\n" +
+	"\rListTerminals\x12$.berth.agent.v1.ListTerminalsRequest\x1a%.berth.agent.v1.ListTerminalsResponse\x12Y\n" +
+	"\fKillTerminal\x12#.berth.agent.v1.KillTerminalRequest\x1a$.berth.agent.v1.KillTerminalResponseB9Z7github.com/berth-dev/berth/proto/berth/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_berth_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -3665,138 +4807,173 @@ func file_berth_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_berth_agent_v1_agent_proto_rawDescData
 }
 
-var file_berth_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_berth_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_berth_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_berth_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_berth_agent_v1_agent_proto_goTypes = []any{
 	(ProcessState)(0),             // 0: berth.agent.v1.ProcessState
 	(OverwritePolicy)(0),          // 1: berth.agent.v1.OverwritePolicy
 	(FileType)(0),                 // 2: berth.agent.v1.FileType
-	(ChangeKind)(0),               // 3: berth.agent.v1.ChangeKind
-	(*ExecRequest)(nil),           // 4: berth.agent.v1.ExecRequest
-	(*ExecResponse)(nil),          // 5: berth.agent.v1.ExecResponse
-	(*ExecEvent)(nil),             // 6: berth.agent.v1.ExecEvent
-	(*Started)(nil),               // 7: berth.agent.v1.Started
-	(*Exited)(nil),                // 8: berth.agent.v1.Exited
-	(*Gap)(nil),                   // 9: berth.agent.v1.Gap
-	(*ProcessInfo)(nil),           // 10: berth.agent.v1.ProcessInfo
-	(*GetProcessRequest)(nil),     // 11: berth.agent.v1.GetProcessRequest
-	(*ListProcessesRequest)(nil),  // 12: berth.agent.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil), // 13: berth.agent.v1.ListProcessesResponse
-	(*ProcessLogsRequest)(nil),    // 14: berth.agent.v1.ProcessLogsRequest
-	(*WriteStdinRequest)(nil),     // 15: berth.agent.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),    // 16: berth.agent.v1.WriteStdinResponse
-	(*SignalProcessRequest)(nil),  // 17: berth.agent.v1.SignalProcessRequest
-	(*SignalProcessResponse)(nil), // 18: berth.agent.v1.SignalProcessResponse
-	(*UploadHeader)(nil),          // 19: berth.agent.v1.UploadHeader
-	(*UploadRequest)(nil),         // 20: berth.agent.v1.UploadRequest
-	(*UploadResponse)(nil),        // 21: berth.agent.v1.UploadResponse
-	(*DownloadRequest)(nil),       // 22: berth.agent.v1.DownloadRequest
-	(*DownloadResponse)(nil),      // 23: berth.agent.v1.DownloadResponse
-	(*FileInfo)(nil),              // 24: berth.agent.v1.FileInfo
-	(*StatRequest)(nil),           // 25: berth.agent.v1.StatRequest
-	(*ListRequest)(nil),           // 26: berth.agent.v1.ListRequest
-	(*ListResponse)(nil),          // 27: berth.agent.v1.ListResponse
-	(*MakeDirRequest)(nil),        // 28: berth.agent.v1.MakeDirRequest
-	(*MakeDirResponse)(nil),       // 29: berth.agent.v1.MakeDirResponse
-	(*MoveRequest)(nil),           // 30: berth.agent.v1.MoveRequest
-	(*MoveResponse)(nil),          // 31: berth.agent.v1.MoveResponse
-	(*RemoveRequest)(nil),         // 32: berth.agent.v1.RemoveRequest
-	(*RemoveResponse)(nil),        // 33: berth.agent.v1.RemoveResponse
-	(*GitStatusRequest)(nil),      // 34: berth.agent.v1.GitStatusRequest
-	(*GitFileChange)(nil),         // 35: berth.agent.v1.GitFileChange
-	(*GitStatusResponse)(nil),     // 36: berth.agent.v1.GitStatusResponse
-	(*GitDiffRequest)(nil),        // 37: berth.agent.v1.GitDiffRequest
-	(*GitDiffResponse)(nil),       // 38: berth.agent.v1.GitDiffResponse
-	(*GitCloneRequest)(nil),       // 39: berth.agent.v1.GitCloneRequest
-	(*GitCloneResponse)(nil),      // 40: berth.agent.v1.GitCloneResponse
-	(*GitCheckoutRequest)(nil),    // 41: berth.agent.v1.GitCheckoutRequest
-	(*GitCheckoutResponse)(nil),   // 42: berth.agent.v1.GitCheckoutResponse
-	(*GitCommitRequest)(nil),      // 43: berth.agent.v1.GitCommitRequest
-	(*GitCommitResponse)(nil),     // 44: berth.agent.v1.GitCommitResponse
-	(*GitLogRequest)(nil),         // 45: berth.agent.v1.GitLogRequest
-	(*GitCommit)(nil),             // 46: berth.agent.v1.GitCommit
-	(*GitLogResponse)(nil),        // 47: berth.agent.v1.GitLogResponse
-	(*GetInfoRequest)(nil),        // 48: berth.agent.v1.GetInfoRequest
-	(*Info)(nil),                  // 49: berth.agent.v1.Info
-	nil,                           // 50: berth.agent.v1.ExecRequest.EnvEntry
-	(*durationpb.Duration)(nil),   // 51: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 52: google.protobuf.Timestamp
+	(WatchEventKind)(0),           // 3: berth.agent.v1.WatchEventKind
+	(ChangeKind)(0),               // 4: berth.agent.v1.ChangeKind
+	(*ExecRequest)(nil),           // 5: berth.agent.v1.ExecRequest
+	(*ExecResponse)(nil),          // 6: berth.agent.v1.ExecResponse
+	(*ExecEvent)(nil),             // 7: berth.agent.v1.ExecEvent
+	(*Started)(nil),               // 8: berth.agent.v1.Started
+	(*Exited)(nil),                // 9: berth.agent.v1.Exited
+	(*Gap)(nil),                   // 10: berth.agent.v1.Gap
+	(*ProcessInfo)(nil),           // 11: berth.agent.v1.ProcessInfo
+	(*GetProcessRequest)(nil),     // 12: berth.agent.v1.GetProcessRequest
+	(*ListProcessesRequest)(nil),  // 13: berth.agent.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil), // 14: berth.agent.v1.ListProcessesResponse
+	(*ProcessLogsRequest)(nil),    // 15: berth.agent.v1.ProcessLogsRequest
+	(*WriteStdinRequest)(nil),     // 16: berth.agent.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),    // 17: berth.agent.v1.WriteStdinResponse
+	(*SignalProcessRequest)(nil),  // 18: berth.agent.v1.SignalProcessRequest
+	(*SignalProcessResponse)(nil), // 19: berth.agent.v1.SignalProcessResponse
+	(*UploadHeader)(nil),          // 20: berth.agent.v1.UploadHeader
+	(*UploadRequest)(nil),         // 21: berth.agent.v1.UploadRequest
+	(*UploadResponse)(nil),        // 22: berth.agent.v1.UploadResponse
+	(*DownloadRequest)(nil),       // 23: berth.agent.v1.DownloadRequest
+	(*DownloadResponse)(nil),      // 24: berth.agent.v1.DownloadResponse
+	(*FileInfo)(nil),              // 25: berth.agent.v1.FileInfo
+	(*StatRequest)(nil),           // 26: berth.agent.v1.StatRequest
+	(*ListRequest)(nil),           // 27: berth.agent.v1.ListRequest
+	(*ListResponse)(nil),          // 28: berth.agent.v1.ListResponse
+	(*MakeDirRequest)(nil),        // 29: berth.agent.v1.MakeDirRequest
+	(*MakeDirResponse)(nil),       // 30: berth.agent.v1.MakeDirResponse
+	(*MoveRequest)(nil),           // 31: berth.agent.v1.MoveRequest
+	(*MoveResponse)(nil),          // 32: berth.agent.v1.MoveResponse
+	(*RemoveRequest)(nil),         // 33: berth.agent.v1.RemoveRequest
+	(*RemoveResponse)(nil),        // 34: berth.agent.v1.RemoveResponse
+	(*WatchRequest)(nil),          // 35: berth.agent.v1.WatchRequest
+	(*WatchEvent)(nil),            // 36: berth.agent.v1.WatchEvent
+	(*GitStatusRequest)(nil),      // 37: berth.agent.v1.GitStatusRequest
+	(*GitFileChange)(nil),         // 38: berth.agent.v1.GitFileChange
+	(*GitStatusResponse)(nil),     // 39: berth.agent.v1.GitStatusResponse
+	(*GitDiffRequest)(nil),        // 40: berth.agent.v1.GitDiffRequest
+	(*GitDiffResponse)(nil),       // 41: berth.agent.v1.GitDiffResponse
+	(*GitCloneRequest)(nil),       // 42: berth.agent.v1.GitCloneRequest
+	(*GitCloneResponse)(nil),      // 43: berth.agent.v1.GitCloneResponse
+	(*GitCheckoutRequest)(nil),    // 44: berth.agent.v1.GitCheckoutRequest
+	(*GitCheckoutResponse)(nil),   // 45: berth.agent.v1.GitCheckoutResponse
+	(*GitCommitRequest)(nil),      // 46: berth.agent.v1.GitCommitRequest
+	(*GitCommitResponse)(nil),     // 47: berth.agent.v1.GitCommitResponse
+	(*GitLogRequest)(nil),         // 48: berth.agent.v1.GitLogRequest
+	(*GitCommit)(nil),             // 49: berth.agent.v1.GitCommit
+	(*GitLogResponse)(nil),        // 50: berth.agent.v1.GitLogResponse
+	(*GetInfoRequest)(nil),        // 51: berth.agent.v1.GetInfoRequest
+	(*Info)(nil),                  // 52: berth.agent.v1.Info
+	(*TerminalOpen)(nil),          // 53: berth.agent.v1.TerminalOpen
+	(*TerminalAttach)(nil),        // 54: berth.agent.v1.TerminalAttach
+	(*TerminalResize)(nil),        // 55: berth.agent.v1.TerminalResize
+	(*TerminalClientMessage)(nil), // 56: berth.agent.v1.TerminalClientMessage
+	(*TerminalServerMessage)(nil), // 57: berth.agent.v1.TerminalServerMessage
+	(*TerminalExit)(nil),          // 58: berth.agent.v1.TerminalExit
+	(*TerminalInfo)(nil),          // 59: berth.agent.v1.TerminalInfo
+	(*ListTerminalsRequest)(nil),  // 60: berth.agent.v1.ListTerminalsRequest
+	(*ListTerminalsResponse)(nil), // 61: berth.agent.v1.ListTerminalsResponse
+	(*KillTerminalRequest)(nil),   // 62: berth.agent.v1.KillTerminalRequest
+	(*KillTerminalResponse)(nil),  // 63: berth.agent.v1.KillTerminalResponse
+	nil,                           // 64: berth.agent.v1.ExecRequest.EnvEntry
+	nil,                           // 65: berth.agent.v1.TerminalOpen.EnvEntry
+	(*durationpb.Duration)(nil),   // 66: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 67: google.protobuf.Timestamp
 }
 var file_berth_agent_v1_agent_proto_depIdxs = []int32{
-	50, // 0: berth.agent.v1.ExecRequest.env:type_name -> berth.agent.v1.ExecRequest.EnvEntry
-	51, // 1: berth.agent.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	51, // 2: berth.agent.v1.ExecRequest.kill_grace:type_name -> google.protobuf.Duration
-	51, // 3: berth.agent.v1.ExecResponse.duration:type_name -> google.protobuf.Duration
-	7,  // 4: berth.agent.v1.ExecEvent.started:type_name -> berth.agent.v1.Started
-	8,  // 5: berth.agent.v1.ExecEvent.exited:type_name -> berth.agent.v1.Exited
-	9,  // 6: berth.agent.v1.ExecEvent.gap:type_name -> berth.agent.v1.Gap
-	51, // 7: berth.agent.v1.Exited.duration:type_name -> google.protobuf.Duration
+	64, // 0: berth.agent.v1.ExecRequest.env:type_name -> berth.agent.v1.ExecRequest.EnvEntry
+	66, // 1: berth.agent.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	66, // 2: berth.agent.v1.ExecRequest.kill_grace:type_name -> google.protobuf.Duration
+	66, // 3: berth.agent.v1.ExecResponse.duration:type_name -> google.protobuf.Duration
+	8,  // 4: berth.agent.v1.ExecEvent.started:type_name -> berth.agent.v1.Started
+	9,  // 5: berth.agent.v1.ExecEvent.exited:type_name -> berth.agent.v1.Exited
+	10, // 6: berth.agent.v1.ExecEvent.gap:type_name -> berth.agent.v1.Gap
+	66, // 7: berth.agent.v1.Exited.duration:type_name -> google.protobuf.Duration
 	0,  // 8: berth.agent.v1.ProcessInfo.state:type_name -> berth.agent.v1.ProcessState
-	52, // 9: berth.agent.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	52, // 10: berth.agent.v1.ProcessInfo.exited_at:type_name -> google.protobuf.Timestamp
-	10, // 11: berth.agent.v1.ListProcessesResponse.processes:type_name -> berth.agent.v1.ProcessInfo
+	67, // 9: berth.agent.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	67, // 10: berth.agent.v1.ProcessInfo.exited_at:type_name -> google.protobuf.Timestamp
+	11, // 11: berth.agent.v1.ListProcessesResponse.processes:type_name -> berth.agent.v1.ProcessInfo
 	1,  // 12: berth.agent.v1.UploadHeader.overwrite:type_name -> berth.agent.v1.OverwritePolicy
-	19, // 13: berth.agent.v1.UploadRequest.header:type_name -> berth.agent.v1.UploadHeader
-	24, // 14: berth.agent.v1.DownloadResponse.info:type_name -> berth.agent.v1.FileInfo
+	20, // 13: berth.agent.v1.UploadRequest.header:type_name -> berth.agent.v1.UploadHeader
+	25, // 14: berth.agent.v1.DownloadResponse.info:type_name -> berth.agent.v1.FileInfo
 	2,  // 15: berth.agent.v1.FileInfo.type:type_name -> berth.agent.v1.FileType
-	52, // 16: berth.agent.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	24, // 17: berth.agent.v1.ListResponse.entries:type_name -> berth.agent.v1.FileInfo
-	3,  // 18: berth.agent.v1.GitFileChange.kind:type_name -> berth.agent.v1.ChangeKind
-	35, // 19: berth.agent.v1.GitStatusResponse.files:type_name -> berth.agent.v1.GitFileChange
-	3,  // 20: berth.agent.v1.GitDiffResponse.kind:type_name -> berth.agent.v1.ChangeKind
-	52, // 21: berth.agent.v1.GitCommit.time:type_name -> google.protobuf.Timestamp
-	46, // 22: berth.agent.v1.GitLogResponse.commits:type_name -> berth.agent.v1.GitCommit
-	51, // 23: berth.agent.v1.Info.uptime:type_name -> google.protobuf.Duration
-	52, // 24: berth.agent.v1.Info.started_at:type_name -> google.protobuf.Timestamp
-	4,  // 25: berth.agent.v1.ProcessService.Exec:input_type -> berth.agent.v1.ExecRequest
-	4,  // 26: berth.agent.v1.ProcessService.ExecStream:input_type -> berth.agent.v1.ExecRequest
-	4,  // 27: berth.agent.v1.ProcessService.StartProcess:input_type -> berth.agent.v1.ExecRequest
-	11, // 28: berth.agent.v1.ProcessService.GetProcess:input_type -> berth.agent.v1.GetProcessRequest
-	12, // 29: berth.agent.v1.ProcessService.ListProcesses:input_type -> berth.agent.v1.ListProcessesRequest
-	14, // 30: berth.agent.v1.ProcessService.ProcessLogs:input_type -> berth.agent.v1.ProcessLogsRequest
-	15, // 31: berth.agent.v1.ProcessService.WriteStdin:input_type -> berth.agent.v1.WriteStdinRequest
-	17, // 32: berth.agent.v1.ProcessService.SignalProcess:input_type -> berth.agent.v1.SignalProcessRequest
-	20, // 33: berth.agent.v1.FileService.Upload:input_type -> berth.agent.v1.UploadRequest
-	22, // 34: berth.agent.v1.FileService.Download:input_type -> berth.agent.v1.DownloadRequest
-	25, // 35: berth.agent.v1.FileService.Stat:input_type -> berth.agent.v1.StatRequest
-	26, // 36: berth.agent.v1.FileService.List:input_type -> berth.agent.v1.ListRequest
-	28, // 37: berth.agent.v1.FileService.MakeDir:input_type -> berth.agent.v1.MakeDirRequest
-	30, // 38: berth.agent.v1.FileService.Move:input_type -> berth.agent.v1.MoveRequest
-	32, // 39: berth.agent.v1.FileService.Remove:input_type -> berth.agent.v1.RemoveRequest
-	34, // 40: berth.agent.v1.GitService.Status:input_type -> berth.agent.v1.GitStatusRequest
-	37, // 41: berth.agent.v1.GitService.Diff:input_type -> berth.agent.v1.GitDiffRequest
-	39, // 42: berth.agent.v1.GitService.Clone:input_type -> berth.agent.v1.GitCloneRequest
-	41, // 43: berth.agent.v1.GitService.Checkout:input_type -> berth.agent.v1.GitCheckoutRequest
-	43, // 44: berth.agent.v1.GitService.Commit:input_type -> berth.agent.v1.GitCommitRequest
-	45, // 45: berth.agent.v1.GitService.Log:input_type -> berth.agent.v1.GitLogRequest
-	48, // 46: berth.agent.v1.InfoService.GetInfo:input_type -> berth.agent.v1.GetInfoRequest
-	5,  // 47: berth.agent.v1.ProcessService.Exec:output_type -> berth.agent.v1.ExecResponse
-	6,  // 48: berth.agent.v1.ProcessService.ExecStream:output_type -> berth.agent.v1.ExecEvent
-	10, // 49: berth.agent.v1.ProcessService.StartProcess:output_type -> berth.agent.v1.ProcessInfo
-	10, // 50: berth.agent.v1.ProcessService.GetProcess:output_type -> berth.agent.v1.ProcessInfo
-	13, // 51: berth.agent.v1.ProcessService.ListProcesses:output_type -> berth.agent.v1.ListProcessesResponse
-	6,  // 52: berth.agent.v1.ProcessService.ProcessLogs:output_type -> berth.agent.v1.ExecEvent
-	16, // 53: berth.agent.v1.ProcessService.WriteStdin:output_type -> berth.agent.v1.WriteStdinResponse
-	18, // 54: berth.agent.v1.ProcessService.SignalProcess:output_type -> berth.agent.v1.SignalProcessResponse
-	21, // 55: berth.agent.v1.FileService.Upload:output_type -> berth.agent.v1.UploadResponse
-	23, // 56: berth.agent.v1.FileService.Download:output_type -> berth.agent.v1.DownloadResponse
-	24, // 57: berth.agent.v1.FileService.Stat:output_type -> berth.agent.v1.FileInfo
-	27, // 58: berth.agent.v1.FileService.List:output_type -> berth.agent.v1.ListResponse
-	29, // 59: berth.agent.v1.FileService.MakeDir:output_type -> berth.agent.v1.MakeDirResponse
-	31, // 60: berth.agent.v1.FileService.Move:output_type -> berth.agent.v1.MoveResponse
-	33, // 61: berth.agent.v1.FileService.Remove:output_type -> berth.agent.v1.RemoveResponse
-	36, // 62: berth.agent.v1.GitService.Status:output_type -> berth.agent.v1.GitStatusResponse
-	38, // 63: berth.agent.v1.GitService.Diff:output_type -> berth.agent.v1.GitDiffResponse
-	40, // 64: berth.agent.v1.GitService.Clone:output_type -> berth.agent.v1.GitCloneResponse
-	42, // 65: berth.agent.v1.GitService.Checkout:output_type -> berth.agent.v1.GitCheckoutResponse
-	44, // 66: berth.agent.v1.GitService.Commit:output_type -> berth.agent.v1.GitCommitResponse
-	47, // 67: berth.agent.v1.GitService.Log:output_type -> berth.agent.v1.GitLogResponse
-	49, // 68: berth.agent.v1.InfoService.GetInfo:output_type -> berth.agent.v1.Info
-	47, // [47:69] is the sub-list for method output_type
-	25, // [25:47] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	67, // 16: berth.agent.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	25, // 17: berth.agent.v1.ListResponse.entries:type_name -> berth.agent.v1.FileInfo
+	3,  // 18: berth.agent.v1.WatchEvent.kind:type_name -> berth.agent.v1.WatchEventKind
+	67, // 19: berth.agent.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	4,  // 20: berth.agent.v1.GitFileChange.kind:type_name -> berth.agent.v1.ChangeKind
+	38, // 21: berth.agent.v1.GitStatusResponse.files:type_name -> berth.agent.v1.GitFileChange
+	4,  // 22: berth.agent.v1.GitDiffResponse.kind:type_name -> berth.agent.v1.ChangeKind
+	67, // 23: berth.agent.v1.GitCommit.time:type_name -> google.protobuf.Timestamp
+	49, // 24: berth.agent.v1.GitLogResponse.commits:type_name -> berth.agent.v1.GitCommit
+	66, // 25: berth.agent.v1.Info.uptime:type_name -> google.protobuf.Duration
+	67, // 26: berth.agent.v1.Info.started_at:type_name -> google.protobuf.Timestamp
+	65, // 27: berth.agent.v1.TerminalOpen.env:type_name -> berth.agent.v1.TerminalOpen.EnvEntry
+	53, // 28: berth.agent.v1.TerminalClientMessage.open:type_name -> berth.agent.v1.TerminalOpen
+	54, // 29: berth.agent.v1.TerminalClientMessage.attach:type_name -> berth.agent.v1.TerminalAttach
+	55, // 30: berth.agent.v1.TerminalClientMessage.resize:type_name -> berth.agent.v1.TerminalResize
+	59, // 31: berth.agent.v1.TerminalServerMessage.session:type_name -> berth.agent.v1.TerminalInfo
+	58, // 32: berth.agent.v1.TerminalServerMessage.exit:type_name -> berth.agent.v1.TerminalExit
+	58, // 33: berth.agent.v1.TerminalInfo.exit:type_name -> berth.agent.v1.TerminalExit
+	67, // 34: berth.agent.v1.TerminalInfo.started_at:type_name -> google.protobuf.Timestamp
+	67, // 35: berth.agent.v1.TerminalInfo.exited_at:type_name -> google.protobuf.Timestamp
+	59, // 36: berth.agent.v1.ListTerminalsResponse.sessions:type_name -> berth.agent.v1.TerminalInfo
+	5,  // 37: berth.agent.v1.ProcessService.Exec:input_type -> berth.agent.v1.ExecRequest
+	5,  // 38: berth.agent.v1.ProcessService.ExecStream:input_type -> berth.agent.v1.ExecRequest
+	5,  // 39: berth.agent.v1.ProcessService.StartProcess:input_type -> berth.agent.v1.ExecRequest
+	12, // 40: berth.agent.v1.ProcessService.GetProcess:input_type -> berth.agent.v1.GetProcessRequest
+	13, // 41: berth.agent.v1.ProcessService.ListProcesses:input_type -> berth.agent.v1.ListProcessesRequest
+	15, // 42: berth.agent.v1.ProcessService.ProcessLogs:input_type -> berth.agent.v1.ProcessLogsRequest
+	16, // 43: berth.agent.v1.ProcessService.WriteStdin:input_type -> berth.agent.v1.WriteStdinRequest
+	18, // 44: berth.agent.v1.ProcessService.SignalProcess:input_type -> berth.agent.v1.SignalProcessRequest
+	21, // 45: berth.agent.v1.FileService.Upload:input_type -> berth.agent.v1.UploadRequest
+	23, // 46: berth.agent.v1.FileService.Download:input_type -> berth.agent.v1.DownloadRequest
+	26, // 47: berth.agent.v1.FileService.Stat:input_type -> berth.agent.v1.StatRequest
+	27, // 48: berth.agent.v1.FileService.List:input_type -> berth.agent.v1.ListRequest
+	29, // 49: berth.agent.v1.FileService.MakeDir:input_type -> berth.agent.v1.MakeDirRequest
+	31, // 50: berth.agent.v1.FileService.Move:input_type -> berth.agent.v1.MoveRequest
+	33, // 51: berth.agent.v1.FileService.Remove:input_type -> berth.agent.v1.RemoveRequest
+	35, // 52: berth.agent.v1.FileService.Watch:input_type -> berth.agent.v1.WatchRequest
+	37, // 53: berth.agent.v1.GitService.Status:input_type -> berth.agent.v1.GitStatusRequest
+	40, // 54: berth.agent.v1.GitService.Diff:input_type -> berth.agent.v1.GitDiffRequest
+	42, // 55: berth.agent.v1.GitService.Clone:input_type -> berth.agent.v1.GitCloneRequest
+	44, // 56: berth.agent.v1.GitService.Checkout:input_type -> berth.agent.v1.GitCheckoutRequest
+	46, // 57: berth.agent.v1.GitService.Commit:input_type -> berth.agent.v1.GitCommitRequest
+	48, // 58: berth.agent.v1.GitService.Log:input_type -> berth.agent.v1.GitLogRequest
+	51, // 59: berth.agent.v1.InfoService.GetInfo:input_type -> berth.agent.v1.GetInfoRequest
+	56, // 60: berth.agent.v1.TerminalService.Connect:input_type -> berth.agent.v1.TerminalClientMessage
+	60, // 61: berth.agent.v1.TerminalService.ListTerminals:input_type -> berth.agent.v1.ListTerminalsRequest
+	62, // 62: berth.agent.v1.TerminalService.KillTerminal:input_type -> berth.agent.v1.KillTerminalRequest
+	6,  // 63: berth.agent.v1.ProcessService.Exec:output_type -> berth.agent.v1.ExecResponse
+	7,  // 64: berth.agent.v1.ProcessService.ExecStream:output_type -> berth.agent.v1.ExecEvent
+	11, // 65: berth.agent.v1.ProcessService.StartProcess:output_type -> berth.agent.v1.ProcessInfo
+	11, // 66: berth.agent.v1.ProcessService.GetProcess:output_type -> berth.agent.v1.ProcessInfo
+	14, // 67: berth.agent.v1.ProcessService.ListProcesses:output_type -> berth.agent.v1.ListProcessesResponse
+	7,  // 68: berth.agent.v1.ProcessService.ProcessLogs:output_type -> berth.agent.v1.ExecEvent
+	17, // 69: berth.agent.v1.ProcessService.WriteStdin:output_type -> berth.agent.v1.WriteStdinResponse
+	19, // 70: berth.agent.v1.ProcessService.SignalProcess:output_type -> berth.agent.v1.SignalProcessResponse
+	22, // 71: berth.agent.v1.FileService.Upload:output_type -> berth.agent.v1.UploadResponse
+	24, // 72: berth.agent.v1.FileService.Download:output_type -> berth.agent.v1.DownloadResponse
+	25, // 73: berth.agent.v1.FileService.Stat:output_type -> berth.agent.v1.FileInfo
+	28, // 74: berth.agent.v1.FileService.List:output_type -> berth.agent.v1.ListResponse
+	30, // 75: berth.agent.v1.FileService.MakeDir:output_type -> berth.agent.v1.MakeDirResponse
+	32, // 76: berth.agent.v1.FileService.Move:output_type -> berth.agent.v1.MoveResponse
+	34, // 77: berth.agent.v1.FileService.Remove:output_type -> berth.agent.v1.RemoveResponse
+	36, // 78: berth.agent.v1.FileService.Watch:output_type -> berth.agent.v1.WatchEvent
+	39, // 79: berth.agent.v1.GitService.Status:output_type -> berth.agent.v1.GitStatusResponse
+	41, // 80: berth.agent.v1.GitService.Diff:output_type -> berth.agent.v1.GitDiffResponse
+	43, // 81: berth.agent.v1.GitService.Clone:output_type -> berth.agent.v1.GitCloneResponse
+	45, // 82: berth.agent.v1.GitService.Checkout:output_type -> berth.agent.v1.GitCheckoutResponse
+	47, // 83: berth.agent.v1.GitService.Commit:output_type -> berth.agent.v1.GitCommitResponse
+	50, // 84: berth.agent.v1.GitService.Log:output_type -> berth.agent.v1.GitLogResponse
+	52, // 85: berth.agent.v1.InfoService.GetInfo:output_type -> berth.agent.v1.Info
+	57, // 86: berth.agent.v1.TerminalService.Connect:output_type -> berth.agent.v1.TerminalServerMessage
+	61, // 87: berth.agent.v1.TerminalService.ListTerminals:output_type -> berth.agent.v1.ListTerminalsResponse
+	63, // 88: berth.agent.v1.TerminalService.KillTerminal:output_type -> berth.agent.v1.KillTerminalResponse
+	63, // [63:89] is the sub-list for method output_type
+	37, // [37:63] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_berth_agent_v1_agent_proto_init() }
@@ -3816,15 +4993,27 @@ func file_berth_agent_v1_agent_proto_init() {
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
+	file_berth_agent_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
+		(*TerminalClientMessage_Open)(nil),
+		(*TerminalClientMessage_Attach)(nil),
+		(*TerminalClientMessage_Input)(nil),
+		(*TerminalClientMessage_Resize)(nil),
+		(*TerminalClientMessage_Signal)(nil),
+	}
+	file_berth_agent_v1_agent_proto_msgTypes[52].OneofWrappers = []any{
+		(*TerminalServerMessage_Session)(nil),
+		(*TerminalServerMessage_Output)(nil),
+		(*TerminalServerMessage_Exit)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_agent_v1_agent_proto_rawDesc), len(file_berth_agent_v1_agent_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   47,
+			NumEnums:      5,
+			NumMessages:   61,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_berth_agent_v1_agent_proto_goTypes,
 		DependencyIndexes: file_berth_agent_v1_agent_proto_depIdxs,

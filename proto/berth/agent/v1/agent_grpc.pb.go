@@ -436,6 +436,7 @@ const (
 	FileService_MakeDir_FullMethodName  = "/berth.agent.v1.FileService/MakeDir"
 	FileService_Move_FullMethodName     = "/berth.agent.v1.FileService/Move"
 	FileService_Remove_FullMethodName   = "/berth.agent.v1.FileService/Remove"
+	FileService_Watch_FullMethodName    = "/berth.agent.v1.FileService/Watch"
 )
 
 // FileServiceClient is the client API for FileService service.
@@ -460,6 +461,12 @@ type FileServiceClient interface {
 	Move(ctx context.Context, in *MoveRequest, opts ...grpc.CallOption) (*MoveResponse, error)
 	// Remove deletes a file, or a directory (recursively when asked).
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error)
+	// Watch streams the changes under a directory: first a ready event once
+	// the directory is watched, then created, modified, removed and renamed
+	// events, coalesced per path over a debounce window, and an overflow
+	// event when changes were lost (the client must list again). The stream
+	// ends when the client cancels or the directory itself goes away.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
 }
 
 type fileServiceClient struct {
@@ -552,6 +559,25 @@ func (c *fileServiceClient) Remove(ctx context.Context, in *RemoveRequest, opts 
 	return out, nil
 }
 
+func (c *fileServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FileService_ServiceDesc.Streams[2], FileService_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, WatchEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FileService_WatchClient = grpc.ServerStreamingClient[WatchEvent]
+
 // FileServiceServer is the server API for FileService service.
 // All implementations must embed UnimplementedFileServiceServer
 // for forward compatibility.
@@ -574,6 +600,12 @@ type FileServiceServer interface {
 	Move(context.Context, *MoveRequest) (*MoveResponse, error)
 	// Remove deletes a file, or a directory (recursively when asked).
 	Remove(context.Context, *RemoveRequest) (*RemoveResponse, error)
+	// Watch streams the changes under a directory: first a ready event once
+	// the directory is watched, then created, modified, removed and renamed
+	// events, coalesced per path over a debounce window, and an overflow
+	// event when changes were lost (the client must list again). The stream
+	// ends when the client cancels or the directory itself goes away.
+	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
 	mustEmbedUnimplementedFileServiceServer()
 }
 
@@ -604,6 +636,9 @@ func (UnimplementedFileServiceServer) Move(context.Context, *MoveRequest) (*Move
 }
 func (UnimplementedFileServiceServer) Remove(context.Context, *RemoveRequest) (*RemoveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Remove not implemented")
+}
+func (UnimplementedFileServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedFileServiceServer) mustEmbedUnimplementedFileServiceServer() {}
 func (UnimplementedFileServiceServer) testEmbeddedByValue()                     {}
@@ -734,6 +769,17 @@ func _FileService_Remove_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FileService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(FileServiceServer).Watch(m, &grpc.GenericServerStream[WatchRequest, WatchEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FileService_WatchServer = grpc.ServerStreamingServer[WatchEvent]
+
 // FileService_ServiceDesc is the grpc.ServiceDesc for FileService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -771,6 +817,11 @@ var FileService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Download",
 			Handler:       _FileService_Download_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Watch",
+			Handler:       _FileService_Watch_Handler,
 			ServerStreams: true,
 		},
 	},
@@ -1176,5 +1227,208 @@ var InfoService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
+	Metadata: "berth/agent/v1/agent.proto",
+}
+
+const (
+	TerminalService_Connect_FullMethodName       = "/berth.agent.v1.TerminalService/Connect"
+	TerminalService_ListTerminals_FullMethodName = "/berth.agent.v1.TerminalService/ListTerminals"
+	TerminalService_KillTerminal_FullMethodName  = "/berth.agent.v1.TerminalService/KillTerminal"
+)
+
+// TerminalServiceClient is the client API for TerminalService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// TerminalService runs programs on a pseudo-terminal. A terminal session
+// outlives its clients: it keeps running when they go away, keeps a bounded
+// scrollback that a client re-attaching receives first, and several clients
+// may watch (and type into) one session. The same sessions are reachable as
+// a WebSocket at GET /v1/terminals/ws (see docs/terminals.md).
+type TerminalServiceClient interface {
+	// Connect opens a session (first message: open) or attaches to one
+	// (first message: attach). The server answers with the session's info,
+	// then the scrollback and the output as produced; later client messages
+	// carry input, resizes and signals. A client that closes its side only
+	// stops sending; cancelling the call detaches, and the session keeps
+	// running. When the session ends the last message is exit.
+	Connect(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TerminalClientMessage, TerminalServerMessage], error)
+	// ListTerminals lists the sessions, running and recently ended.
+	ListTerminals(ctx context.Context, in *ListTerminalsRequest, opts ...grpc.CallOption) (*ListTerminalsResponse, error)
+	// KillTerminal ends a session: its processes get SIGHUP, then SIGKILL
+	// after a grace period (or only the signal asked for).
+	KillTerminal(ctx context.Context, in *KillTerminalRequest, opts ...grpc.CallOption) (*KillTerminalResponse, error)
+}
+
+type terminalServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewTerminalServiceClient(cc grpc.ClientConnInterface) TerminalServiceClient {
+	return &terminalServiceClient{cc}
+}
+
+func (c *terminalServiceClient) Connect(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TerminalClientMessage, TerminalServerMessage], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &TerminalService_ServiceDesc.Streams[0], TerminalService_Connect_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TerminalClientMessage, TerminalServerMessage]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TerminalService_ConnectClient = grpc.BidiStreamingClient[TerminalClientMessage, TerminalServerMessage]
+
+func (c *terminalServiceClient) ListTerminals(ctx context.Context, in *ListTerminalsRequest, opts ...grpc.CallOption) (*ListTerminalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTerminalsResponse)
+	err := c.cc.Invoke(ctx, TerminalService_ListTerminals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *terminalServiceClient) KillTerminal(ctx context.Context, in *KillTerminalRequest, opts ...grpc.CallOption) (*KillTerminalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KillTerminalResponse)
+	err := c.cc.Invoke(ctx, TerminalService_KillTerminal_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// TerminalServiceServer is the server API for TerminalService service.
+// All implementations must embed UnimplementedTerminalServiceServer
+// for forward compatibility.
+//
+// TerminalService runs programs on a pseudo-terminal. A terminal session
+// outlives its clients: it keeps running when they go away, keeps a bounded
+// scrollback that a client re-attaching receives first, and several clients
+// may watch (and type into) one session. The same sessions are reachable as
+// a WebSocket at GET /v1/terminals/ws (see docs/terminals.md).
+type TerminalServiceServer interface {
+	// Connect opens a session (first message: open) or attaches to one
+	// (first message: attach). The server answers with the session's info,
+	// then the scrollback and the output as produced; later client messages
+	// carry input, resizes and signals. A client that closes its side only
+	// stops sending; cancelling the call detaches, and the session keeps
+	// running. When the session ends the last message is exit.
+	Connect(grpc.BidiStreamingServer[TerminalClientMessage, TerminalServerMessage]) error
+	// ListTerminals lists the sessions, running and recently ended.
+	ListTerminals(context.Context, *ListTerminalsRequest) (*ListTerminalsResponse, error)
+	// KillTerminal ends a session: its processes get SIGHUP, then SIGKILL
+	// after a grace period (or only the signal asked for).
+	KillTerminal(context.Context, *KillTerminalRequest) (*KillTerminalResponse, error)
+	mustEmbedUnimplementedTerminalServiceServer()
+}
+
+// UnimplementedTerminalServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedTerminalServiceServer struct{}
+
+func (UnimplementedTerminalServiceServer) Connect(grpc.BidiStreamingServer[TerminalClientMessage, TerminalServerMessage]) error {
+	return status.Error(codes.Unimplemented, "method Connect not implemented")
+}
+func (UnimplementedTerminalServiceServer) ListTerminals(context.Context, *ListTerminalsRequest) (*ListTerminalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTerminals not implemented")
+}
+func (UnimplementedTerminalServiceServer) KillTerminal(context.Context, *KillTerminalRequest) (*KillTerminalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method KillTerminal not implemented")
+}
+func (UnimplementedTerminalServiceServer) mustEmbedUnimplementedTerminalServiceServer() {}
+func (UnimplementedTerminalServiceServer) testEmbeddedByValue()                         {}
+
+// UnsafeTerminalServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to TerminalServiceServer will
+// result in compilation errors.
+type UnsafeTerminalServiceServer interface {
+	mustEmbedUnimplementedTerminalServiceServer()
+}
+
+func RegisterTerminalServiceServer(s grpc.ServiceRegistrar, srv TerminalServiceServer) {
+	// If the following call panics, it indicates UnimplementedTerminalServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&TerminalService_ServiceDesc, srv)
+}
+
+func _TerminalService_Connect_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(TerminalServiceServer).Connect(&grpc.GenericServerStream[TerminalClientMessage, TerminalServerMessage]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TerminalService_ConnectServer = grpc.BidiStreamingServer[TerminalClientMessage, TerminalServerMessage]
+
+func _TerminalService_ListTerminals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTerminalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TerminalServiceServer).ListTerminals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TerminalService_ListTerminals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TerminalServiceServer).ListTerminals(ctx, req.(*ListTerminalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TerminalService_KillTerminal_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KillTerminalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TerminalServiceServer).KillTerminal(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TerminalService_KillTerminal_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TerminalServiceServer).KillTerminal(ctx, req.(*KillTerminalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// TerminalService_ServiceDesc is the grpc.ServiceDesc for TerminalService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var TerminalService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "berth.agent.v1.TerminalService",
+	HandlerType: (*TerminalServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "ListTerminals",
+			Handler:    _TerminalService_ListTerminals_Handler,
+		},
+		{
+			MethodName: "KillTerminal",
+			Handler:    _TerminalService_KillTerminal_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Connect",
+			Handler:       _TerminalService_Connect_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "berth/agent/v1/agent.proto",
 }
