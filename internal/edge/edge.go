@@ -18,6 +18,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/listenmux"
 	"github.com/berth-dev/berth/internal/memlisten"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
@@ -75,6 +76,18 @@ func WriteJSONErrorStatus(w http.ResponseWriter, httpStatus int, st *status.Stat
 		"message": st.Message(),
 		"details": []any{},
 	})
+}
+
+// WriteError writes err as WriteJSONError does, converting it to a status
+// first (errgrpc: its category's code, its message as it is), so that HTTP
+// edges answer berth's error categories exactly as the gRPC ones do.
+func WriteError(w http.ResponseWriter, err error) {
+	WriteJSONError(w, status.Convert(errgrpc.ToGRPC(err)))
+}
+
+// WriteErrorStatus is WriteError with an explicit HTTP status.
+func WriteErrorStatus(w http.ResponseWriter, httpStatus int, err error) {
+	WriteJSONErrorStatus(w, httpStatus, status.Convert(errgrpc.ToGRPC(err)))
 }
 
 // InProc is an in-process client connection to a gRPC server, over socket

@@ -6,10 +6,14 @@ import (
 	"net/http"
 	"runtime/debug"
 
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
+
+// errPanic is the answer to a call whose handler panicked; the panic
+// itself is logged, never sent.
+var errPanic = errdefs.Newf(errdefs.ErrInternal, "internal error")
 
 // Recoverer turns panics into INTERNAL errors (HTTP 500) and logs them
 // with their stack, so no panic reaches the wire or kills the server.
@@ -23,7 +27,7 @@ func (r Recoverer) Unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	defer func() {
 		if p := recover(); p != nil {
 			r.Log.Error("panic in handler", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
-			resp, err = nil, status.Error(codes.Internal, "internal error")
+			resp, err = nil, errgrpc.ToGRPC(errPanic)
 		}
 	}()
 	return h(ctx, req)
@@ -34,7 +38,7 @@ func (r Recoverer) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 	defer func() {
 		if p := recover(); p != nil {
 			r.Log.Error("panic in handler", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
-			err = status.Error(codes.Internal, "internal error")
+			err = errgrpc.ToGRPC(errPanic)
 		}
 	}()
 	return h(srv, ss)
@@ -49,7 +53,7 @@ func (r Recoverer) HTTP(next http.Handler) http.Handler {
 					panic(p)
 				}
 				r.Log.Error("panic in http handler", "path", req.URL.Path, "panic", p, "stack", string(debug.Stack()))
-				WriteJSONError(w, status.New(codes.Internal, "internal error"))
+				WriteError(w, errPanic)
 			}
 		}()
 		next.ServeHTTP(w, req)

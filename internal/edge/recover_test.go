@@ -18,16 +18,16 @@ func TestRecovererTurnsPanicsIntoInternal(t *testing.T) {
 	_, err := r.Unary(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/x/Y"}, func(context.Context, any) (any, error) {
 		panic("boom")
 	})
-	if status.Code(err) != codes.Internal {
-		t.Fatalf("unary panic: %v, want Internal", err)
+	if st := status.Convert(err); st.Code() != codes.Internal || st.Message() != "internal error" {
+		t.Fatalf("unary panic: %v, want Internal \"internal error\"", err)
 	}
 	err = r.Stream(nil, nil, &grpc.StreamServerInfo{FullMethod: "/x/Z"}, func(any, grpc.ServerStream) error { panic("boom") })
-	if status.Code(err) != codes.Internal {
-		t.Fatalf("stream panic: %v, want Internal", err)
+	if st := status.Convert(err); st.Code() != codes.Internal || st.Message() != "internal error" {
+		t.Fatalf("stream panic: %v, want Internal \"internal error\"", err)
 	}
 	rec := httptest.NewRecorder()
 	r.HTTP(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") })).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
-	if rec.Code != 500 || rec.Body.String() == "" {
+	if want := `{"code":13,"details":[],"message":"internal error"}` + "\n"; rec.Code != 500 || rec.Body.String() != want {
 		t.Fatalf("http panic: %d %q", rec.Code, rec.Body.String())
 	}
 }

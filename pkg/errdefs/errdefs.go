@@ -35,6 +35,28 @@ var (
 	ErrInternal = errors.New("internal")
 )
 
+// Newf returns an error of category cat (one of the sentinels above) whose
+// text is exactly the formatted message: unlike the named constructors, it
+// does not put the category's name in front. errors.Is(err, cat) holds, so
+// the edges map it like any other error of its category. It is for the
+// answers of the orchestrator, the proxy and the agents' own checks, whose
+// wire messages ("lease l-1 not found", "id: required") predate the
+// categories and are matched by clients; new errors use the named
+// constructors.
+func Newf(cat error, format string, args ...any) error {
+	return &plainError{cat: cat, msg: fmt.Sprintf(format, args...)}
+}
+
+// plainError is a category with a message that does not repeat it.
+type plainError struct {
+	cat error
+	msg string
+}
+
+func (e *plainError) Error() string { return e.msg }
+
+func (e *plainError) Unwrap() error { return e.cat }
+
 // InvalidArgument returns an ErrInvalidArgument naming field.
 func InvalidArgument(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalidArgument, field, fmt.Sprintf(format, args...))

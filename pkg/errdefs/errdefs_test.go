@@ -65,3 +65,18 @@ func TestIsCanceled(t *testing.T) {
 		t.Error("IsCanceled(not found) = true")
 	}
 }
+
+// TestNewf: the message is kept as written (no category in front) and the
+// category is still there for errors.Is.
+func TestNewf(t *testing.T) {
+	err := errdefs.Newf(errdefs.ErrNotFound, "lease %s not found", "l-1")
+	if got := err.Error(); got != "lease l-1 not found" {
+		t.Errorf("Newf message = %q, want %q", got, "lease l-1 not found")
+	}
+	if !errdefs.IsNotFound(err) || !errdefs.IsNotFound(fmt.Errorf("get: %w", err)) {
+		t.Errorf("Newf(ErrNotFound) is not ErrNotFound: %v", err)
+	}
+	if errdefs.IsInvalidArgument(err) {
+		t.Error("Newf(ErrNotFound) is also ErrInvalidArgument")
+	}
+}

@@ -73,3 +73,27 @@ func TestPassThroughAndUnknown(t *testing.T) {
 		t.Errorf("FromGRPC changed a non-status error: %v", got)
 	}
 }
+
+// TestNewfMessage: an errdefs.Newf error goes on the wire with its message
+// exactly as written and the code of its category; a client reading it
+// back sees the category once.
+func TestNewfMessage(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code codes.Code
+	}{
+		{errdefs.Newf(errdefs.ErrInvalidArgument, "id: required"), codes.InvalidArgument},
+		{errdefs.Newf(errdefs.ErrPermissionDenied, "reap needs the operator token"), codes.PermissionDenied},
+		{errdefs.Newf(errdefs.ErrConflict, "watch fell behind; list again and re-watch"), codes.Aborted},
+		{errdefs.Newf(errdefs.ErrInternal, "internal error"), codes.Internal},
+	} {
+		st := status.Convert(errgrpc.ToGRPC(tc.err))
+		if st.Code() != tc.code || st.Message() != tc.err.Error() {
+			t.Errorf("ToGRPC(%q) = %v %q, want %v %q", tc.err, st.Code(), st.Message(), tc.code, tc.err.Error())
+		}
+	}
+	back := errgrpc.FromGRPC(errgrpc.ToGRPC(errdefs.Newf(errdefs.ErrNotFound, "lease l-1 not found")))
+	if got := back.Error(); got != "not found: lease l-1 not found" || !errdefs.IsNotFound(back) {
+		t.Errorf("round trip = %q", got)
+	}
+}
