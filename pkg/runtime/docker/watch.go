@@ -21,6 +21,16 @@ func (r *Runtime) Watch(ctx context.Context) (<-chan runtime.Event, error) {
 	if err := r.Ping(ctx); err != nil {
 		return nil, err
 	}
+	return runtime.WatchEvents[events.Message](ctx, r.log, "docker", engineEvents{r.cli})
+}
+
+// engineEvents is the Docker side of runtime.WatchEvents: the engine
+// filters by label and action, and its messages carry the labels.
+type engineEvents struct{ cli Client }
+
+// Subscribe subscribes to the die, oom and destroy events of containers
+// labelled as berth's.
+func (e engineEvents) Subscribe(ctx context.Context) (<-chan events.Message, <-chan error) {
 	args := filters.NewArgs(
 		filters.Arg("type", string(events.ContainerEventType)),
 		filters.Arg("label", runtime.LabelManaged+"=true"),
@@ -28,38 +38,15 @@ func (r *Runtime) Watch(ctx context.Context) (<-chan runtime.Event, error) {
 		filters.Arg("event", string(events.ActionOOM)),
 		filters.Arg("event", string(events.ActionDestroy)),
 	)
-	ctx, cancel := context.WithCancel(ctx)
-	msgs, errs := r.cli.Events(ctx, events.ListOptions{Filters: args})
-	out := make(chan runtime.Event, 64)
-	go func() {
-		defer close(out)
-		defer cancel()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case err := <-errs:
-				if err != nil && ctx.Err() == nil {
-					r.log.Warn("docker event stream ended", "err", err)
-				}
-				return
-			case m, ok := <-msgs:
-				if !ok {
-					return
-				}
-				ev, ok := toEvent(m)
-				if !ok {
-					continue
-				}
-				select {
-				case out <- ev:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-	return out, nil
+	return e.cli.Events(ctx, events.ListOptions{Filters: args})
+}
+
+// Seed has nothing to read: Docker's events carry the container's labels.
+func (engineEvents) Seed(context.Context) error { return nil }
+
+// Translate is toEvent.
+func (engineEvents) Translate(_ context.Context, m events.Message) (runtime.Event, bool) {
+	return toEvent(m)
 }
 
 // toEvent translates a Docker event; ok is false for events berth ignores.
