@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/containerd/api/services/tasks/v1"
 	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/cio"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -36,11 +37,7 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 	unlock := r.createMu.lock(id)
 	defer unlock()
 
-	c, err := r.getManaged(ctx, id)
-	if err != nil {
-		return runtime.Sandbox{}, err
-	}
-	proc, err := r.taskProcess(ctx, id)
+	c, proc, err := r.managedTask(ctx, id)
 	if err != nil {
 		return runtime.Sandbox{}, err
 	}
@@ -110,4 +107,16 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 	sb.Endpoint = endpoint
 	r.log.Debug("sandbox restarted", "container_id", id, "lease_id", sb.LeaseID, "endpoint", endpoint, "duration", time.Since(began))
 	return sb, nil
+}
+
+// managedTask returns the berth-managed container id (getManaged) and the
+// init process of its task, nil when it has none: what Get and Restart
+// read first.
+func (r *Runtime) managedTask(ctx context.Context, id string) (containers.Container, *tasktypes.Process, error) {
+	c, err := r.getManaged(ctx, id)
+	if err != nil {
+		return c, nil, err
+	}
+	proc, err := r.taskProcess(ctx, id)
+	return c, proc, err
 }

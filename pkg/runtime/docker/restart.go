@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
@@ -45,6 +47,23 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 			return runtime.Sandbox{}, r.mapErr(err, "inspect container", id)
 		}
 	}
+	sb, err := r.startedSandbox(id, ins)
+	if err != nil {
+		return runtime.Sandbox{}, err
+	}
+	if err := r.waitReady(ctx, ins.ID, sb.Endpoint); err != nil {
+		return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
+	}
+	sb.State = runtime.StateRunning
+	r.log.Debug("sandbox restarted", "container_id", ins.ID, "lease_id", sb.LeaseID, "endpoint", sb.Endpoint, "duration", time.Since(began))
+	return sb, nil
+}
+
+// startedSandbox is container id, inspected (ins) after its start by
+// Create or Restart, as a Sandbox with its agent's endpoint. A container
+// that exited already reports its exit (FailedPrecondition, as one with no
+// address on the network).
+func (r *Runtime) startedSandbox(id string, ins container.InspectResponse) (runtime.Sandbox, error) {
 	sb := r.fromInspect(ins)
 	if sb.Endpoint == "" {
 		if ins.State != nil && !ins.State.Running {
@@ -52,10 +71,5 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 		}
 		return runtime.Sandbox{}, errdefs.FailedPrecondition("docker: container %s has no address on network %s", id, r.cfg.Network)
 	}
-	if err := r.waitReady(ctx, ins.ID, sb.Endpoint); err != nil {
-		return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
-	}
-	sb.State = runtime.StateRunning
-	r.log.Debug("sandbox restarted", "container_id", ins.ID, "lease_id", sb.LeaseID, "endpoint", sb.Endpoint, "duration", time.Since(began))
 	return sb, nil
 }
