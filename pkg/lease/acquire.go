@@ -270,119 +270,161 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 	}
 	defer m.wg.Done()
 	for {
+		// One hold of m.mu looks the conversation up and starts the step it
+		// needs; each step releases m.mu before it waits or writes.
 		m.mu.Lock()
 		if err := m.usableLocked(); err != nil {
 			m.mu.Unlock()
 			return Lease{}, "", false, err
 		}
 		e := m.byConv[convKey(req.Owner, req.ConversationID)]
-		if e != nil && e.l.State == StatePending {
-			call := e.call
-			m.mu.Unlock()
-			if call == nil { // cannot happen: PENDING in byConv is always creating
-				return Lease{}, "", false, fmt.Errorf("%w: lease %s is PENDING with no creation", errdefs.ErrInternal, e.l.ID)
+		switch {
+		case e != nil && e.l.State == StatePending:
+			l, err = m.joinPending(ctx, e)
+		case e != nil && e.l.State == StateReady:
+			var ok bool
+			if l, ok = m.existing(e); !ok {
+				continue // it had expired: look again
 			}
-			select {
-			case <-call.done:
-			case <-ctx.Done():
-				return Lease{}, "", false, ctx.Err()
-			}
-			if call.err != nil {
-				return Lease{}, "", false, call.err
-			}
-			return call.lease.Clone(), m.Token(call.lease.ID), false, nil
+		default: // no live lease
+			l, err = m.startCreate(ctx, req)
+			created = err == nil
 		}
-		if e != nil && e.l.State == StateReady {
-			if reason := expiryReason(&e.l, m.now()); reason != "" {
-				// Past its time but not reaped yet: expire it now so this
-				// caller gets a fresh lease instead of a dying one.
-				if err := m.transitionLocked(e, StateExpired, reason); err == nil {
-					l, rev := e.snapshot()
-					m.mu.Unlock()
-					_ = m.persist(l, rev)
-					m.enqueueClean(e)
-					continue
-				}
-			}
-			e.l.LastActivityAt = m.now()
-			e.activityDirty = true
-			l := e.l.Clone()
-			m.mu.Unlock()
-			return l, m.Token(l.ID), false, nil
+		if err != nil {
+			return Lease{}, "", false, err
 		}
-
-		// No live lease: create one.
-		if m.cfg.MaxLive >= 0 && m.liveCountLocked() >= m.cfg.MaxLive {
-			after := m.retryHintLocked()
-			live := m.liveCountLocked()
-			m.mu.Unlock()
-			return Lease{}, "", false, &RetryAfterError{
-				Err:   errdefs.ResourceExhausted("%d live leases, the maximum is %d; retry after %s", live, m.cfg.MaxLive, after),
-				After: after,
-			}
-		}
-		if m.cfg.MaxLivePerOwner > 0 && !req.NoOwnerLimit && m.ownerLiveLocked(req.Owner) >= m.cfg.MaxLivePerOwner {
-			after := m.retryHintForLocked(func(l *Lease) bool { return l.Owner == req.Owner })
-			live := m.ownerLiveLocked(req.Owner)
-			m.mu.Unlock()
-			return Lease{}, "", false, &RetryAfterError{
-				Err:   errdefs.ResourceExhausted("owner %q has %d live leases, the maximum per owner is %d; retry after %s", req.Owner, live, m.cfg.MaxLivePerOwner, after),
-				After: after,
-			}
-		}
-		now := m.now()
-		e = &entry{
-			l: Lease{
-				ID:             newID(now),
-				ConversationID: req.ConversationID,
-				Owner:          req.Owner,
-				Labels:         req.Labels,
-				Image:          req.Image,
-				User:           req.User,
-				Env:            req.Env,
-				Resources:      req.Resources,
-				PublicPorts:    req.PublicPorts,
-				CreatedAt:      now,
-				ExpiresAt:      now.Add(req.TTL),
-				LastActivityAt: now,
-				TTL:            req.TTL,
-				IdleTimeout:    req.IdleTimeout,
-			},
-			call:  &acquireCall{done: make(chan struct{})},
-			ended: make(chan struct{}),
-		}
-		m.leases[e.l.ID] = e
-		m.counts[StateUnspecified]++ // balanced by transitionLocked
-		if err := m.transitionLocked(e, StatePending, "acquired"); err != nil {
-			panic(err) // "" → PENDING is always allowed
-		}
-		delete(m.counts, StateUnspecified)
-		m.byConv[convKey(req.Owner, req.ConversationID)] = e
-		m.created++
-		l, rev := e.snapshot()
-		runCtx, call := m.runCtx, e.call // create clears e.call when it is done
-		m.mu.Unlock()
-
-		// Crash safety: the record exists before the container can.
-		if err := m.persist(l, rev); err != nil {
-			m.abandon(e, err)
-			return Lease{}, "", false, wrapf(err, "acquire: persist lease %s", l.ID)
-		}
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			m.create(context.WithoutCancel(ctx), runCtx, e)
-		}()
-		select {
-		case <-call.done:
-		case <-ctx.Done():
-			return Lease{}, "", false, ctx.Err()
-		}
-		if call.err != nil {
-			return Lease{}, "", false, call.err
-		}
-		return call.lease.Clone(), m.Token(l.ID), true, nil
+		return l, m.Token(l.ID), created, nil
 	}
+}
+
+// joinPending waits for the creation already running for e's conversation
+// and shares its outcome. Called with m.mu held; it releases m.mu.
+func (m *Manager) joinPending(ctx context.Context, e *entry) (Lease, error) {
+	id, call := e.l.ID, e.call
+	m.mu.Unlock()
+	if call == nil { // cannot happen: PENDING in byConv is always creating
+		return Lease{}, fmt.Errorf("%w: lease %s is PENDING with no creation", errdefs.ErrInternal, id)
+	}
+	return awaitCreate(ctx, call)
+}
+
+// existing returns the READY lease e, counting the call as activity. A lease
+// past its time but not reaped yet is expired now instead, so the caller gets
+// a fresh lease rather than a dying one: existing then reports false and the
+// caller looks again. Called with m.mu held; it releases m.mu.
+func (m *Manager) existing(e *entry) (Lease, bool) {
+	if reason := expiryReason(&e.l, m.now()); reason != "" {
+		if err := m.transitionLocked(e, StateExpired, reason); err == nil {
+			l, rev := e.snapshot()
+			m.mu.Unlock()
+			_ = m.persist(l, rev)
+			m.enqueueClean(e)
+			return Lease{}, false
+		}
+	}
+	e.l.LastActivityAt = m.now()
+	e.activityDirty = true
+	l := e.l.Clone()
+	m.mu.Unlock()
+	return l, true
+}
+
+// startCreate creates a lease for req, whose conversation has no live lease:
+// it checks the live limits, records the PENDING lease (in memory, then in
+// the store), starts the sandbox's creation in the background and waits for
+// it. Called with m.mu held; it releases m.mu.
+func (m *Manager) startCreate(ctx context.Context, req AcquireRequest) (Lease, error) {
+	if err := m.checkLiveLimitsLocked(req); err != nil {
+		m.mu.Unlock()
+		return Lease{}, err
+	}
+	e := m.addPendingLocked(req)
+	l, rev := e.snapshot()
+	runCtx, call := m.runCtx, e.call // create clears e.call when it is done
+	m.mu.Unlock()
+
+	// Crash safety: the record exists before the container can.
+	if err := m.persist(l, rev); err != nil {
+		m.abandon(e, err)
+		return Lease{}, wrapf(err, "acquire: persist lease %s", l.ID)
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.create(context.WithoutCancel(ctx), runCtx, e)
+	}()
+	return awaitCreate(ctx, call)
+}
+
+// checkLiveLimitsLocked refuses a new lease for req when Config.MaxLive
+// leases, or Config.MaxLivePerOwner leases of req.Owner, are live, with a
+// RetryAfterError. Called with m.mu held.
+func (m *Manager) checkLiveLimitsLocked(req AcquireRequest) error {
+	if m.cfg.MaxLive >= 0 && m.liveCountLocked() >= m.cfg.MaxLive {
+		after := m.retryHintLocked()
+		return &RetryAfterError{
+			Err:   errdefs.ResourceExhausted("%d live leases, the maximum is %d; retry after %s", m.liveCountLocked(), m.cfg.MaxLive, after),
+			After: after,
+		}
+	}
+	if m.cfg.MaxLivePerOwner > 0 && !req.NoOwnerLimit && m.ownerLiveLocked(req.Owner) >= m.cfg.MaxLivePerOwner {
+		after := m.retryHintForLocked(func(l *Lease) bool { return l.Owner == req.Owner })
+		return &RetryAfterError{
+			Err:   errdefs.ResourceExhausted("owner %q has %d live leases, the maximum per owner is %d; retry after %s", req.Owner, m.ownerLiveLocked(req.Owner), m.cfg.MaxLivePerOwner, after),
+			After: after,
+		}
+	}
+	return nil
+}
+
+// addPendingLocked records a new PENDING lease for req, with its creation
+// call, as its conversation's lease. Called with m.mu held.
+func (m *Manager) addPendingLocked(req AcquireRequest) *entry {
+	now := m.now()
+	e := &entry{
+		l: Lease{
+			ID:             newID(now),
+			ConversationID: req.ConversationID,
+			Owner:          req.Owner,
+			Labels:         req.Labels,
+			Image:          req.Image,
+			User:           req.User,
+			Env:            req.Env,
+			Resources:      req.Resources,
+			PublicPorts:    req.PublicPorts,
+			CreatedAt:      now,
+			ExpiresAt:      now.Add(req.TTL),
+			LastActivityAt: now,
+			TTL:            req.TTL,
+			IdleTimeout:    req.IdleTimeout,
+		},
+		call:  &acquireCall{done: make(chan struct{})},
+		ended: make(chan struct{}),
+	}
+	m.leases[e.l.ID] = e
+	m.counts[StateUnspecified]++ // balanced by transitionLocked
+	if err := m.transitionLocked(e, StatePending, "acquired"); err != nil {
+		panic(err) // "" → PENDING is always allowed
+	}
+	delete(m.counts, StateUnspecified)
+	m.byConv[convKey(req.Owner, req.ConversationID)] = e
+	m.created++
+	return e
+}
+
+// awaitCreate waits for call's creation to finish and returns its outcome,
+// or ctx's error when the caller gives up first (the creation goes on).
+// Called without m.mu.
+func awaitCreate(ctx context.Context, call *acquireCall) (Lease, error) {
+	select {
+	case <-call.done:
+	case <-ctx.Done():
+		return Lease{}, ctx.Err()
+	}
+	if call.err != nil {
+		return Lease{}, call.err
+	}
+	return call.lease.Clone(), nil
 }
 
 // abandon forgets a lease whose PENDING record could not be written.
