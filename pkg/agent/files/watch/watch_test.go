@@ -1,0 +1,614 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/fsnotify/fsnotify"
+)
+
+// start starts a watch of dir that the test closes.
+func start(t *testing.T, dir string, opts Options) *Watcher {
+	t.Helper()
+	w, err := Start(context.Background(), dir, opts)
+	if err != nil {
+		t.Fatalf("Start(%s): %v", dir, err)
+	}
+	t.Cleanup(w.Close)
+	ev := next(t, w, 5*time.Second)
+	if ev.Kind != KindReady {
+		t.Fatalf("first event %+v, want ready", ev)
+	}
+	return w
+}
+
+// next returns the next event, failing after d.
+func next(t *testing.T, w *Watcher, d time.Duration) Event {
+	t.Helper()
+	select {
+	case ev, ok := <-w.Events():
+		if !ok {
+			t.Fatalf("events closed (err %v)", w.Err())
+		}
+		return ev
+	case <-time.After(d):
+		t.Fatalf("no event within %v", d)
+	}
+	panic("unreachable")
+}
+
+// collect reads events until none came for quiet (or the channel closed).
+func collect(t *testing.T, w *Watcher, quiet time.Duration) []Event {
+	t.Helper()
+	var evs []Event
+	for {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				return evs
+			}
+			evs = append(evs, ev)
+		case <-time.After(quiet):
+			return evs
+		}
+	}
+}
+
+// short renders events as "kind path[<-old][/]" for comparisons.
+func short(evs []Event) []string {
+	out := make([]string, 0, len(evs))
+	for _, ev := range evs {
+		s := ev.Kind.String() + " " + ev.Path
+		if ev.OldPath != "" {
+			s += "<-" + ev.OldPath
+		}
+		if ev.IsDir {
+			s += "/"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func wantEvents(t *testing.T, got []Event, want ...string) {
+	t.Helper()
+	if g := short(got); !slices.Equal(g, want) {
+		t.Fatalf("events:\n got  %q\n want %q", g, want)
+	}
+}
+
+func write(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRenamedFromParsesFsnotify(t *testing.T) {
+	dir := t.TempDir()
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fw.Close()
+	if err := fw.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "a \"q\" ←"), "x")
+	if err := os.Rename(filepath.Join(dir, "a \"q\" ←"), filepath.Join(dir, "b")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-fw.Events:
+			if ev.Has(fsnotify.Create) && ev.Name == filepath.Join(dir, "b") {
+				if got := renamedFrom(ev); got != filepath.Join(dir, "a \"q\" ←") {
+					t.Fatalf("renamedFrom(%v) = %q", ev, got)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("no move-to event")
+		}
+	}
+}
+
+func TestBasicEvents(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "old.txt"), "old")
+	w := start(t, dir, Options{Debounce: 20 * time.Millisecond})
+
+	write(t, filepath.Join(dir, "a.txt"), "a")
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "created a.txt")
+	write(t, filepath.Join(dir, "a.txt"), "aa")
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "modified a.txt")
+	if err := os.Rename(filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "renamed b.txt<-a.txt")
+	if err := os.Chmod(filepath.Join(dir, "old.txt"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "modified old.txt")
+	if err := os.Remove(filepath.Join(dir, "b.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "removed b.txt", "created d/")
+	// Not recursive: d's own entries are not reported, d's removal is.
+	write(t, filepath.Join(dir, "d", "x"), "x")
+	if evs := collect(t, w, 300*time.Millisecond); len(evs) != 0 {
+		t.Fatalf("non-recursive watch reported %q", short(evs))
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "d")); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "removed d/")
+}
+
+// TestEditorBurst saves a file the way editors do, several times within
+// one debounce window: each save writes a temporary file, renames it over
+// the target and chmods it; the target is also written in place many
+// times. One event per path comes out, and the temporary files none.
+func TestEditorBurst(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "main.go")
+	write(t, target, "package main\n")
+	w := start(t, dir, Options{Debounce: 150 * time.Millisecond})
+
+	began := time.Now()
+	for i := range 5 {
+		tmp := filepath.Join(dir, fmt.Sprintf(".main.go.swp%d", i))
+		write(t, tmp, fmt.Sprintf("package main // %d\n", i))
+		if err := os.Rename(tmp, target); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(target, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := filepath.Join(dir, "log.txt")
+	f, err := os.Create(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		fmt.Fprintf(f, "line %d\n", i)
+		time.Sleep(time.Millisecond)
+	}
+	f.Close()
+	if took := time.Since(began); took > 100*time.Millisecond {
+		t.Logf("the burst took %v (more than the 100 ms aimed at; the machine is slow)", took)
+	}
+	wantEvents(t, collect(t, w, 500*time.Millisecond), "created main.go", "created log.txt")
+
+	// Writes in place, many in 100 ms: one modified.
+	for i := range 100 {
+		write(t, target, fmt.Sprintf("v%d", i))
+		time.Sleep(time.Millisecond)
+	}
+	wantEvents(t, collect(t, w, 500*time.Millisecond), "modified main.go")
+}
+
+func TestRecursiveNewSubdirectories(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "src", "pkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := start(t, dir, Options{Recursive: true, Debounce: 30 * time.Millisecond})
+
+	write(t, filepath.Join(dir, "src", "pkg", "a.go"), "a")
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "created src/pkg/a.go")
+
+	// mkdir -p plus files at once: the new directories are watched and
+	// what they held before the watch was added is reported too.
+	deep := filepath.Join(dir, "new", "b", "c")
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(deep, "f.txt"), "f")
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "created new/", "created new/b/", "created new/b/c/", "created new/b/c/f.txt")
+	write(t, filepath.Join(deep, "g.txt"), "g")
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "created new/b/c/g.txt")
+
+	// A renamed directory keeps being watched under its new name.
+	if err := os.Rename(filepath.Join(dir, "new"), filepath.Join(dir, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "renamed moved<-new/")
+	write(t, filepath.Join(dir, "moved", "b", "c", "h.txt"), "h")
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "created moved/b/c/h.txt")
+
+	// A tree moved in from outside is reported entry by entry; one moved
+	// out is removed.
+	outside := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(outside, "t", "u"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(outside, "t", "u", "v.txt"), "v")
+	if err := os.Rename(filepath.Join(outside, "t"), filepath.Join(dir, "t")); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "created t/", "created t/u/", "created t/u/v.txt")
+	if err := os.Rename(filepath.Join(dir, "moved"), filepath.Join(outside, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "removed moved/")
+	if n := w.tree.watched; n != 6 { // root, src, src/pkg, t, t/u ... and none of moved's
+		t.Logf("watched directories: %d", n)
+	}
+	write(t, filepath.Join(outside, "gone", "b", "c", "z.txt"), "z")
+	if evs := collect(t, w, 300*time.Millisecond); len(evs) != 0 {
+		t.Fatalf("a directory moved out still reports: %q", short(evs))
+	}
+}
+
+func TestRootRemovedEndsWatch(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "w")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "sub", "f"), "f")
+	w := start(t, dir, Options{Recursive: true, Debounce: 20 * time.Millisecond})
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	evs := collect(t, w, 5*time.Second)
+	if len(evs) == 0 || evs[len(evs)-1].Kind != KindRemoved || evs[len(evs)-1].Path != "" {
+		t.Fatalf("events %q, want the root's removal last", short(evs))
+	}
+	if _, ok := <-w.Events(); ok {
+		t.Fatal("events still open after the root went")
+	}
+	if w.Err() != nil {
+		t.Fatalf("Err() = %v, want nil", w.Err())
+	}
+}
+
+func TestRootMovedAwayEndsWatch(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "w")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := start(t, dir, Options{Debounce: 20 * time.Millisecond})
+	if err := os.Rename(dir, filepath.Join(parent, "elsewhere")); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, collect(t, w, 5*time.Second), "removed /")
+}
+
+func TestSymlinksAreNotFollowed(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	// The root named through a symlink is resolved.
+	alias := filepath.Join(t.TempDir(), "alias")
+	if err := os.Symlink(dir, alias); err != nil {
+		t.Fatal(err)
+	}
+	w := start(t, alias, Options{Recursive: true, Debounce: 20 * time.Millisecond})
+	write(t, filepath.Join(outside, "secret"), "s")
+	write(t, filepath.Join(dir, "inside"), "i")
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "created inside")
+	if err := os.Symlink(outside, filepath.Join(dir, "link2")); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "created link2")
+	write(t, filepath.Join(outside, "secret2"), "s")
+	if evs := collect(t, w, 300*time.Millisecond); len(evs) != 0 {
+		t.Fatalf("a symlinked directory was followed: %q", short(evs))
+	}
+}
+
+// countingBudget is a Budget with a maximum.
+type countingBudget struct {
+	mu       sync.Mutex
+	used     int
+	max      int
+	released int
+}
+
+func (b *countingBudget) Acquire(n int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.max {
+		return errdefs.ResourceExhausted("more than %d watched directories", b.max)
+	}
+	b.used += n
+	return nil
+}
+
+func (b *countingBudget) Release(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= n
+	b.released += n
+}
+
+func (b *countingBudget) inUse() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+func TestDirectoryBudget(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 3 {
+		if err := os.Mkdir(filepath.Join(dir, fmt.Sprint(i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := &countingBudget{max: 3}
+	if _, err := Start(context.Background(), dir, Options{Recursive: true, Dirs: b}); !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("Start over budget: %v, want resource exhausted", err)
+	}
+	if b.inUse() != 0 {
+		t.Fatalf("a failed start kept %d directories of the budget", b.inUse())
+	}
+	b.max = 5
+	w := start(t, dir, Options{Recursive: true, Dirs: b, Debounce: 10 * time.Millisecond})
+	if b.inUse() != 4 {
+		t.Fatalf("budget in use %d, want 4", b.inUse())
+	}
+	if err := os.Mkdir(filepath.Join(dir, "3"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "4"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, w, 5*time.Second)
+	if !errdefs.IsResourceExhausted(w.Err()) {
+		t.Fatalf("Err() = %v, want resource exhausted", w.Err())
+	}
+	waitFor(t, "the budget to be released", func() bool { return b.inUse() == 0 })
+}
+
+func TestBufferOverflow(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Start(context.Background(), dir, Options{Debounce: 10 * time.Millisecond, Buffer: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// Nobody reads (not even the ready event) while 200 files appear.
+	for i := range 200 {
+		write(t, filepath.Join(dir, fmt.Sprintf("f%03d", i)), "x")
+	}
+	time.Sleep(300 * time.Millisecond)
+	evs := collect(t, w, 300*time.Millisecond)
+	if len(evs) < 2 || evs[0].Kind != KindReady || evs[1].Kind != KindOverflow {
+		t.Fatalf("events %q, want ready then overflow", short(evs))
+	}
+	if len(evs) > 51 {
+		t.Fatalf("%d events, more than the buffer of 50", len(evs))
+	}
+	// After the overflow, changes are reported again.
+	write(t, filepath.Join(dir, "after"), "x")
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "created after")
+}
+
+// inotifyState counts this process's inotify instances and watches.
+func inotifyState(t *testing.T) (instances, watches int) {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink("/proc/self/fd/" + fd.Name())
+		if err != nil || target != "anon_inode:inotify" {
+			continue
+		}
+		instances++
+		info, err := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if err == nil {
+			watches += strings.Count(string(info), "inotify wd:")
+		}
+	}
+	return instances, watches
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCancelCleansUp starts watches, cancels them (by context and by
+// Close) and checks that no goroutine, inotify instance or watch is left.
+func TestCancelCleansUp(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 20 {
+		if err := os.MkdirAll(filepath.Join(dir, fmt.Sprint(i), "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	baseG := runtime.NumGoroutine()
+	baseI, baseW := inotifyState(t)
+	b := &countingBudget{max: 1000}
+	for range 10 {
+		ctx, cancel := context.WithCancel(context.Background())
+		w1, err := Start(ctx, dir, Options{Recursive: true, Dirs: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w2, err := Start(context.Background(), dir, Options{Recursive: true, Dirs: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i, n := inotifyState(t); i != baseI+2 || n != baseW+82 {
+			t.Fatalf("inotify instances %d, watches %d; want %d and %d", i, n, baseI+2, baseW+82)
+		}
+		write(t, filepath.Join(dir, "0", "x", "f"), "f") // events pending, unread
+		cancel()
+		w2.Close()
+		for range w1.Events() {
+		}
+		if _, ok := <-w2.Events(); ok {
+			// Close waited: the channel is closed (maybe after buffered
+			// events, but there are none: it is unbuffered).
+			t.Fatal("events open after Close")
+		}
+	}
+	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= baseG })
+	if i, n := inotifyState(t); i != baseI || n != baseW {
+		t.Fatalf("left behind: inotify instances %d (was %d), watches %d (was %d)", i, baseI, n, baseW)
+	}
+	if b.inUse() != 0 {
+		t.Fatalf("budget in use after cancel: %d", b.inUse())
+	}
+}
+
+// TestGitCheckout switches a work tree between two branches that differ in
+// 600 files (300 changed, 150 only on one branch, 150 only on the other,
+// some in new directories) and expects an event for every changed path
+// within a bounded time, or an overflow event.
+func TestGitCheckout(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	dir := t.TempDir()
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q", "-b", "one")
+	for i := range 450 {
+		p := filepath.Join(dir, fmt.Sprintf("d%02d", i%15), fmt.Sprintf("f%03d.txt", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, p, fmt.Sprintf("one %d\n", i))
+	}
+	git("add", "-A")
+	git("commit", "-q", "-m", "one")
+	git("checkout", "-q", "-b", "two")
+	var changed []string
+	for i := range 450 {
+		rel := fmt.Sprintf("d%02d/f%03d.txt", i%15, i)
+		switch {
+		case i < 300:
+			write(t, filepath.Join(dir, rel), fmt.Sprintf("two %d\n", i))
+		default:
+			if err := os.Remove(filepath.Join(dir, rel)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		changed = append(changed, rel)
+	}
+	for i := range 150 {
+		rel := fmt.Sprintf("n%d/g%03d.txt", i%5, i)
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(rel)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, rel), "new\n")
+		changed = append(changed, rel)
+	}
+	git("add", "-A")
+	git("commit", "-q", "-m", "two")
+	git("checkout", "-q", "one")
+
+	w := start(t, dir, Options{Recursive: true})
+	began := time.Now()
+	git("checkout", "-q", "two")
+	seen := map[string]Kind{}
+	waiting := map[string]bool{}
+	for _, p := range changed {
+		waiting[p] = true
+	}
+	overflow := false
+	deadline := time.After(10 * time.Second)
+	for len(waiting) > 0 && !overflow {
+		select {
+		case ev := <-w.Events():
+			if ev.Kind == KindOverflow {
+				overflow = true
+			}
+			seen[ev.Path] = ev.Kind
+			delete(waiting, ev.Path)
+		case <-deadline:
+			var missing []string
+			for _, p := range changed {
+				if _, ok := seen[p]; !ok {
+					missing = append(missing, p)
+				}
+			}
+			t.Fatalf("after 10 s, %d of %d changed paths without an event, e.g. %q", len(missing), len(changed), missing[:min(5, len(missing))])
+		}
+	}
+	took := time.Since(began)
+	if overflow {
+		t.Logf("overflow after %v (%d paths seen): the client lists again", took, len(seen))
+		return
+	}
+	for i, p := range changed {
+		want := KindModified
+		switch {
+		case i >= 450:
+			want = KindCreated
+		case i >= 300:
+			want = KindRemoved
+		}
+		if got := seen[p]; got != want && !(want == KindModified && got == KindCreated) {
+			t.Errorf("%s: %v, want %v", p, got, want)
+		}
+	}
+	for _, d := range []string{"n0", "n4"} {
+		if seen[d] != KindCreated {
+			t.Errorf("new directory %s: %v, want created", d, seen[d])
+		}
+	}
+	t.Logf("git checkout of %d changed paths: all reported within %v (%d paths with .git's)", len(changed), took, len(seen))
+	// Back again, and the watch still works in the directories that went
+	// and came.
+	git("checkout", "-q", "one")
+	collect(t, w, 500*time.Millisecond)
+	if err := os.MkdirAll(filepath.Join(dir, "n1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "n1", "late"), "l")
+	evs := collect(t, w, 500*time.Millisecond)
+	if !slices.ContainsFunc(evs, func(e Event) bool { return e.Path == "n1/late" && e.Kind == KindCreated }) {
+		t.Fatalf("after switching back, events %q lack n1/late", short(evs))
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "f"), "f")
+	_, err := Start(context.Background(), filepath.Join(dir, "f"), Options{})
+	if !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("watching a file: %v, want failed precondition", err)
+	}
+	_, err = Start(context.Background(), filepath.Join(dir, "missing"), Options{})
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("watching a missing directory: %v, want not exist", err)
+	}
+}
