@@ -94,8 +94,9 @@ func TestAuthGRPC(t *testing.T) {
 		"basic": metadata.AppendToOutgoingContext(ctx, "authorization", "Basic "+testToken),
 	} {
 		_, err := info.GetInfo(c, &agentv1.GetInfoRequest{})
-		if status.Code(err) != codes.Unauthenticated {
-			t.Errorf("%s token: code %v, want Unauthenticated", name, status.Code(err))
+		if st := status.Convert(err); st.Code() != codes.Unauthenticated ||
+			st.Message() != "missing or invalid bearer token (send 'authorization: Bearer TOKEN')" {
+			t.Errorf("%s token: %v %q, want Unauthenticated", name, st.Code(), st.Message())
 		}
 	}
 	got, err := info.GetInfo(authed(ctx, testToken), &agentv1.GetInfoRequest{})
@@ -162,7 +163,8 @@ func TestAuthREST(t *testing.T) {
 				Code    int    `json:"code"`
 				Message string `json:"message"`
 			}
-			if err := json.Unmarshal(body, &e); err != nil || e.Code != int(codes.Unauthenticated) || e.Message == "" {
+			if err := json.Unmarshal(body, &e); err != nil || e.Code != int(codes.Unauthenticated) ||
+				e.Message != "missing or invalid bearer token (send 'Authorization: Bearer TOKEN')" {
 				t.Errorf("401 body = %s", body)
 			}
 		}

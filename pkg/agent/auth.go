@@ -2,61 +2,65 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"net/http"
 	"strings"
 
 	"github.com/berth-dev/berth/internal/edge"
+	"github.com/berth-dev/berth/pkg/bearer"
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
 // healthService is the gRPC health service, open without a token.
 const healthService = "/grpc.health.v1.Health/"
 
+// Answers to a call or request without the token; the gRPC one names the
+// metadata key, the HTTP one the header.
+var (
+	errUnauthenticatedGRPC = errdefs.Newf(errdefs.ErrUnauthenticated, "missing or invalid bearer token (send 'authorization: Bearer TOKEN')")
+	errUnauthenticatedHTTP = errdefs.Newf(errdefs.ErrUnauthenticated, "missing or invalid bearer token (send 'Authorization: Bearer TOKEN')")
+)
+
 // tokenChecker compares bearer tokens with the configured one in constant
-// time. An empty token disables authentication (only with Config.NoAuth).
+// time (bearer.Secret). An empty token disables authentication (only with
+// Config.NoAuth).
 type tokenChecker struct {
-	sum     [32]byte
-	enabled bool
+	secret bearer.Secret
 }
 
 func newTokenChecker(token string) tokenChecker {
-	if token == "" {
-		return tokenChecker{}
-	}
-	return tokenChecker{sum: sha256.Sum256([]byte(token)), enabled: true}
+	return tokenChecker{secret: bearer.NewSecret(token)}
 }
 
 // ok reports whether header (an Authorization value) carries the token.
-// Hashing both sides first makes the comparison constant-time whatever the
-// lengths.
 func (t tokenChecker) ok(header string) bool {
-	if !t.enabled {
+	if !t.secret.IsSet() {
 		return true
 	}
-	const prefix = "bearer "
-	if len(header) < len(prefix) || !strings.EqualFold(header[:len(prefix)], prefix) {
-		return false
-	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(header[len(prefix):])))
-	return subtle.ConstantTimeCompare(got[:], t.sum[:]) == 1
+	tok, ok := bearer.Parse(header)
+	return ok && t.secret.Matches(tok)
 }
 
-func (t tokenChecker) checkGRPC(ctx context.Context, method string) error {
-	if !t.enabled || strings.HasPrefix(method, healthService) {
+// checkMD is the gRPC check of the tap and the interceptors: health is
+// open, every other method needs the token in md's authorization. The
+// error is already a status: the tap and the interceptors are the edge.
+func (t tokenChecker) checkMD(md metadata.MD, method string) error {
+	if !t.secret.IsSet() || strings.HasPrefix(method, healthService) {
 		return nil
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		if t.ok(v) {
+	for tok := range bearer.FromMD(md) {
+		if t.secret.Matches(tok) {
 			return nil
 		}
 	}
-	return status.Error(codes.Unauthenticated, "missing or invalid bearer token (send 'authorization: Bearer TOKEN')")
+	return errgrpc.ToGRPC(errUnauthenticatedGRPC)
+}
+
+func (t tokenChecker) checkGRPC(ctx context.Context, method string) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return t.checkMD(md, method)
 }
 
 func (t tokenChecker) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -76,7 +80,7 @@ func (t tokenChecker) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 // httpMiddleware rejects HTTP requests without the token, except /healthz.
 func (t tokenChecker) httpMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || t.ok(r.Header.Get("Authorization")) {
+		if r.URL.Path == "/healthz" || t.ok(r.Header.Get(bearer.Header)) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -84,6 +88,6 @@ func (t tokenChecker) httpMiddleware(next http.Handler) http.Handler {
 		// whole before reading (Python's urllib) see the 401, not a reset.
 		edge.DrainBody(w, r, false)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="berth-agent"`)
-		writeJSONError(w, status.New(codes.Unauthenticated, "missing or invalid bearer token (send 'Authorization: Bearer TOKEN')"))
+		edge.WriteError(w, errUnauthenticatedHTTP)
 	})
 }

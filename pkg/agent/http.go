@@ -2,9 +2,6 @@ package agent
 
 import (
 	"net/http"
-
-	"github.com/berth-dev/berth/internal/edge"
-	"google.golang.org/grpc/status"
 )
 
 // maxJSONBody bounds REST request bodies other than raw file uploads.
@@ -19,8 +16,6 @@ func limitBody(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
-
-func writeJSONError(w http.ResponseWriter, st *status.Status) { edge.WriteJSONError(w, st) }
 
 func healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")

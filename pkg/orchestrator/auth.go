@@ -2,10 +2,8 @@ package orchestrator
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"strings"
 
+	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"google.golang.org/grpc/metadata"
 )
@@ -44,34 +42,29 @@ type LeaseTokenVerifier interface {
 // without naming one.
 const OperatorOwner = "operator"
 
-// authenticator maps bearer tokens to principals. Static tokens are kept as
-// SHA-256 sums and compared in constant time.
+// authenticator maps bearer tokens to principals. Static tokens are
+// bearer.Secrets, compared in constant time.
 type authenticator struct {
-	operator    [32]byte
-	hasOperator bool
-	clients     []clientSum
-	leases      LeaseTokenVerifier
+	operator bearer.Secret
+	clients  []bearer.Secret
+	owners   []string // owners[i] holds clients[i]
+	leases   LeaseTokenVerifier
 }
 
-type clientSum struct {
-	sum   [32]byte
-	owner string
-}
-
-func newAuthenticator(operatorToken string, clients []Client, leases LeaseTokenVerifier) *authenticator {
-	a := &authenticator{leases: leases}
-	if operatorToken != "" {
-		a.operator, a.hasOperator = sha256.Sum256([]byte(operatorToken)), true
-	}
+// newAuthenticator takes the operator Secret the server built once from
+// its Config (the same value goes to the proxy).
+func newAuthenticator(operator bearer.Secret, clients []Client, leases LeaseTokenVerifier) *authenticator {
+	a := &authenticator{operator: operator, leases: leases}
 	for _, c := range clients {
-		a.clients = append(a.clients, clientSum{sum: sha256.Sum256([]byte(c.Token)), owner: c.Owner})
+		a.clients = append(a.clients, bearer.NewSecret(c.Token))
+		a.owners = append(a.owners, c.Owner)
 	}
 	return a
 }
 
 // fromHeader authenticates an Authorization header value.
 func (a *authenticator) fromHeader(h string) (Principal, error) {
-	tok, ok := bearer(h)
+	tok, ok := bearer.Parse(h)
 	if !ok {
 		return Principal{}, errdefs.ErrUnauthenticated
 	}
@@ -79,19 +72,13 @@ func (a *authenticator) fromHeader(h string) (Principal, error) {
 }
 
 func (a *authenticator) fromToken(tok string) (Principal, error) {
-	sum := sha256.Sum256([]byte(tok))
-	if a.hasOperator && subtle.ConstantTimeCompare(sum[:], a.operator[:]) == 1 {
+	if a.operator.Matches(tok) {
 		return Principal{Role: RoleOperator, Owner: OperatorOwner}, nil
 	}
-	// Check every client token so timing does not reveal which one matched.
-	found := -1
-	for i, c := range a.clients {
-		if subtle.ConstantTimeCompare(sum[:], c.sum[:]) == 1 {
-			found = i
-		}
-	}
-	if found >= 0 {
-		return Principal{Role: RoleClient, Owner: a.clients[found].owner}, nil
+	// bearer.Index checks every client token so timing does not reveal
+	// which one matched.
+	if i := bearer.Index(tok, a.clients); i >= 0 {
+		return Principal{Role: RoleClient, Owner: a.owners[i]}, nil
 	}
 	if a.leases != nil {
 		if id, ok := a.leases.VerifyToken(tok); ok {
@@ -104,20 +91,12 @@ func (a *authenticator) fromToken(tok string) (Principal, error) {
 // fromContext authenticates the bearer token in gRPC metadata.
 func (a *authenticator) fromContext(ctx context.Context) (Principal, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		if p, err := a.fromHeader(v); err == nil {
+	for tok := range bearer.FromMD(md) {
+		if p, err := a.fromToken(tok); err == nil {
 			return p, nil
 		}
 	}
 	return Principal{}, errdefs.ErrUnauthenticated
-}
-
-func bearer(h string) (string, bool) {
-	const prefix = "bearer "
-	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return "", false
-	}
-	return strings.TrimSpace(h[len(prefix):]), true
 }
 
 type principalKey struct{}

@@ -14,7 +14,6 @@ import (
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -22,7 +21,10 @@ import (
 
 // leaseServer is the gRPC adapter over the lease manager. It authorizes
 // each call by the caller's Principal and converts messages; the lease
-// logic lives in pkg/lease.
+// logic lives in pkg/lease. Its methods return errdefs categories (the
+// manager's, and errdefs.Newf for its own checks, whose messages clients
+// know); the server's statusUnary/statusStream interceptors turn them into
+// gRPC statuses (grpcErr).
 type leaseServer struct {
 	orchv1.UnimplementedLeaseServiceServer
 	m       *lease.Manager
@@ -58,7 +60,7 @@ func (w *watchLimiter) acquire(key string) (release func(), err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.max > 0 && w.open[key] >= w.max {
-		return nil, status.Errorf(codes.ResourceExhausted, "%d watch streams are open for this token, the maximum is %d; close one first", w.open[key], w.max)
+		return nil, errdefs.Newf(errdefs.ErrResourceExhausted, "%d watch streams are open for this token, the maximum is %d; close one first", w.open[key], w.max)
 	}
 	w.open[key]++
 	return func() {
@@ -75,23 +77,20 @@ func principal(ctx context.Context) Principal {
 	return p
 }
 
-// grpcErr maps a manager error to a gRPC status; RESOURCE_EXHAUSTED carries
-// a RetryInfo detail with the retry hint.
+// grpcErr maps an error to a gRPC status (errgrpc.ToGRPC); an error with a
+// retry hint (lease.RetryAfter, RESOURCE_EXHAUSTED) carries it as a
+// RetryInfo detail.
 func grpcErr(err error) error {
-	if err == nil {
-		return nil
-	}
+	wire := errgrpc.ToGRPC(err)
 	if d, ok := lease.RetryAfter(err); ok {
-		st := status.New(codes.ResourceExhausted, err.Error())
-		if ds, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); derr == nil {
-			return ds.Err()
+		if st, derr := status.Convert(wire).WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); derr == nil {
+			return st.Err()
 		}
-		return st.Err()
 	}
-	return errgrpc.ToGRPC(err)
+	return wire
 }
 
-var errDenied = status.Error(codes.PermissionDenied, "this token may not make this call")
+var errDenied = errdefs.Newf(errdefs.ErrPermissionDenied, "this token may not make this call")
 
 // canSee reports whether p may read or change l.
 func canSee(p Principal, l lease.Lease) bool {
@@ -110,14 +109,14 @@ func canSee(p Principal, l lease.Lease) bool {
 // their existence is not revealed.
 func (s *leaseServer) lookup(ctx context.Context, id string) (lease.Lease, error) {
 	if id == "" {
-		return lease.Lease{}, status.Error(codes.InvalidArgument, "id: required")
+		return lease.Lease{}, errdefs.Newf(errdefs.ErrInvalidArgument, "id: required")
 	}
 	l, err := s.m.Get(ctx, id)
 	if err != nil {
-		return l, grpcErr(err)
+		return l, err
 	}
 	if !canSee(principal(ctx), l) {
-		return l, status.Errorf(codes.NotFound, "lease %s not found", id)
+		return l, errdefs.Newf(errdefs.ErrNotFound, "lease %s not found", id)
 	}
 	return l, nil
 }
@@ -132,7 +131,7 @@ func (s *leaseServer) Acquire(ctx context.Context, req *orchv1.AcquireRequest) (
 		}
 	case RoleClient:
 		if req.Owner != "" && req.Owner != p.Owner {
-			return nil, status.Error(codes.PermissionDenied, "owner: a client token acquires only for its own owner")
+			return nil, errdefs.Newf(errdefs.ErrPermissionDenied, "owner: a client token acquires only for its own owner")
 		}
 	default:
 		return nil, errDenied
@@ -157,7 +156,7 @@ func (s *leaseServer) Acquire(ctx context.Context, req *orchv1.AcquireRequest) (
 	}
 	l, tok, created, err := s.m.Acquire(ctx, ar)
 	if err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	return &orchv1.AcquireResponse{Lease: toLease(l), Token: tok, Created: created}, nil
 }
@@ -178,30 +177,30 @@ func (s *leaseServer) List(ctx context.Context, req *orchv1.ListLeasesRequest) (
 	case RoleOperator:
 	case RoleClient:
 		if req.Owner != "" && req.Owner != p.Owner {
-			return nil, status.Error(codes.PermissionDenied, "owner: a client token lists only its own leases")
+			return nil, errdefs.Newf(errdefs.ErrPermissionDenied, "owner: a client token lists only its own leases")
 		}
 		f.Owner = p.Owner
 	default:
 		return nil, errDenied
 	}
 	if req.PageSize < 0 {
-		return nil, status.Error(codes.InvalidArgument, "page_size: must not be negative")
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "page_size: must not be negative")
 	}
 	if req.State != orchv1.LeaseState_LEASE_STATE_UNSPECIFIED {
 		st, err := lease.ParseState(req.State.String())
 		if err != nil {
-			return nil, grpcErr(errdefs.InvalidArgument("state", "%v", err))
+			return nil, errdefs.InvalidArgument("state", "%v", err)
 		}
 		f.States = []lease.State{st}
 	}
 	sel, err := lease.ParseSelector("label_selector", req.LabelSelector)
 	if err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	f.Labels = sel
 	ls, next, err := s.m.List(ctx, f)
 	if err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	out := &orchv1.ListLeasesResponse{NextPageToken: next}
 	for _, l := range ls {
@@ -220,7 +219,7 @@ func (s *leaseServer) Renew(ctx context.Context, req *orchv1.RenewRequest) (*orc
 	}
 	l, err := s.m.Renew(ctx, req.Id, ttl)
 	if err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	return toLease(l), nil
 }
@@ -235,7 +234,7 @@ func (s *leaseServer) Release(ctx context.Context, req *orchv1.ReleaseRequest) (
 	}
 	l, err := s.m.Release(ctx, req.Id, reason)
 	if err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	return toLease(l), nil
 }
@@ -243,11 +242,11 @@ func (s *leaseServer) Release(ctx context.Context, req *orchv1.ReleaseRequest) (
 func (s *leaseServer) Reap(ctx context.Context, req *orchv1.ReapRequest) (*orchv1.ReapResponse, error) {
 	p := principal(ctx)
 	if p.Role != RoleOperator {
-		return nil, status.Error(codes.PermissionDenied, "reap needs the operator token")
+		return nil, errdefs.Newf(errdefs.ErrPermissionDenied, "reap needs the operator token")
 	}
 	sel, err := lease.ParseSelector("label_selector", req.LabelSelector)
 	if err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	reason := req.Reason
 	if reason == "" {
@@ -255,7 +254,7 @@ func (s *leaseServer) Reap(ctx context.Context, req *orchv1.ReapRequest) (*orchv
 	}
 	ids, err := s.m.Reap(ctx, lease.ReapFilter{IDs: req.Ids, Owner: req.Owner, ConversationID: req.ConversationId, Labels: sel, All: req.All, Reason: reason})
 	if err != nil {
-		return nil, grpcErr(err)
+		return nil, err
 	}
 	return &orchv1.ReapResponse{Reaped: ids}, nil
 }
@@ -268,7 +267,7 @@ func (s *leaseServer) Watch(req *orchv1.WatchRequest, stream grpc.ServerStreamin
 	case RoleOperator:
 	case RoleClient:
 		if req.Owner != "" && req.Owner != p.Owner {
-			return status.Error(codes.PermissionDenied, "owner: a client token watches only its own leases")
+			return errdefs.Newf(errdefs.ErrPermissionDenied, "owner: a client token watches only its own leases")
 		}
 		f.Owner = p.Owner
 	case RoleLease:
@@ -300,7 +299,8 @@ func (s *leaseServer) Watch(req *orchv1.WatchRequest, stream grpc.ServerStreamin
 				if ctx.Err() != nil {
 					return nil
 				}
-				return status.Error(codes.Aborted, "watch fell behind; list again and re-watch")
+				// Conflict is ABORTED on the wire (errgrpc).
+				return errdefs.Newf(errdefs.ErrConflict, "watch fell behind; list again and re-watch")
 			}
 			out := &orchv1.LeaseEvent{Lease: toLease(ev.Lease)}
 			if ev.Transition != nil {
@@ -330,11 +330,11 @@ func duration(field string, d *durationpb.Duration) (time.Duration, error) {
 		return 0, nil
 	}
 	if err := d.CheckValid(); err != nil {
-		return 0, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
+		return 0, errdefs.Newf(errdefs.ErrInvalidArgument, "%s: %v", field, err)
 	}
 	v := d.AsDuration()
 	if v < 0 {
-		return 0, status.Errorf(codes.InvalidArgument, "%s: must not be negative, got %s", field, v)
+		return 0, errdefs.Newf(errdefs.ErrInvalidArgument, "%s: must not be negative, got %s", field, v)
 	}
 	return v, nil
 }
@@ -351,15 +351,15 @@ func (s *leaseServer) fromResources(r *orchv1.Resources) (runtime.Resources, err
 	c := r.Cpus
 	switch {
 	case math.IsNaN(c) || math.IsInf(c, 0):
-		return runtime.Resources{}, status.Errorf(codes.InvalidArgument, "resources.cpus: %v is not a finite number", c)
+		return runtime.Resources{}, errdefs.Newf(errdefs.ErrInvalidArgument, "resources.cpus: %v is not a finite number", c)
 	case c < 0:
-		return runtime.Resources{}, status.Errorf(codes.InvalidArgument, "resources.cpus: %g must not be negative", c)
+		return runtime.Resources{}, errdefs.Newf(errdefs.ErrInvalidArgument, "resources.cpus: %g must not be negative", c)
 	}
 	if mx := float64(s.m.Config().MaxResources.NanoCPUs) / 1e9; mx > 0 && c > mx {
-		return runtime.Resources{}, status.Errorf(codes.InvalidArgument, "resources.cpus: %g exceeds the maximum %g", c, mx)
+		return runtime.Resources{}, errdefs.Newf(errdefs.ErrInvalidArgument, "resources.cpus: %g exceeds the maximum %g", c, mx)
 	}
 	if c*1e9 >= math.MaxInt64 {
-		return runtime.Resources{}, status.Errorf(codes.InvalidArgument, "resources.cpus: %g is too large", c)
+		return runtime.Resources{}, errdefs.Newf(errdefs.ErrInvalidArgument, "resources.cpus: %g is too large", c)
 	}
 	return runtime.Resources{NanoCPUs: int64(c * 1e9), MemoryBytes: r.MemoryBytes, PidsLimit: r.Pids, DiskBytes: r.DiskBytes}, nil
 }

@@ -21,6 +21,9 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/edge"
+	"github.com/berth-dev/berth/pkg/bearer"
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/proxy"
 	"github.com/berth-dev/berth/pkg/runtime"
@@ -43,12 +46,15 @@ type Server struct {
 	store   *lease.BoltStore
 	manager *lease.Manager
 	auth    *authenticator
-	grpc    *grpc.Server
-	health  *health.Server
-	inproc  *edge.InProc
-	handler http.Handler
-	cancel  context.CancelFunc
-	proxy   *proxy.Proxy
+	// operator is the operator token, given to the authenticator and the
+	// proxy alike.
+	operator bearer.Secret
+	grpc     *grpc.Server
+	health   *health.Server
+	inproc   *edge.InProc
+	handler  http.Handler
+	cancel   context.CancelFunc
+	proxy    *proxy.Proxy
 	// own are the gRPC services this server implements; calls to any
 	// other service are agent calls for the proxy.
 	own map[string]bool
@@ -112,8 +118,11 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		store.Close()
 		return nil, fmt.Errorf("orchestrator: start lease manager: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, store: store, manager: m, cancel: cancel,
-		auth: newAuthenticator(cfg.OperatorToken, cfg.Clients, m)}
+	// The operator token is read once: the authenticator and the proxy
+	// share this one Secret.
+	operator := bearer.NewSecret(cfg.OperatorToken)
+	s := &Server{cfg: cfg, log: log, store: store, manager: m, cancel: cancel, operator: operator,
+		auth: newAuthenticator(operator, cfg.Clients, m)}
 	if err := s.buildAPI(); err != nil {
 		s.Close()
 		return nil, err
@@ -132,7 +141,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) buildAPI() error {
 	rec := edge.Recoverer{Log: s.log}
 	px, err := proxy.New(proxy.Config{
-		Leases: s.manager, OperatorToken: s.cfg.OperatorToken, Domain: s.cfg.PreviewDomain,
+		Leases: s.manager, Operator: s.operator, Domain: s.cfg.PreviewDomain,
 		Logger: s.log.With("component", "proxy"),
 	})
 	if err != nil {
@@ -145,10 +154,12 @@ func (s *Server) buildAPI() error {
 		grpc.InTapHandle(s.tap),
 	)
 	s.grpc = grpc.NewServer(append(opts,
-		grpc.ChainUnaryInterceptor(rec.Unary, s.authUnary),
+		// statusUnary/statusStream are the one place the errors of the
+		// calls below become gRPC statuses.
+		grpc.ChainUnaryInterceptor(rec.Unary, statusUnary, s.authUnary),
 		// The proxy's interceptor goes first: it sends reflection calls
 		// that name a lease to that lease's agent.
-		grpc.ChainStreamInterceptor(rec.Stream, px.StreamInterceptor(), s.authStream),
+		grpc.ChainStreamInterceptor(rec.Stream, statusStream, px.StreamInterceptor(), s.authStream),
 		// Agent RPCs (unknown services here) are forwarded as raw frames.
 		grpc.UnknownServiceHandler(px.GRPCHandler()),
 		grpc.ForceServerCodecV2(px.Codec()),
@@ -236,7 +247,7 @@ func (s *Server) authenticate(ctx context.Context, method string) (context.Conte
 }
 
 // errUnauthenticated is the answer to a call without a valid token.
-var errUnauthenticated = status.Error(codes.Unauthenticated, "missing or invalid bearer token (send 'Authorization: Bearer TOKEN': the operator token, a client token, or a lease token)")
+var errUnauthenticated = errdefs.Newf(errdefs.ErrUnauthenticated, "missing or invalid bearer token (send 'Authorization: Bearer TOKEN': the operator token, a client token, or a lease token)")
 
 // tap refuses, from the headers alone, every call but health that carries
 // no valid token (bearer authorization, or the proxy's x-berth-token), so
@@ -246,8 +257,8 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 	if open(info.FullMethodName) {
 		return ctx, nil
 	}
-	for _, v := range info.Header.Get("authorization") {
-		if _, err := s.auth.fromHeader(v); err == nil {
+	for tok := range bearer.FromMD(info.Header) {
+		if _, err := s.auth.fromToken(tok); err == nil {
 			return ctx, nil
 		}
 	}
@@ -256,7 +267,8 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 			return ctx, nil
 		}
 	}
-	return ctx, errUnauthenticated
+	// A tap answers before the interceptors: it makes its status itself.
+	return ctx, errgrpc.ToGRPC(errUnauthenticated)
 }
 
 // authHTTP refuses REST calls without a valid bearer token before their
@@ -265,7 +277,7 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 // reading see the 401.
 func (s *Server) authHTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := s.auth.fromHeader(r.Header.Get("Authorization")); err == nil {
+		if _, err := s.auth.fromHeader(r.Header.Get(bearer.Header)); err == nil {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -275,7 +287,7 @@ func (s *Server) authHTTP(next http.Handler) http.Handler {
 			w.Header().Set("Connection", "close")
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
-		edge.WriteJSONError(w, status.Convert(errUnauthenticated))
+		edge.WriteError(w, errUnauthenticated)
 	})
 }
 
@@ -298,6 +310,19 @@ func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 		return err
 	}
 	return h(srv, &ctxStream{ServerStream: ss, ctx: ctx})
+}
+
+// statusUnary converts the error of a unary call to its gRPC status
+// (grpcErr): the handlers and interceptors below return errdefs categories.
+func statusUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	return resp, grpcErr(err)
+}
+
+// statusStream is statusUnary for streams; statuses (the proxy's, an
+// agent's) pass through unchanged.
+func statusStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return grpcErr(h(srv, ss))
 }
 
 type ctxStream struct {

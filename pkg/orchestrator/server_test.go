@@ -292,3 +292,85 @@ func TestProxyThroughOrchestrator(t *testing.T) {
 		t.Errorf("metrics lack proxy counters: %s", r.body)
 	}
 }
+
+// TestOwnErrorMessages pins the codes and exact messages of the server's
+// own checks, over REST and gRPC: clients and scripts match them, so moving
+// them onto errdefs categories must not change a byte.
+func TestOwnErrorMessages(t *testing.T) {
+	s := start(t, func(c *orchestrator.Config) { c.MaxWatchesPerPrincipal = 1 })
+	idA, leaseTokA := s.acquire(t, tokA, "conv-a")
+	const unauth = "missing or invalid bearer token (send 'Authorization: Bearer TOKEN': the operator token, a client token, or a lease token)"
+	for _, tc := range []struct {
+		name, token, method, path, body string
+		status, code                    int
+		message                         string
+	}{
+		{"no token", "", "GET", "/v1/leases", "", 401, 16, unauth},
+		{"bad token", "nope", "GET", "/v1/leases/" + idA, "", 401, 16, unauth},
+		{"other owner's lease", tokB, "GET", "/v1/leases/" + idA, "", 404, 5, "lease " + idA + " not found"},
+		{"lease token acquires", leaseTokA, "POST", "/v1/leases", `{"conversationId":"x"}`, 403, 7, "this token may not make this call"},
+		{"client reaps", tokA, "POST", "/v1/leases:reap", `{"all":true}`, 403, 7, "reap needs the operator token"},
+		{"client lists another owner", tokA, "GET", "/v1/leases?owner=team-b", "", 403, 7, "owner: a client token lists only its own leases"},
+		{"client acquires for another owner", tokA, "POST", "/v1/leases", `{"conversationId":"y","owner":"team-b"}`, 403, 7, "owner: a client token acquires only for its own owner"},
+		{"negative page size", opToken, "GET", "/v1/leases?pageSize=-1", "", 400, 3, "page_size: must not be negative"},
+		{"negative ttl", opToken, "POST", "/v1/leases", `{"conversationId":"c","ttl":"-5s"}`, 400, 3, "ttl: must not be negative, got -5s"},
+		{"negative cpus", opToken, "POST", "/v1/leases", `{"conversationId":"c","resources":{"cpus":-1}}`, 400, 3, "resources.cpus: -1 must not be negative"},
+		{"too many cpus", opToken, "POST", "/v1/leases", `{"conversationId":"c","resources":{"cpus":1e9}}`, 400, 3, "resources.cpus: 1e+09 exceeds the maximum 4"},
+	} {
+		r := s.do(t, tc.token, tc.method, tc.path, tc.body)
+		var m struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(r.body, &m)
+		if r.code != tc.status || m.Code != tc.code || m.Message != tc.message {
+			t.Errorf("%s: %d %s, want %d {code %d, message %q}", tc.name, r.code, r.body, tc.status, tc.code, tc.message)
+		}
+	}
+
+	conn, err := grpc.NewClient(strings.TrimPrefix(s.base, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	lc := orchv1.NewLeaseServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	as := func(tok string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+	}
+	check := func(name string, err error, code codes.Code, msg string) {
+		t.Helper()
+		if st := status.Convert(err); st.Code() != code || st.Message() != msg {
+			t.Errorf("%s: %v %q, want %v %q", name, st.Code(), st.Message(), code, msg)
+		}
+	}
+	_, err = lc.Get(ctx, &orchv1.GetLeaseRequest{Id: idA})
+	check("gRPC without token", err, codes.Unauthenticated, unauth)
+	_, err = lc.Get(as(opToken), &orchv1.GetLeaseRequest{})
+	check("empty id", err, codes.InvalidArgument, "id: required")
+	_, err = lc.Get(as(tokB), &orchv1.GetLeaseRequest{Id: idA})
+	check("other owner's lease", err, codes.NotFound, "lease "+idA+" not found")
+	recv := func(tok string, req *orchv1.WatchRequest) error {
+		w, err := lc.Watch(as(tok), req)
+		if err != nil {
+			return err
+		}
+		_, err = w.Recv()
+		return err
+	}
+	check("client watches another owner", recv(tokA, &orchv1.WatchRequest{Owner: "team-b"}),
+		codes.PermissionDenied, "owner: a client token watches only its own leases")
+	check("lease token watches another lease", recv(leaseTokA, &orchv1.WatchRequest{LeaseId: "l-other"}),
+		codes.PermissionDenied, "this token may not make this call")
+	// One watch per principal: the second is refused.
+	w, err := lc.Watch(as(opToken), &orchv1.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Header(); err != nil {
+		t.Fatal(err)
+	}
+	check("second watch", recv(opToken, &orchv1.WatchRequest{}),
+		codes.ResourceExhausted, "1 watch streams are open for this token, the maximum is 1; close one first")
+}

@@ -1,15 +1,16 @@
 package proxy
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/berth-dev/berth/internal/edge"
+	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"github.com/berth-dev/berth/pkg/lease"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -37,25 +38,33 @@ func (a access) String() string {
 	return "none"
 }
 
-// routeError is a failure decided by the proxy itself (not the upstream).
+// routeError is a failure decided by the proxy itself (not the upstream):
+// an HTTP status, and an errdefs category with the message, which the
+// edges turn into the gRPC code and the JSON body (errgrpc).
 type routeError struct {
-	status int        // HTTP status
-	code   codes.Code // gRPC code
-	msg    string
+	status int         // HTTP status
+	err    error       // category and message (errdefs.Newf)
 	state  lease.State // set for 409 and 410
 }
 
-func (e *routeError) Error() string { return e.msg }
+func (e *routeError) Error() string { return e.err.Error() }
 
-// grpcStatus returns e as a gRPC status error.
-func (e *routeError) grpcErr() error { return status.Error(e.code, e.msg) }
+// Unwrap returns the category, for errors.Is and errgrpc.ToGRPC.
+func (e *routeError) Unwrap() error { return e.err }
+
+// code is e's gRPC code.
+func (e *routeError) code() codes.Code { return status.Code(errgrpc.ToGRPC(e.err)) }
+
+func newRouteError(httpStatus int, category error, format string, args ...any) *routeError {
+	return &routeError{status: httpStatus, err: errdefs.Newf(category, format, args...)}
+}
 
 func errNoRoute(msg string) *routeError {
-	return &routeError{status: http.StatusNotFound, code: codes.NotFound, msg: msg}
+	return newRouteError(http.StatusNotFound, errdefs.ErrNotFound, "%s", msg)
 }
 
 func errUnauthenticated(msg string) *routeError {
-	return &routeError{status: http.StatusUnauthorized, code: codes.Unauthenticated, msg: msg}
+	return newRouteError(http.StatusUnauthorized, errdefs.ErrUnauthenticated, "%s", msg)
 }
 
 // tokens holds the candidate tokens of one request (at most a few; no
@@ -79,6 +88,17 @@ func (t *tokens) add(s string) {
 	t.more = append(t.more, s)
 }
 
+// addAll adds the bearer tokens of authorization values, then the values
+// of the proxy's token header or metadata key (X-Berth-Token).
+func (t *tokens) addAll(authorization, berthToken []string) {
+	for tok := range bearer.All(authorization) {
+		t.add(tok)
+	}
+	for _, v := range berthToken {
+		t.add(v)
+	}
+}
+
 func (t *tokens) each(f func(string) bool) {
 	for i := 0; i < t.n; i++ {
 		if !f(t.fixed[i]) {
@@ -94,24 +114,6 @@ func (t *tokens) each(f func(string) bool) {
 
 func (t *tokens) empty() bool { return t.n == 0 }
 
-// bearer returns the token of an "Authorization: Bearer TOKEN" value.
-func bearer(h string) (string, bool) {
-	const prefix = "bearer "
-	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return "", false
-	}
-	return strings.TrimSpace(h[len(prefix):]), true
-}
-
-// isOperator compares tok with the operator token in constant time.
-func (p *Proxy) isOperator(tok string) bool {
-	if !p.hasOperator {
-		return false
-	}
-	sum := sha256.Sum256([]byte(tok))
-	return subtle.ConstantTimeCompare(sum[:], p.operatorSum[:]) == 1
-}
-
 // authorize checks the candidate tokens against lease id: the operator
 // token or id's own lease token opens it; anything else is a 401 that says
 // what was wrong. matched is the token that opened it.
@@ -121,7 +123,7 @@ func (p *Proxy) authorize(id string, ts *tokens) (acc access, matched string, er
 	}
 	other := false
 	ts.each(func(tok string) bool {
-		if p.isOperator(tok) {
+		if p.cfg.Operator.Matches(tok) {
 			acc, matched = accessOperator, tok
 			return false
 		}
@@ -144,6 +146,55 @@ func (p *Proxy) authorize(id string, ts *tokens) (acc access, matched string, er
 	}
 }
 
+// opened is a request let through to its lease: the caller's access, the
+// token that gave it ("" for a public port) and the lease's route.
+type opened struct {
+	acc     access
+	matched string
+	rt      lease.Route
+}
+
+// origin describes a request for the operator access log.
+type origin struct {
+	kind, method, path, remote string
+}
+
+// open is the sequence every route runs before it forwards to lease id:
+// authorize the candidate tokens (unless port is one of the lease's public
+// preview ports; 0 for the agent's API), look the lease up, and check that
+// it can take traffic; an operator's access is logged. A failed
+// authorization answers before a missing lease, so that only a valid token
+// learns whether a lease exists.
+func (p *Proxy) open(id string, ts *tokens, port int, o origin) (opened, *routeError) {
+	var op opened
+	var lerr *routeError
+	if port > 0 {
+		// A public port needs no token: look the lease up first.
+		op.rt, lerr = p.lookup(id)
+	}
+	if port == 0 || lerr != nil || !slices.Contains(op.rt.PublicPorts, port) {
+		var aerr *routeError
+		if op.acc, op.matched, aerr = p.authorize(id, ts); aerr != nil {
+			return opened{}, aerr
+		}
+		if port == 0 {
+			op.rt, lerr = p.lookup(id)
+		}
+	} else {
+		op.acc = accessPublic
+	}
+	if lerr == nil {
+		lerr = usable(id, op.rt)
+	}
+	if lerr != nil {
+		return opened{}, lerr
+	}
+	if op.acc == accessOperator {
+		p.logOperator(id, o)
+	}
+	return op, nil
+}
+
 // lookup returns lease id's route, or a 404.
 func (p *Proxy) lookup(id string) (lease.Route, *routeError) {
 	if !lease.ValidID(id) {
@@ -154,33 +205,35 @@ func (p *Proxy) lookup(id string) (lease.Route, *routeError) {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return lease.Route{}, errNoRoute("no lease " + id)
 		}
-		return lease.Route{}, &routeError{status: http.StatusInternalServerError, code: codes.Internal, msg: "lease " + id + ": " + err.Error()}
+		return lease.Route{}, newRouteError(http.StatusInternalServerError, errdefs.ErrInternal, "lease %s: %s", id, err.Error())
 	}
 	return rt, nil
 }
 
 // usable checks that a lease can take traffic: READY with an endpoint.
 func usable(id string, rt lease.Route) *routeError {
+	e := func(httpStatus int, category error, format string, args ...any) *routeError {
+		re := newRouteError(httpStatus, category, format, args...)
+		re.state = rt.State
+		return re
+	}
 	switch rt.State {
 	case lease.StateReady:
 		if rt.Endpoint == "" {
-			return &routeError{status: http.StatusBadGateway, code: codes.Unavailable, msg: "lease " + id + " has no agent endpoint"}
+			return newRouteError(http.StatusBadGateway, errdefs.ErrUnavailable, "lease %s has no agent endpoint", id)
 		}
 		return nil
 	case lease.StatePending:
 		// Being created ("acquired"), or restarted in place after its
 		// container exited ("container exited with code 137; restarting").
-		return &routeError{status: http.StatusConflict, code: codes.Unavailable, state: rt.State,
-			msg: fmt.Sprintf("lease %s is PENDING (%s): its sandbox is being started; retry shortly", id, rt.Reason)}
+		return e(http.StatusConflict, errdefs.ErrUnavailable,
+			"lease %s is PENDING (%s): its sandbox is being started; retry shortly", id, rt.Reason)
 	case lease.StateReleasing:
-		return &routeError{status: http.StatusConflict, code: codes.FailedPrecondition, state: rt.State,
-			msg: fmt.Sprintf("lease %s is RELEASING: %s", id, rt.Reason)}
+		return e(http.StatusConflict, errdefs.ErrFailedPrecondition, "lease %s is RELEASING: %s", id, rt.Reason)
 	case lease.StateReleased, lease.StateExpired, lease.StateFailed:
-		return &routeError{status: http.StatusGone, code: codes.FailedPrecondition, state: rt.State,
-			msg: fmt.Sprintf("lease %s is %s: %s", id, rt.State, rt.Reason)}
+		return e(http.StatusGone, errdefs.ErrFailedPrecondition, "lease %s is %s: %s", id, rt.State, rt.Reason)
 	}
-	return &routeError{status: http.StatusConflict, code: codes.FailedPrecondition, state: rt.State,
-		msg: fmt.Sprintf("lease %s is %s", id, rt.State)}
+	return e(http.StatusConflict, errdefs.ErrFailedPrecondition, "lease %s is %s", id, rt.State)
 }
 
 // StateHeader names the response header that carries the lease's state on
@@ -204,20 +257,20 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, preview bool, id st
 		h.Set("Retry-After", "1")
 	}
 	if e.status >= 500 {
-		p.log.Warn("proxy error", "lease_id", id, "method", r.Method, "path", r.URL.Path, "status", e.status, "error", e.msg)
+		p.log.Warn("proxy error", "lease_id", id, "method", r.Method, "path", r.URL.Path, "status", e.status, "error", e.Error())
 	}
 	if preview {
 		h.Set("Content-Type", "text/plain; charset=utf-8")
 		h.Set("X-Content-Type-Options", "nosniff")
 		w.WriteHeader(e.status)
-		_, _ = fmt.Fprintln(w, e.msg)
+		_, _ = fmt.Fprintln(w, e.Error())
 		return
 	}
-	edge.WriteJSONErrorStatus(w, e.status, status.New(e.code, e.msg))
+	edge.WriteErrorStatus(w, e.status, e.err)
 }
 
 // logOperator records an operator's access to a lease.
-func (p *Proxy) logOperator(id, kind, method, path, remote string) {
+func (p *Proxy) logOperator(id string, o origin) {
 	p.metrics.operatorAccess.Add(1)
-	p.log.Info("operator access to sandbox", "lease_id", id, "kind", kind, "method", method, "path", path, "remote_addr", remote)
+	p.log.Info("operator access to sandbox", "lease_id", id, "kind", o.kind, "method", o.method, "path", o.path, "remote_addr", o.remote)
 }

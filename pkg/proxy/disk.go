@@ -9,9 +9,8 @@ import (
 	"sync/atomic"
 
 	"github.com/berth-dev/berth/internal/edge"
+	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/lease"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Uploads through the proxy are held to the lease's disk limit
@@ -125,7 +124,7 @@ func (p *Proxy) refuseUpload(w http.ResponseWriter, r *http.Request, t *target, 
 	}
 	t.status = StatusInsufficientStorage
 	p.log.Info("upload refused: disk limit", "lease_id", t.leaseID, "path", t.path, "status", t.status)
-	edge.WriteJSONErrorStatus(w, StatusInsufficientStorage, status.New(codes.ResourceExhausted, msg))
+	edge.WriteErrorStatus(w, StatusInsufficientStorage, errdefs.Newf(errdefs.ErrResourceExhausted, "%s", msg))
 }
 
 // grpcUploadBudget is the byte budget of a gRPC upload through the proxy:
@@ -147,7 +146,7 @@ func limitGRPCUpload(method, id string, rt lease.Route) (*grpcUploadBudget, erro
 		return nil, nil
 	}
 	if left <= 0 {
-		return nil, status.Error(codes.ResourceExhausted, diskMessage(id, rt, 0))
+		return nil, errdefs.Newf(errdefs.ErrResourceExhausted, "%s", diskMessage(id, rt, 0))
 	}
 	return &grpcUploadBudget{left: left, msg: diskMessage(id, rt, -1)}, nil
 }

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/pkg/bearer"
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"github.com/berth-dev/berth/pkg/lease"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -102,12 +105,36 @@ func (p *Proxy) StreamInterceptor() grpc.StreamServerInterceptor {
 	}
 }
 
-func (p *Proxy) handleGRPC(_ any, ss grpc.ServerStream) (err error) {
-	ctx := ss.Context()
+// handleGRPC is the gRPC edge of the proxy: it resolves the call to a
+// lease's agent (resolveGRPC), relays it (relayGRPC), and turns the
+// proxy's own errors into statuses (errgrpc) once, here.
+func (p *Proxy) handleGRPC(_ any, ss grpc.ServerStream) error {
 	method, ok := grpc.MethodFromServerStream(ss)
 	if !ok {
-		return status.Error(codes.Internal, "proxy: no method in stream")
+		return errgrpc.ToGRPC(errdefs.Newf(errdefs.ErrInternal, "proxy: no method in stream"))
 	}
+	c, err := p.resolveGRPC(ss.Context(), method)
+	if err != nil {
+		err = errgrpc.ToGRPC(err)
+		p.metrics.grpc(status.Code(err))
+		return err
+	}
+	return p.relayGRPC(ss, c)
+}
+
+// grpcCall is a call resolved to the agent it goes to.
+type grpcCall struct {
+	id, method string
+	md         metadata.MD // the caller's metadata
+	rt         lease.Route
+	budget     *grpcUploadBudget // an upload held to the lease's disk limit
+}
+
+// resolveGRPC finds the lease a call names (metadata x-berth-lease, or the
+// :authority {lease}.{Domain}), authorizes the caller's token for it and
+// checks that it can take the call (open), and sets the disk budget of an
+// upload.
+func (p *Proxy) resolveGRPC(ctx context.Context, method string) (*grpcCall, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	id := firstMD(md, LeaseMetadata)
 	if id == "" {
@@ -118,106 +145,62 @@ func (p *Proxy) handleGRPC(_ any, ss grpc.ServerStream) (err error) {
 		}
 	}
 	if id == "" {
-		p.metrics.grpc(codes.Unimplemented)
-		return status.Errorf(codes.Unimplemented, "unknown method %s (to call a sandbox's agent, send metadata %s: LEASE_ID)", method, LeaseMetadata)
+		// To the caller this is a method the server does not have; no
+		// errdefs category means "no such method", so the transport's own
+		// status is made here, at the edge.
+		return nil, status.Errorf(codes.Unimplemented, "unknown method %s (to call a sandbox's agent, send metadata %s: LEASE_ID)", method, LeaseMetadata)
 	}
 	var ts tokens
-	for _, v := range md.Get("authorization") {
-		if tok, ok := bearer(v); ok {
-			ts.add(tok)
-		}
+	ts.addAll(md.Get(bearer.MetadataKey), md.Get(TokenMetadata))
+	remote := ""
+	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+		remote = pr.Addr.String()
 	}
-	for _, v := range md.Get(TokenMetadata) {
-		ts.add(v)
-	}
-	acc, _, rerr := p.authorize(id, &ts)
-	var rt lease.Route
-	if rerr == nil {
-		rt, rerr = p.lookup(id)
-	}
-	if rerr == nil {
-		rerr = usable(id, rt)
-	}
+	op, rerr := p.open(id, &ts, 0, origin{"grpc", "POST", method, remote})
 	if rerr != nil {
-		p.metrics.grpc(rerr.code)
-		if rerr.code == codes.Internal || rerr.code == codes.Unavailable && rerr.state == "" {
-			p.log.Warn("proxy error", "lease_id", id, "method", method, "code", rerr.code.String(), "error", rerr.msg)
+		if errdefs.IsInternal(rerr) || errdefs.IsUnavailable(rerr) && rerr.state == "" {
+			p.log.Warn("proxy error", "lease_id", id, "method", method, "code", rerr.code().String(), "error", rerr.Error())
 		}
-		return rerr.grpcErr()
+		return nil, rerr
 	}
-	if acc == accessOperator {
-		remote := ""
-		if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
-			remote = pr.Addr.String()
-		}
-		p.logOperator(id, "grpc", "POST", method, remote)
-	}
-
-	budget, berr := limitGRPCUpload(method, id, rt)
+	budget, berr := limitGRPCUpload(method, id, op.rt)
 	if berr != nil {
-		p.metrics.grpc(codes.ResourceExhausted)
 		p.log.Info("upload refused: disk limit", "lease_id", id, "method", method)
-		return berr
+		return nil, berr
 	}
+	return &grpcCall{id: id, method: method, md: md, rt: op.rt, budget: budget}, nil
+}
 
+// relayGRPC calls c's agent with the caller's metadata (its token swapped
+// for the agent's) and pumps the frames both ways until either side ends;
+// the agent's headers, trailers and status come back as they are.
+func (p *Proxy) relayGRPC(ss grpc.ServerStream, c *grpcCall) (err error) {
+	ctx := ss.Context()
+	id, method, budget := c.id, c.method, c.budget
 	stop := p.track(id)
 	p.metrics.inFlight.Add(1)
 	defer func() {
+		err = errgrpc.ToGRPC(err)
 		p.metrics.inFlight.Add(-1)
 		stop()
 		p.metrics.grpc(status.Code(err))
 	}()
 
-	cc, release, err := p.pool.get(rt.Endpoint)
+	cc, release, err := p.pool.get(c.rt.Endpoint)
 	if err != nil {
-		p.log.Warn("proxy upstream error", "lease_id", id, "method", method, "upstream", rt.Endpoint, "error", err.Error())
-		return status.Errorf(codes.Unavailable, "agent of lease %s unreachable: %v", id, err)
+		p.log.Warn("proxy upstream error", "lease_id", id, "method", method, "upstream", c.rt.Endpoint, "error", err.Error())
+		return errdefs.Newf(errdefs.ErrUnavailable, "agent of lease %s unreachable: %v", id, err)
 	}
 	defer release()
 
-	out := metadata.MD{}
-	for k, v := range md {
-		switch k {
-		case "authorization", LeaseMetadata, TokenMetadata, ":authority", "user-agent", "content-type", "te", "grpc-timeout":
-			continue
-		}
-		out[k] = v
-	}
-	out["authorization"] = []string{"Bearer " + p.leases.AgentToken(id)}
-	uctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, out))
+	uctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, p.upstreamMD(c)))
 	defer cancel()
 
 	cs, err := cc.NewStream(uctx, bidi, method)
 	if err != nil {
 		return p.upstreamErr(ctx, id, method, err)
 	}
-
-	// client → agent
-	go func() {
-		for {
-			f := new(frame)
-			if err := ss.RecvMsg(f); err != nil {
-				if errors.Is(err, io.EOF) {
-					_ = cs.CloseSend() // half-close: the client has sent everything
-				} else {
-					cancel() // the client is gone or broken: cancel the agent's side
-				}
-				return
-			}
-			if budget != nil && !budget.add(f.data.Len()) {
-				// Past the disk limit: cancel the agent's side, whose
-				// atomic upload then leaves nothing behind.
-				f.data.Free()
-				cancel()
-				return
-			}
-			if err := cs.SendMsg(f); err != nil {
-				f.data.Free()
-				// io.EOF: the agent ended the call; its status comes from RecvMsg.
-				return
-			}
-		}
-	}()
+	go p.pumpUp(ss, cs, budget, cancel)
 
 	// agent → client
 	if hdr, _ := cs.Header(); hdr != nil {
@@ -232,7 +215,7 @@ func (p *Proxy) handleGRPC(_ any, ss grpc.ServerStream) (err error) {
 		if rerr != nil {
 			if budget != nil && budget.exceeded.Load() {
 				p.log.Info("upload refused: disk limit", "lease_id", id, "method", method)
-				return status.Error(codes.ResourceExhausted, budget.msg)
+				return errdefs.Newf(errdefs.ErrResourceExhausted, "%s", budget.msg)
 			}
 			ss.SetTrailer(cs.Trailer())
 			if errors.Is(rerr, io.EOF) {
@@ -247,6 +230,51 @@ func (p *Proxy) handleGRPC(_ any, ss grpc.ServerStream) (err error) {
 			f.data.Free()
 			cancel()
 			return p.upstreamErr(ctx, id, method, err)
+		}
+	}
+}
+
+// upstreamMD is the metadata sent to c's agent: the caller's, without its
+// token, the lease name and the transport's own keys, with the agent's
+// token.
+func (p *Proxy) upstreamMD(c *grpcCall) metadata.MD {
+	out := metadata.MD{}
+	for k, v := range c.md {
+		switch k {
+		case bearer.MetadataKey, LeaseMetadata, TokenMetadata, ":authority", "user-agent", "content-type", "te", "grpc-timeout":
+			continue
+		}
+		out[k] = v
+	}
+	out[bearer.MetadataKey] = []string{"Bearer " + p.leases.AgentToken(c.id)}
+	return out
+}
+
+// pumpUp relays the client's frames to the agent until the client
+// half-closes (then it half-closes upstream), goes away or passes the
+// upload budget (then it cancels the agent's side).
+func (p *Proxy) pumpUp(ss grpc.ServerStream, cs grpc.ClientStream, budget *grpcUploadBudget, cancel context.CancelFunc) {
+	for {
+		f := new(frame)
+		if err := ss.RecvMsg(f); err != nil {
+			if errors.Is(err, io.EOF) {
+				_ = cs.CloseSend() // half-close: the client has sent everything
+			} else {
+				cancel() // the client is gone or broken: cancel the agent's side
+			}
+			return
+		}
+		if budget != nil && !budget.add(f.data.Len()) {
+			// Past the disk limit: cancel the agent's side, whose
+			// atomic upload then leaves nothing behind.
+			f.data.Free()
+			cancel()
+			return
+		}
+		if err := cs.SendMsg(f); err != nil {
+			f.data.Free()
+			// io.EOF: the agent ended the call; its status comes from RecvMsg.
+			return
 		}
 	}
 }

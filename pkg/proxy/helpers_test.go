@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/testsupport/orchtest"
+	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/proxy"
@@ -64,10 +65,10 @@ func mountProxy(t testing.TB, orch *orchtest.Server, leases proxy.LeaseRouter, m
 	t.Helper()
 	logs := &logBuffer{}
 	cfg := proxy.Config{
-		Leases:        leases,
-		OperatorToken: opToken,
-		Domain:        domain,
-		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Leases:   leases,
+		Operator: bearer.NewSecret(opToken),
+		Domain:   domain,
+		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 	if mutate != nil {
 		mutate(&cfg)

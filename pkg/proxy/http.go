@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/berth-dev/berth/internal/edge"
+	"github.com/berth-dev/berth/pkg/bearer"
+	"github.com/berth-dev/berth/pkg/errdefs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -37,6 +39,11 @@ type target struct {
 
 type targetKey struct{}
 
+// errBadEscape answers a path whose percent-escapes do not decode.
+func errBadEscape() *routeError {
+	return newRouteError(http.StatusBadRequest, errdefs.ErrInvalidArgument, "bad path escape")
+}
+
 func targetFrom(ctx context.Context) *target {
 	t, _ := ctx.Value(targetKey{}).(*target)
 	return t
@@ -46,33 +53,16 @@ func targetFrom(ctx context.Context) *target {
 // agent path, escaped.
 func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath string) {
 	var ts tokens
-	for _, v := range r.Header.Values("Authorization") {
-		if tok, ok := bearer(v); ok {
-			ts.add(tok)
-		}
-	}
-	for _, v := range r.Header.Values(TokenHeader) {
-		ts.add(v)
-	}
-	acc, _, aerr := p.authorize(id, &ts)
-	if aerr != nil {
-		p.fail(w, r, false, id, aerr)
-		return
-	}
-	rt, rerr := p.lookup(id)
-	if rerr == nil {
-		rerr = usable(id, rt)
-	}
+	ts.addAll(r.Header.Values(bearer.Header), r.Header.Values(TokenHeader))
+	op, rerr := p.open(id, &ts, 0, origin{"http", r.Method, r.URL.Path, r.RemoteAddr})
 	if rerr != nil {
 		p.fail(w, r, false, id, rerr)
 		return
 	}
-	if acc == accessOperator {
-		p.logOperator(id, "http", r.Method, r.URL.Path, r.RemoteAddr)
-	}
+	rt := op.rt
 	path, err := url.PathUnescape(rawPath)
 	if err != nil {
-		p.fail(w, r, false, id, &routeError{status: http.StatusBadRequest, code: codes.InvalidArgument, msg: "bad path escape"})
+		p.fail(w, r, false, id, errBadEscape())
 		return
 	}
 	t := &target{

@@ -4,70 +4,51 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 
-	"google.golang.org/grpc/codes"
+	"github.com/berth-dev/berth/pkg/bearer"
+	"github.com/berth-dev/berth/pkg/errdefs"
 )
 
 // servePreview proxies a request to port of lease id's sandbox; prefix is
 // the path-form prefix ("" for the host form) and rawPath the upstream
 // path, escaped.
 func (p *Proxy) servePreview(w http.ResponseWriter, r *http.Request, id string, port int, prefix, rawPath string) {
-	rt, lerr := p.lookup(id)
-	public := lerr == nil && slices.Contains(rt.PublicPorts, port)
-
 	var ts tokens
-	authTok := ""
-	for _, v := range r.Header.Values("Authorization") {
-		if tok, ok := bearer(v); ok {
-			ts.add(tok)
-			if p.isBerthToken(tok) {
-				authTok = tok
-			}
-		}
-	}
-	for _, v := range r.Header.Values(TokenHeader) {
-		ts.add(v)
-	}
+	ts.addAll(r.Header.Values(bearer.Header), r.Header.Values(TokenHeader))
 	for _, v := range tokenCookies(r.Header, false) {
 		ts.add(v)
 	}
 	rawQuery, qtok := cutQueryParam(r.URL.RawQuery, TokenQuery)
 	ts.add(qtok)
-
-	acc, matched := accessPublic, ""
-	if !public {
-		var aerr *routeError
-		acc, matched, aerr = p.authorize(id, &ts)
-		if aerr != nil {
-			p.fail(w, r, true, id, aerr)
-			return
+	// An Authorization header that carries a berth token is not passed to
+	// the previewed port; any other (the app's own) is.
+	authTok := ""
+	for tok := range bearer.FromHeader(r.Header) {
+		if p.isBerthToken(tok) {
+			authTok = tok
 		}
 	}
-	if lerr == nil {
-		lerr = usable(id, rt)
-	}
-	if lerr != nil {
-		p.fail(w, r, true, id, lerr)
+
+	op, rerr := p.open(id, &ts, port, origin{"preview", r.Method, r.URL.Path, r.RemoteAddr})
+	if rerr != nil {
+		p.fail(w, r, true, id, rerr)
 		return
 	}
-	if acc == accessOperator {
-		p.logOperator(id, "preview", r.Method, r.URL.Path, r.RemoteAddr)
-	}
+	rt, matched := op.rt, op.matched
 	if qtok != "" && matched == strings.TrimSpace(qtok) && (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.Header.Get("Upgrade") == "" {
 		p.bootstrap(w, r, matched, prefix, rawQuery)
 		return
 	}
 	host, _, err := net.SplitHostPort(rt.Endpoint)
 	if err != nil {
-		p.fail(w, r, true, id, &routeError{status: http.StatusBadGateway, code: codes.Unavailable, msg: "lease " + id + " has a bad endpoint " + strconv.Quote(rt.Endpoint)})
+		p.fail(w, r, true, id, newRouteError(http.StatusBadGateway, errdefs.ErrUnavailable, "lease %s has a bad endpoint %q", id, rt.Endpoint))
 		return
 	}
 	path, err := url.PathUnescape(rawPath)
 	if err != nil {
-		p.fail(w, r, true, id, &routeError{status: http.StatusBadRequest, code: codes.InvalidArgument, msg: "bad path escape"})
+		p.fail(w, r, true, id, errBadEscape())
 		return
 	}
 	p.forward(w, r, &target{
@@ -100,7 +81,7 @@ func (p *Proxy) bootstrap(w http.ResponseWriter, r *http.Request, tok, prefix, r
 // isBerthToken reports whether tok is the operator token or any lease's
 // token (such a value is never passed to a preview port).
 func (p *Proxy) isBerthToken(tok string) bool {
-	if p.isOperator(tok) {
+	if p.cfg.Operator.Matches(tok) {
 		return true
 	}
 	_, ok := p.leases.VerifyToken(tok)

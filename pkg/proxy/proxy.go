@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"crypto/sha256"
 	"errors"
 	"io"
 	"log"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/edge"
+	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/lease"
 )
 
@@ -59,9 +59,11 @@ const (
 type Config struct {
 	// Leases resolves leases, tokens and endpoints. Required.
 	Leases LeaseRouter
-	// OperatorToken opens every lease's sandbox; each such access is logged.
-	// Empty disables operator access through the proxy.
-	OperatorToken string
+	// Operator is the operator token: it opens every lease's sandbox, and
+	// each such access is logged. The orchestrator passes the Secret it
+	// authenticates its own API with, so both check the same token. The
+	// zero Secret (default) disables operator access through the proxy.
+	Operator bearer.Secret
 	// Domain is the suffix of preview hosts ({port}-{lease}.{Domain}) and
 	// agent hosts ({lease}.{Domain}), e.g. "sandbox.localhost". Empty
 	// disables routing by host. Default empty.
@@ -123,12 +125,10 @@ func (c *Config) setDefaults() error {
 // Proxy routes clients to their leases' sandboxes. Create it with New; it
 // is safe for concurrent use. Close releases its upstream connections.
 type Proxy struct {
-	cfg         Config
-	log         *slog.Logger
-	leases      LeaseRouter
-	operatorSum [sha256.Size]byte
-	hasOperator bool
-	domain      string // "." + Config.Domain, or "" when host routing is off
+	cfg    Config
+	log    *slog.Logger
+	leases LeaseRouter
+	domain string // "." + Config.Domain, or "" when host routing is off
 
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
@@ -142,9 +142,6 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{cfg: cfg, log: cfg.Logger, leases: cfg.Leases}
-	if cfg.OperatorToken != "" {
-		p.operatorSum, p.hasOperator = sha256.Sum256([]byte(cfg.OperatorToken)), true
-	}
 	if cfg.Domain != "" {
 		p.domain = "." + cfg.Domain
 	}
