@@ -92,7 +92,8 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 
 	t0 := time.Now()
-	if err := buildBinaries(dir); err != nil {
+	// As `make build` does: static, stripped.
+	if err := testenv.Build(dir, "./cmd/sandbox-agent", "./cmd/orchestrator"); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: build:", err)
 		return 1
 	}
@@ -141,22 +142,6 @@ func dockerReachable() error {
 	defer cancel()
 	if out, err := dockerCLI(ctx, "version", "--format", "{{.Server.Version}}"); err != nil {
 		return fmt.Errorf("docker version: %v: %s (DOCKER_HOST=%q)", err, strings.TrimSpace(out), os.Getenv("DOCKER_HOST"))
-	}
-	return nil
-}
-
-// buildBinaries builds the static sandbox-agent and orchestrator into dir.
-func buildBinaries(dir string) error {
-	root, err := filepath.Abs("..")
-	if err != nil {
-		return err
-	}
-	// As `make build` does: static, stripped.
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", dir+string(filepath.Separator), "./cmd/sandbox-agent", "./cmd/orchestrator")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%v\n%s", err, out)
 	}
 	return nil
 }

@@ -13,19 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// buildAgent compiles the real static binary once per test.
-func buildAgent(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sandbox-agent")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
+)
 
 func freePort(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -134,7 +124,7 @@ func childrenOf(pid int) []procStat {
 }
 
 func TestSupervisorReapsOrphans(t *testing.T) {
-	bin := buildAgent(t)
+	bin := testenv.BuildAgent(t, t.TempDir())
 	cmd, base, _ := startSupervised(t, bin)
 	sup := cmd.Process.Pid
 
@@ -173,7 +163,7 @@ func TestSupervisorReapsOrphans(t *testing.T) {
 }
 
 func TestSupervisorSIGTERM(t *testing.T) {
-	bin := buildAgent(t)
+	bin := testenv.BuildAgent(t, t.TempDir())
 	cmd, base, exited := startSupervised(t, bin)
 	sup := cmd.Process.Pid
 	body := post(t, base+"/v1/processes", `{"argv":["sleep","1000"]}`)

@@ -6,6 +6,9 @@
 //
 // Skips that are about the run's own choice (-short) are not for this
 // package: they stay plain t.Skip.
+//
+// It also builds what such tests run: the static sandbox-agent (and the
+// orchestrator) as `make build` does (Build, BuildAgent, AgentBinary).
 package testenv
 
 import (

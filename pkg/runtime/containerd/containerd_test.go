@@ -76,12 +76,9 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if agentBinary = os.Getenv("BERTH_AGENT_BINARY"); agentBinary == "" {
-		agentBinary = filepath.Join(dir, "sandbox-agent")
-		if err := buildAgent(agentBinary); err != nil {
-			fmt.Fprintln(os.Stderr, "build sandbox-agent:", err)
-			return 1
-		}
+	if agentBinary, err = testenv.AgentBinary(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
+		return 1
 	}
 	rt, err := containerd.New(context.Background(), baseConfig())
 	if err != nil {
@@ -134,21 +131,6 @@ func ensureImage(ctx context.Context, rt *containerd.Runtime, ref string) bool {
 		return err == nil
 	}
 	return true
-}
-
-// buildAgent builds the static agent from this module.
-func buildAgent(out string) error {
-	root, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/sandbox-agent")
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(root)))
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%w\n%s", err, b)
-	}
-	return nil
 }
 
 // ociArchive returns an OCI image layout tar holding image ref: one empty

@@ -12,8 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -75,12 +73,9 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if agentBinary = os.Getenv("BERTH_AGENT_BINARY"); agentBinary == "" {
-		agentBinary = filepath.Join(dir, "sandbox-agent")
-		if err := buildAgent(agentBinary); err != nil {
-			fmt.Fprintln(os.Stderr, "build sandbox-agent:", err)
-			return 1
-		}
+	if agentBinary, err = testenv.AgentBinary(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
+		return 1
 	}
 	if err := importImage(ctx, cli, emptyImage, nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -105,21 +100,6 @@ func testMain(m *testing.M) int {
 		}
 	}
 	return code
-}
-
-// buildAgent builds the static agent from this module.
-func buildAgent(out string) error {
-	root, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/sandbox-agent")
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(root)))
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%w\n%s", err, b)
-	}
-	return nil
 }
 
 // importImage creates ref from an empty root filesystem (idempotent).

@@ -1,0 +1,56 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// AgentBinaryEnv names a prebuilt static sandbox-agent that AgentBinary
+// returns instead of building one.
+const AgentBinaryEnv = "BERTH_AGENT_BINARY"
+
+// Build builds packages of this module (pkgs, relative to its root, e.g.
+// "./cmd/sandbox-agent") into dir as `make build` does: static
+// (CGO_ENABLED=0, since images may have no libc), -trimpath, stripped. Each
+// binary is named after its package's directory. It runs from the module
+// root, whatever the test's working directory.
+func Build(dir string, pkgs ...string) error {
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %w", err)
+	}
+	args := append([]string{"build", "-trimpath", "-ldflags", "-s -w", "-o", dir + string(filepath.Separator)}, pkgs...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", strings.Join(pkgs, " "), err, out)
+	}
+	return nil
+}
+
+// BuildAgent builds the static sandbox-agent into dir and returns its
+// path; a failure fails tb.
+func BuildAgent(tb testing.TB, dir string) string {
+	tb.Helper()
+	if err := Build(dir, "./cmd/sandbox-agent"); err != nil {
+		tb.Fatal(err)
+	}
+	return filepath.Join(dir, "sandbox-agent")
+}
+
+// AgentBinary returns the sandbox-agent a test binary's TestMain gives the
+// backends: $BERTH_AGENT_BINARY when set, else one built into dir.
+func AgentBinary(dir string) (string, error) {
+	if bin := os.Getenv(AgentBinaryEnv); bin != "" {
+		return bin, nil
+	}
+	if err := Build(dir, "./cmd/sandbox-agent"); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "sandbox-agent"), nil
+}
