@@ -1,10 +1,11 @@
 package e2e
 
 // End-to-end tests of the containerd backend: an in-process orchestrator
-// whose runtime is built by orchestrator.NewRuntime with Runtime
-// "containerd", driven through the lease API and the proxy exactly as the
-// Docker-backed tests drive theirs, with checks against containerd itself
-// (its containers, tasks and the sandboxes' network namespaces).
+// whose runtime is the containerd backend built from its configuration (as
+// `orchestrator serve --runtime containerd` builds it), driven through the
+// lease API and the proxy exactly as the Docker-backed tests drive theirs,
+// with checks against containerd itself (its containers, tasks and the
+// sandboxes' network namespaces).
 //
 // They need root and a containerd socket (BERTH_CONTAINERD_ADDRESS, else
 // /run/containerd/containerd.sock, else the Docker Engine's own containerd);
@@ -15,6 +16,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -227,7 +229,7 @@ func hostLeftovers(id string) []string {
 }
 
 // netnsPath is where the backend bind-mounts sandbox id's network
-// namespace (orchestrator.NewRuntime leaves NetnsDir at its default).
+// namespace (newCtrdRuntime, like serve, leaves NetnsDir at its default).
 func netnsPath(id string) string { return filepath.Join(containerd.DefaultNetnsDir, id) }
 
 // ipNetns returns the names `ip netns list` prints, and false when there
@@ -251,12 +253,12 @@ func ipNetns(tb testing.TB) (map[string]bool, bool) {
 }
 
 // ctrdOrch is an in-process orchestrator on 127.0.0.1:0 whose runtime is
-// the containerd backend built by orchestrator.NewRuntime.
+// the containerd backend built by newCtrdRuntime.
 type ctrdOrch struct {
 	*api
 	env      *ctrdEnv
 	srv      *orchestrator.Server
-	rt       orchestrator.ClosableRuntime
+	rt       *containerd.Runtime
 	stopped  atomic.Bool
 	stopOnce sync.Once
 	cancel   context.CancelFunc
@@ -282,14 +284,10 @@ func startCtrdOrch(tb testing.TB, env *ctrdEnv, mutate ...func(*orchestrator.Con
 	log := testLogger(tb, "inproc-ctrd:"+env.instance)
 	ctx := context.Background()
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Minute)
-	rt, err := orchestrator.NewRuntime(rctx, cfg, log)
+	rt, err := newCtrdRuntime(rctx, cfg, log)
 	rcancel()
 	if err != nil {
-		tb.Fatalf("orchestrator.NewRuntime(containerd): %v", err)
-	}
-	if _, ok := rt.(*containerd.Runtime); !ok {
-		rt.Close()
-		tb.Fatalf("orchestrator.NewRuntime with Runtime \"containerd\" returned a %T", rt)
+		tb.Fatalf("containerd runtime: %v", err)
 	}
 	srv, err := orchestrator.New(ctx, cfg, rt, log)
 	if err != nil {
@@ -308,6 +306,27 @@ func startCtrdOrch(tb testing.TB, env *ctrdEnv, mutate ...func(*orchestrator.Con
 	tb.Cleanup(func() { o.stop(tb) })
 	tb.Cleanup(func() { o.reapAll(tb) }) // runs first
 	return o
+}
+
+// newCtrdRuntime builds the containerd backend from cfg's settings as
+// `orchestrator serve` does (cmd/orchestrator/internal/backend, whose own
+// tests check the mapping of every setting), through the public
+// constructor: the settings these tests use, and a ping. The images are
+// imported once by setupContainerd.
+func newCtrdRuntime(ctx context.Context, cfg orchestrator.Config, log *slog.Logger) (*containerd.Runtime, error) {
+	rt, err := containerd.New(ctx, containerd.Config{
+		AgentBinary: cfg.AgentBinary, Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace,
+		DefaultResources: cfg.DefaultResources(), UserNamespaces: cfg.UserNamespaces, UserNSBase: cfg.UserNSBase,
+		Logger: log.With("component", "containerd"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.Ping(ctx); err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("containerd engine unreachable: %w", err)
+	}
+	return rt, nil
 }
 
 // stop shuts the server down and closes it and its runtime; sandboxes keep
@@ -676,7 +695,7 @@ func TestContainerdReconcileAfterRestart(t *testing.T) {
 
 	t0 := time.Now()
 	o2 := startCtrdOrch(t, env)
-	t.Logf("restart (NewRuntime + New with reconcile): %s", time.Since(t0).Round(time.Millisecond))
+	t.Logf("restart (runtime + New with reconcile): %s", time.Since(t0).Round(time.Millisecond))
 	for _, r := range []*orchv1.AcquireResponse{ra, rb} {
 		l := r.GetLease()
 		got := o2.mustGet(t, l.GetId())

@@ -11,36 +11,13 @@ import (
 	"github.com/berth-dev/berth/pkg/orchestrator"
 )
 
+// TestDiskConfig checks the disk limit's defaults.
 func TestDiskConfig(t *testing.T) {
 	d := orchestrator.Defaults()
 	if d.DefaultDiskBytes != 10<<30 || time.Duration(d.DiskInterval) != 15*time.Second || time.Duration(d.DiskGrace) != 30*time.Second {
 		t.Fatalf("defaults: disk %d interval %s grace %s", d.DefaultDiskBytes, time.Duration(d.DiskInterval), time.Duration(d.DiskGrace))
 	}
-	load := func(args []string, env map[string]string) (orchestrator.Config, error) {
-		return orchestrator.LoadConfig(append([]string{"--data-dir", t.TempDir()}, args...), func(k string) string { return env[k] })
-	}
-	cfg, err := load(nil, map[string]string{"BERTH_DEFAULT_DISK_BYTES": "0", "BERTH_DISK_INTERVAL": "2s", "BERTH_DISK_GRACE": "1m"})
-	if err != nil || cfg.DefaultDiskBytes != 0 || time.Duration(cfg.DiskInterval) != 2*time.Second || time.Duration(cfg.DiskGrace) != time.Minute {
-		t.Fatalf("env: %v disk %d interval %s grace %s", err, cfg.DefaultDiskBytes, time.Duration(cfg.DiskInterval), time.Duration(cfg.DiskGrace))
-	}
-	// Flags win; 0 is a value (no limit), not "unset".
-	cfg, err = load([]string{"--default-disk-bytes", "0", "--disk-grace", "5s"}, map[string]string{"BERTH_DEFAULT_DISK_BYTES": "1073741824"})
-	if err != nil || cfg.DefaultDiskBytes != 0 || time.Duration(cfg.DiskGrace) != 5*time.Second {
-		t.Fatalf("flags: %v disk %d grace %s", err, cfg.DefaultDiskBytes, time.Duration(cfg.DiskGrace))
-	}
-	for name, c := range map[string]struct {
-		args []string
-		env  map[string]string
-	}{
-		"negative":          {env: map[string]string{"BERTH_DEFAULT_DISK_BYTES": "-5"}},
-		"below 1 MiB":       {args: []string{"--default-disk-bytes", "1000"}},
-		"above the maximum": {env: map[string]string{"BERTH_DEFAULT_DISK_BYTES": "2000000000", "BERTH_MAX_DISK_BYTES": "1000000000"}},
-		"zero interval":     {env: map[string]string{"BERTH_DISK_INTERVAL": "0s"}},
-	} {
-		if _, err := load(c.args, c.env); err == nil {
-			t.Errorf("%s: accepted", name)
-		}
-	}
+	// Loading from flags, environment and file: cmd/orchestrator/internal/config.
 }
 
 // TestDiskAPI checks the edge: resources.diskBytes in and out, the default,

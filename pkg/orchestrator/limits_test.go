@@ -351,34 +351,13 @@ func TestWatchStreamsPerPrincipal(t *testing.T) {
 	}
 }
 
+// TestLimitsConfig checks the limits' defaults (loading them from flags,
+// environment and file: cmd/orchestrator/internal/config).
 func TestLimitsConfig(t *testing.T) {
-	env := map[string]string{
-		"BERTH_MAX_CPUS": "8", "BERTH_MAX_MEMORY_BYTES": "1073741824", "BERTH_MAX_PIDS": "100", "BERTH_MAX_ENV_BYTES": "1024",
-		"BERTH_ALLOWED_IMAGES": "berth/, debian ,", "BERTH_MAX_LEASES_PER_OWNER": "3", "BERTH_MAX_WATCHES_PER_PRINCIPAL": "2",
-	}
-	getenv := func(k string) string { return env[k] }
-	cfg, err := orchestrator.LoadConfig([]string{"--data-dir", t.TempDir(), "--max-pids", "600", "--max-connections", "50"}, getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.MaxCPUs != 8 || cfg.MaxMemoryBytes != 1<<30 || cfg.MaxPids != 600 || cfg.MaxEnvBytes != 1024 || cfg.MaxLeasesPerOwner != 3 ||
-		cfg.MaxWatchesPerPrincipal != 2 || cfg.MaxConnections != 50 || strings.Join(cfg.AllowedImages, "|") != "berth/|debian" {
-		t.Fatalf("config: %+v", cfg)
-	}
 	d := orchestrator.Defaults()
 	if d.MaxCPUs != 4 || d.MaxMemoryBytes != 8<<30 || d.MaxPids != 4096 || d.MaxDiskBytes != 100<<30 || d.MaxEnvBytes != 64<<10 ||
 		d.MaxLabels != 64 || d.MaxLeasesPerOwner != 20 || d.MaxEndedPerOwner != 100 || d.MaxWatchesPerPrincipal != 8 ||
 		len(d.AllowedImages) != 1 || d.AllowedImages[0] != "berth/" {
 		t.Fatalf("defaults: %+v", d)
-	}
-	for name, bad := range map[string]map[string]string{
-		"default above max": {"BERTH_MAX_CPUS": "0.5"},
-		"nan":               {"BERTH_MAX_CPUS": "NaN"},
-		"negative":          {"BERTH_MAX_LEASES_PER_OWNER": "-1"},
-		"not a number":      {"BERTH_MAX_PIDS": "many"},
-	} {
-		if _, err := orchestrator.LoadConfig([]string{"--data-dir", t.TempDir()}, func(k string) string { return bad[k] }); err == nil {
-			t.Errorf("%s: accepted", name)
-		}
 	}
 }

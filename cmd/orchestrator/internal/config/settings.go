@@ -1,0 +1,238 @@
+package config
+
+import "github.com/berth-dev/berth/pkg/orchestrator"
+
+// setting is one row of the table: a field of orchestrator.Config and the
+// names it has in each source. Every setting has an environment variable;
+// every one but the secrets has a flag; every one but the operator token
+// has a file key.
+type setting struct {
+	// Flag is the long flag of `orchestrator serve`, without dashes; ""
+	// for a secret, which a flag would show to every user of ps.
+	Flag string
+	// Env is the BERTH_* environment variable.
+	Env string
+	// Key is the key in the JSON file; "" when the file cannot set it.
+	Key string
+	// Group is the heading the flag is listed under in --help.
+	Group string
+	// Usage is the help text; --help appends the variable and the default.
+	Usage string
+	// Default describes the default where orchestrator.Defaults cannot
+	// show it: a zero value that means the backend's default (shown by
+	// --help too), or a value that depends on the host (a home directory;
+	// --help shows this host's). "" means the value of Defaults.
+	Default string
+	// field binds the setting to its field of a Config: how it is parsed
+	// and printed.
+	field func(*orchestrator.Config) value
+}
+
+// Groups of flags, in --help order.
+const (
+	groupServer    = "Server"
+	groupRuntime   = "Runtime"
+	groupLeases    = "Leases"
+	groupResources = "Sandbox resources"
+	groupSecrets   = "Secrets"
+)
+
+// groups lists the groups in --help order.
+var groups = []string{groupServer, groupRuntime, groupLeases, groupResources}
+
+// Constructors of the value column, so that each row reads on one line.
+func str(f func(*orchestrator.Config) *string) func(*orchestrator.Config) value {
+	return func(c *orchestrator.Config) value { return stringValue{f(c)} }
+}
+
+func list(f func(*orchestrator.Config) *[]string) func(*orchestrator.Config) value {
+	return func(c *orchestrator.Config) value { return listValue{f(c)} }
+}
+
+func dur(f func(*orchestrator.Config) *orchestrator.Duration) func(*orchestrator.Config) value {
+	return func(c *orchestrator.Config) value { return durationValue{f(c)} }
+}
+
+func num[T integer](f func(*orchestrator.Config) *T) func(*orchestrator.Config) value {
+	return func(c *orchestrator.Config) value { return intValue[T]{p: f(c)} }
+}
+
+func size[T integer](f func(*orchestrator.Config) *T) func(*orchestrator.Config) value {
+	return func(c *orchestrator.Config) value { return intValue[T]{p: f(c), bytes: true} }
+}
+
+func cpus(f func(*orchestrator.Config) *float64) func(*orchestrator.Config) value {
+	return func(c *orchestrator.Config) value { return cpusValue{f(c)} }
+}
+
+func boolean(f func(*orchestrator.Config) *bool, optional bool) func(*orchestrator.Config) value {
+	return func(c *orchestrator.Config) value { return boolValue{p: f(c), optional: optional} }
+}
+
+// settings is the table. Names of flags, variables and keys that existed
+// before the table must not change: scripts use them.
+var settings = []setting{
+	// Server.
+	{Flag: "listen", Env: "BERTH_LISTEN", Key: "listen", Group: groupServer,
+		Usage: "address of the listener (gRPC, REST, proxy, metrics)",
+		field: str(func(c *orchestrator.Config) *string { return &c.Listen })},
+	{Flag: "data-dir", Env: "BERTH_DATA_DIR", Key: "dataDir", Group: groupServer, Default: "$HOME/.local/share/berth",
+		Usage: "data directory: lease store, server secret, instance id",
+		field: str(func(c *orchestrator.Config) *string { return &c.DataDir })},
+	{Flag: "preview-domain", Env: "BERTH_PREVIEW_DOMAIN", Key: "previewDomain", Group: groupServer,
+		Usage: "host suffix of preview URLs ({port}-{lease}.{domain}); empty (file only) disables host routing",
+		field: str(func(c *orchestrator.Config) *string { return &c.PreviewDomain })},
+	{Flag: "max-connections", Env: "BERTH_MAX_CONNECTIONS", Key: "maxConnections", Group: groupServer,
+		Usage: "open connections on the listener (gRPC and HTTP); more wait in the accept queue",
+		field: num(func(c *orchestrator.Config) *int { return &c.MaxConnections })},
+	{Flag: "read-header-timeout", Env: "BERTH_READ_HEADER_TIMEOUT", Key: "readHeaderTimeout", Group: groupServer,
+		Usage: "time an HTTP client may take to send a request's headers",
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.ReadHeaderTimeout })},
+	{Flag: "idle-timeout", Env: "BERTH_IDLE_TIMEOUT", Key: "idleTimeout", Group: groupServer,
+		Usage: "close HTTP keep-alive and gRPC connections idle this long",
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.IdleTimeout })},
+	{Flag: "log-level", Env: "BERTH_LOG_LEVEL", Key: "logLevel", Group: groupServer,
+		Usage: "log level: debug, info, warn or error",
+		field: str(func(c *orchestrator.Config) *string { return &c.LogLevel })},
+	{Flag: "log-format", Env: "BERTH_LOG_FORMAT", Key: "logFormat", Group: groupServer,
+		Usage: "log format: text or json",
+		field: str(func(c *orchestrator.Config) *string { return &c.LogFormat })},
+
+	// Runtime.
+	{Flag: "runtime", Env: "BERTH_RUNTIME", Key: "runtime", Group: groupRuntime,
+		Usage: "container runtime: docker or containerd",
+		field: str(func(c *orchestrator.Config) *string { return &c.Runtime })},
+	{Flag: "agent-binary", Env: "BERTH_AGENT_BINARY", Key: "agentBinary", Group: groupRuntime, Default: "sandbox-agent next to the executable",
+		Usage: "static sandbox-agent injected into sandboxes",
+		field: str(func(c *orchestrator.Config) *string { return &c.AgentBinary })},
+	{Flag: "agent-injection", Env: "BERTH_AGENT_INJECTION", Key: "agentInjection", Group: groupRuntime,
+		Usage: "docker: volume (read-only volume, token in the container env; faster) or copy (per-container copy, token in a file)",
+		field: str(func(c *orchestrator.Config) *string { return &c.AgentInjection })},
+	{Flag: "network", Env: "BERTH_NETWORK", Key: "network", Group: groupRuntime,
+		Usage: "docker: bridge network of the sandboxes",
+		field: str(func(c *orchestrator.Config) *string { return &c.Network })},
+	{Flag: "host-input", Env: "BERTH_HOST_INPUT", Key: "hostInput", Group: groupRuntime,
+		Usage: "docker: keep sandboxes off the host's own addresses: auto, required or off",
+		field: str(func(c *orchestrator.Config) *string { return &c.HostInput })},
+	{Flag: "containerd-address", Env: "BERTH_CONTAINERD_ADDRESS", Key: "containerdAddress", Group: groupRuntime, Default: "/run/containerd/containerd.sock, else Docker's containerd",
+		Usage: "containerd: socket",
+		field: str(func(c *orchestrator.Config) *string { return &c.ContainerdAddress })},
+	{Flag: "containerd-namespace", Env: "BERTH_CONTAINERD_NAMESPACE", Key: "containerdNamespace", Group: groupRuntime, Default: "berth",
+		Usage: "containerd: namespace of sandboxes and imported images",
+		field: str(func(c *orchestrator.Config) *string { return &c.ContainerdNamespace })},
+	{Flag: "containerd-state-dir", Env: "BERTH_CONTAINERD_STATE_DIR", Key: "containerdStateDir", Group: groupRuntime, Default: "/var/lib/berth/containerd",
+		Usage: "containerd: per-sandbox host state",
+		field: str(func(c *orchestrator.Config) *string { return &c.ContainerdStateDir })},
+	{Flag: "cni-bin-dir", Env: "BERTH_CNI_BIN_DIR", Key: "cniBinDir", Group: groupRuntime, Default: "/usr/lib/cni, then /opt/cni/bin",
+		Usage: "containerd: directory of the CNI plugins",
+		field: str(func(c *orchestrator.Config) *string { return &c.CNIBinDir })},
+	{Flag: "sandbox-subnet", Env: "BERTH_SANDBOX_SUBNET", Key: "sandboxSubnet", Group: groupRuntime, Default: "10.213.0.0/16",
+		Usage: "containerd: subnet of the sandboxes",
+		field: str(func(c *orchestrator.Config) *string { return &c.SandboxSubnet })},
+	{Flag: "sandbox-bridge", Env: "BERTH_SANDBOX_BRIDGE", Key: "sandboxBridge", Group: groupRuntime, Default: "berth-ctrd0",
+		Usage: "containerd: bridge of the sandboxes",
+		field: str(func(c *orchestrator.Config) *string { return &c.SandboxBridge })},
+	{Flag: "userns", Env: "BERTH_USERNS", Key: "userNamespaces", Group: groupRuntime,
+		Usage: "containerd: run sandboxes in user namespaces, root mapped to an unprivileged host uid",
+		field: boolean(func(c *orchestrator.Config) *bool { return &c.UserNamespaces }, true)},
+	{Flag: "userns-base", Env: "BERTH_USERNS_BASE", Key: "userNSBase", Group: groupRuntime, Default: "1073741824 (2^30)",
+		Usage: "containerd: first host uid/gid of the user-namespace range",
+		field: num(func(c *orchestrator.Config) *uint32 { return &c.UserNSBase })},
+
+	// Leases.
+	{Flag: "default-image", Env: "BERTH_DEFAULT_IMAGE", Key: "defaultImage", Group: groupLeases,
+		Usage: "image of an acquire that names none (always allowed)",
+		field: str(func(c *orchestrator.Config) *string { return &c.DefaultImage })},
+	{Flag: "allowed-images", Env: "BERTH_ALLOWED_IMAGES", Key: "allowedImages", Group: groupLeases,
+		Usage: "images acquires may name, comma-separated: * for all, a prefix ending in / for every repository under it, else a repository",
+		field: list(func(c *orchestrator.Config) *[]string { return &c.AllowedImages })},
+	{Flag: "default-ttl", Env: "BERTH_DEFAULT_TTL", Key: "defaultTTL", Group: groupLeases,
+		Usage: "lifetime of a lease whose acquire gives none",
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.DefaultTTL })},
+	{Flag: "max-ttl", Env: "BERTH_MAX_TTL", Key: "maxTTL", Group: groupLeases,
+		Usage: "longest lifetime an acquire or renew may ask for",
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.MaxTTL })},
+	{Flag: "default-idle-timeout", Env: "BERTH_DEFAULT_IDLE_TIMEOUT", Key: "defaultIdleTimeout", Group: groupLeases,
+		Usage: "expire leases idle this long; 0 disables",
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.DefaultIdleTimeout })},
+	{Flag: "retention", Env: "BERTH_RETENTION", Key: "retention", Group: groupLeases,
+		Usage: "how long ended lease records are kept",
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.Retention })},
+	{Flag: "max-leases", Env: "BERTH_MAX_LEASES", Key: "maxLeases", Group: groupLeases,
+		Usage: "live leases; more acquires get RESOURCE_EXHAUSTED (HTTP 429)",
+		field: num(func(c *orchestrator.Config) *int { return &c.MaxLeases })},
+	{Flag: "max-leases-per-owner", Env: "BERTH_MAX_LEASES_PER_OWNER", Key: "maxLeasesPerOwner", Group: groupLeases,
+		Usage: "live leases of one owner (the operator is exempt)",
+		field: num(func(c *orchestrator.Config) *int { return &c.MaxLeasesPerOwner })},
+	{Flag: "max-ended-per-owner", Env: "BERTH_MAX_ENDED_PER_OWNER", Key: "maxEndedPerOwner", Group: groupLeases,
+		Usage: "ended lease records kept per owner",
+		field: num(func(c *orchestrator.Config) *int { return &c.MaxEndedPerOwner })},
+	{Flag: "max-watches-per-principal", Env: "BERTH_MAX_WATCHES_PER_PRINCIPAL", Key: "maxWatchesPerPrincipal", Group: groupLeases,
+		Usage: "concurrent watch streams of one caller",
+		field: num(func(c *orchestrator.Config) *int { return &c.MaxWatchesPerPrincipal })},
+	{Flag: "restart-limit", Env: "BERTH_RESTART_LIMIT", Key: "restartLimit", Group: groupLeases,
+		Usage: "in-place restarts of a sandbox that exited, within the restart window; 0 or -1: none",
+		field: num(func(c *orchestrator.Config) *int { return &c.RestartLimit })},
+	{Flag: "restart-window", Env: "BERTH_RESTART_WINDOW", Key: "restartWindow", Group: groupLeases,
+		Usage: "sliding window the restart limit counts in",
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.RestartWindow })},
+	{Flag: "default-user", Env: "BERTH_DEFAULT_USER", Key: "defaultUser", Group: groupLeases,
+		Usage: "user of commands in sandboxes of the default-user images when an acquire names none; image: each image's own",
+		field: func(c *orchestrator.Config) value { return userValue{stringValue{&c.DefaultUser}} }},
+	{Flag: "default-user-images", Env: "BERTH_DEFAULT_USER_IMAGES", Key: "defaultUserImages", Group: groupLeases,
+		Usage: "image prefixes the default user applies to, comma-separated; * for all",
+		field: list(func(c *orchestrator.Config) *[]string { return &c.DefaultUserImages })},
+	{Flag: "allow-root-user", Env: "BERTH_ALLOW_ROOT_USER", Key: "allowRootUser", Group: groupLeases,
+		Usage: "whether acquires and commands may run as root (uid 0)",
+		field: boolean(func(c *orchestrator.Config) *bool { return &c.AllowRootUser }, false)},
+
+	// Sandbox resources.
+	{Flag: "default-cpus", Env: "BERTH_DEFAULT_CPUS", Key: "defaultCPUs", Group: groupResources,
+		Usage: "CPU limit of a sandbox whose acquire sets none (1.5, 500m)",
+		field: cpus(func(c *orchestrator.Config) *float64 { return &c.DefaultCPUs })},
+	{Flag: "default-memory-bytes", Env: "BERTH_DEFAULT_MEMORY_BYTES", Key: "defaultMemoryBytes", Group: groupResources,
+		Usage: "memory limit (no swap) of a sandbox whose acquire sets none",
+		field: size(func(c *orchestrator.Config) *int64 { return &c.DefaultMemoryBytes })},
+	{Flag: "default-pids", Env: "BERTH_DEFAULT_PIDS", Key: "defaultPids", Group: groupResources,
+		Usage: "process limit of a sandbox whose acquire sets none",
+		field: num(func(c *orchestrator.Config) *int64 { return &c.DefaultPids })},
+	{Flag: "default-disk-bytes", Env: "BERTH_DEFAULT_DISK_BYTES", Key: "defaultDiskBytes", Group: groupResources,
+		Usage: "disk limit of a sandbox whose acquire sets none; 0: none",
+		field: size(func(c *orchestrator.Config) *int64 { return &c.DefaultDiskBytes })},
+	{Flag: "disk-interval", Env: "BERTH_DISK_INTERVAL", Key: "diskInterval", Group: groupResources,
+		Usage: "base interval of disk usage measurements",
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.DiskInterval })},
+	{Flag: "disk-grace", Env: "BERTH_DISK_GRACE", Key: "diskGrace", Group: groupResources,
+		Usage: "time over the disk limit before the sandbox is stopped and its lease failed",
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.DiskGrace })},
+	{Flag: "max-cpus", Env: "BERTH_MAX_CPUS", Key: "maxCPUs", Group: groupResources,
+		Usage: "largest resources.cpus of an acquire",
+		field: cpus(func(c *orchestrator.Config) *float64 { return &c.MaxCPUs })},
+	{Flag: "max-memory-bytes", Env: "BERTH_MAX_MEMORY_BYTES", Key: "maxMemoryBytes", Group: groupResources,
+		Usage: "largest resources.memoryBytes of an acquire",
+		field: size(func(c *orchestrator.Config) *int64 { return &c.MaxMemoryBytes })},
+	{Flag: "max-pids", Env: "BERTH_MAX_PIDS", Key: "maxPids", Group: groupResources,
+		Usage: "largest resources.pids of an acquire",
+		field: num(func(c *orchestrator.Config) *int64 { return &c.MaxPids })},
+	{Flag: "max-disk-bytes", Env: "BERTH_MAX_DISK_BYTES", Key: "maxDiskBytes", Group: groupResources,
+		Usage: "largest resources.diskBytes of an acquire",
+		field: size(func(c *orchestrator.Config) *int64 { return &c.MaxDiskBytes })},
+	{Flag: "max-env-bytes", Env: "BERTH_MAX_ENV_BYTES", Key: "maxEnvBytes", Group: groupResources,
+		Usage: "total size of an acquire's env (every KEY=VALUE plus one byte)",
+		field: size(func(c *orchestrator.Config) *int { return &c.MaxEnvBytes })},
+	{Flag: "max-labels", Env: "BERTH_MAX_LABELS", Key: "maxLabels", Group: groupResources,
+		Usage: "labels of an acquire (keys up to 128 bytes, values up to 256)",
+		field: num(func(c *orchestrator.Config) *int { return &c.MaxLabels })},
+	{Flag: "max-public-ports", Env: "BERTH_MAX_PUBLIC_PORTS", Key: "maxPublicPorts", Group: groupResources,
+		Usage: "public ports of an acquire",
+		field: num(func(c *orchestrator.Config) *int { return &c.MaxPublicPorts })},
+
+	// Secrets: no flag, since a flag's value is visible to every user of
+	// the host in ps and /proc/PID/cmdline.
+	{Env: "BERTH_OPERATOR_TOKEN", Group: groupSecrets,
+		Usage: "operator token: every call on every lease; empty disables operator access",
+		field: str(func(c *orchestrator.Config) *string { return &c.OperatorToken })},
+	{Env: "BERTH_CLIENT_TOKENS", Key: "clients", Group: groupSecrets,
+		Usage: `client tokens, each bound to an owner that sees only its own leases: owner:token[,owner:token] in the environment, [{"owner": "o", "token": "t"}] in the file; the environment's add to the file's`,
+		field: func(c *orchestrator.Config) value { return clientsValue{&c.Clients} }},
+}
