@@ -1,8 +1,9 @@
 // Package agent wires the sandbox-agent's services into one server: gRPC
 // (native HTTP/2 transport, h2c) and JSON/REST through grpc-gateway on the
 // same port, bearer-token authentication, panic recovery, gRPC health and
-// server reflection. The services themselves live in the process, files and
-// git subpackages; this package is the edge.
+// server reflection. The services themselves live in the process, files,
+// git and terminal subpackages; this package is the edge (the terminal
+// WebSocket, GET /v1/terminals/ws, included).
 package agent
 
 import (
@@ -20,6 +21,7 @@ import (
 	"github.com/berth-dev/berth/pkg/agent/files"
 	"github.com/berth-dev/berth/pkg/agent/git"
 	"github.com/berth-dev/berth/pkg/agent/process"
+	"github.com/berth-dev/berth/pkg/agent/terminal"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -65,6 +67,7 @@ type Server struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	runner  *process.Runner
+	terms   *terminal.Manager
 	handler http.Handler
 	inproc  *edge.InProc
 }
@@ -115,12 +118,14 @@ func New(cfg Config) (*Server, error) {
 			fcfg.Chown = us.Chown
 		}
 	}
+	terms := terminal.New(terminal.Config{Commands: runner, OOMScoreAdj: 500, Logger: log.With("component", "terminal")})
 	fsys := files.New(fcfg)
 	g := git.New(git.Config{WorkDir: cfg.WorkDir, Logger: log.With("component", "git")})
 
 	agentv1.RegisterProcessServiceServer(gs, process.NewServer(runner))
 	agentv1.RegisterFileServiceServer(gs, files.NewServer(fsys))
 	agentv1.RegisterGitServiceServer(gs, git.NewServer(g))
+	agentv1.RegisterTerminalServiceServer(gs, terminal.NewServer(terms))
 	agentv1.RegisterInfoServiceServer(gs, &infoServer{
 		version: version.Version, started: time.Now(), workDir: cfg.WorkDir,
 		gitExists: g.Available,
@@ -142,6 +147,7 @@ func New(cfg Config) (*Server, error) {
 		agentv1.RegisterFileServiceHandler,
 		agentv1.RegisterGitServiceHandler,
 		agentv1.RegisterInfoServiceHandler,
+		agentv1.RegisterTerminalServiceHandler,
 	} {
 		if err := reg(ctx, gw, inproc.Conn); err != nil {
 			inproc.Conn.Close()
@@ -153,10 +159,11 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.Handle("/v1/files/", raw)
+	mux.Handle("/v1/terminals/ws", terminal.WebSocket(terms))
 	mux.Handle("/", limitBody(gw))
 
 	return &Server{
-		cfg: cfg, log: log, grpc: gs, health: hs, runner: runner,
+		cfg: cfg, log: log, grpc: gs, health: hs, runner: runner, terms: terms,
 		handler: rec.HTTP(auth.httpMiddleware(mux)),
 		inproc:  inproc,
 	}, nil
@@ -172,12 +179,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.Info("agent serving", "addr", ln.Addr().String(), "work_dir", s.cfg.WorkDir, "auth", !s.cfg.NoAuth)
 	srv := &edge.Server{
 		GRPC: s.grpc, HTTP: s.handler, InProc: s.inproc, ShutdownGrace: s.cfg.ShutdownGrace, Logger: s.log,
-		OnShutdown: s.runner.Close,
+		OnShutdown: func() { s.runner.Close(); s.terms.Close() },
 	}
 	go func() {
 		<-ctx.Done()
 		s.log.Info("agent shutting down")
 		s.health.Shutdown()
+		// Terminal sessions end now, so their streams do not hold up the
+		// graceful stop.
+		s.terms.Close()
 	}()
 	if err := srv.Serve(ctx, ln); err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -139,6 +140,25 @@ func (r *Runner) prepare(s Spec, defTimeout time.Duration) (plan, error) {
 		return plan{}, errdefs.FailedPrecondition("argv[0]: %v", err)
 	}
 	return pl, nil
+}
+
+// Command validates s as Exec does (argv or command, env, cwd, user and the
+// root policy) and returns an unstarted command for it: the program looked
+// up, the environment merged, the user's credential in SysProcAttr (nil:
+// the agent's own user). Stdin, Timeout, KillGrace and OutputLimit are not
+// used. The caller starts and waits for the command; it holds no slot of
+// Config.MaxProcesses and Close does not stop it. Terminal sessions use it
+// to run programs on a pseudo-terminal under the same policy.
+func (r *Runner) Command(s Spec) (*exec.Cmd, error) {
+	pl, err := r.prepare(Spec{Argv: s.Argv, Command: s.Command, Cwd: s.Cwd, Env: s.Env, User: s.User}, 0)
+	if err != nil {
+		return nil, err
+	}
+	if pl.env == nil {
+		pl.env = []string{} // nil would mean this process's environment
+	}
+	return &exec.Cmd{Path: pl.path, Args: pl.args, Env: pl.env, Dir: pl.dir,
+		SysProcAttr: &syscall.SysProcAttr{Credential: pl.cred}}, nil
 }
 
 // credentialFor returns the credential a command of id starts with, or nil
