@@ -24,6 +24,16 @@
 // every upload buys durability across a host crash that berth does not
 // promise. Set Config.Sync to change that.
 //
+// # Watches
+//
+// Watch reports the changes under a directory (package watch: fsnotify,
+// recursive, debounced per path, overflow when events are lost) with the
+// service's identity, so a watch sees only what the user may read. The
+// watches of one FS are bounded together (Config.MaxWatches running at
+// once, Config.MaxWatchDirs directories); beyond, ResourceExhausted. The
+// gRPC FileService.Watch streams them; grpc-gateway serves it as
+// newline-delimited JSON at GET /v1/files:watch.
+//
 // # Symlinks
 //
 // Stat, List, Move and Remove act on symlinks themselves (lstat semantics);

@@ -42,6 +42,11 @@ type Config struct {
 	// the default user when root is forbidden. Default nil: operations run
 	// as the agent's user (root in a sandbox).
 	AsUser *Identity
+	// MaxWatches bounds the watches (Watch) running at once. Default 16.
+	MaxWatches int
+	// MaxWatchDirs bounds the directories all watches watch together.
+	// Default 16384.
+	MaxWatchDirs int
 }
 
 // FS implements the file operations of the agent on the local file system.
@@ -53,6 +58,7 @@ type FS struct {
 	syncData bool
 	chownFn  func(path string) error
 	asUser   *Identity
+	watches  *watchLimits
 }
 
 // New returns an FS configured by cfg.
@@ -63,7 +69,16 @@ func New(cfg Config) *FS {
 	if cfg.MaxListEntries <= 0 {
 		cfg.MaxListEntries = DefaultMaxListEntries
 	}
-	return &FS{log: cfg.Logger, maxList: cfg.MaxListEntries, syncData: cfg.Sync, chownFn: cfg.Chown, asUser: cfg.AsUser}
+	if cfg.MaxWatches <= 0 {
+		cfg.MaxWatches = DefaultMaxWatches
+	}
+	if cfg.MaxWatchDirs <= 0 {
+		cfg.MaxWatchDirs = DefaultMaxWatchDirs
+	}
+	return &FS{
+		log: cfg.Logger, maxList: cfg.MaxListEntries, syncData: cfg.Sync, chownFn: cfg.Chown, asUser: cfg.AsUser,
+		watches: &watchLimits{maxWatches: cfg.MaxWatches, maxDirs: cfg.MaxWatchDirs},
+	}
 }
 
 // FileType is the kind of a file.

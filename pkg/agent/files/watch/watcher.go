@@ -62,6 +62,9 @@ type Options struct {
 	MapErr func(op, path string, err error) error
 	// Logger receives the watch's debug logs; default slog.Default().
 	Logger *slog.Logger
+	// OnEnd, when set, is called once the watch has ended and released
+	// its inotify instance and budget (not when Start fails).
+	OnEnd func()
 }
 
 // Watcher is a running watch. Read its events from Events until the
@@ -175,7 +178,12 @@ func (w *Watcher) release() {
 func (w *Watcher) run(ctx context.Context) {
 	defer close(w.done)
 	defer close(w.out)
-	defer w.release()
+	defer func() {
+		w.release()
+		if w.opts.OnEnd != nil {
+			w.opts.OnEnd()
+		}
+	}()
 	maxWait := maxWaitFactor * w.opts.Debounce
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

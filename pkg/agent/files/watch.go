@@ -1,0 +1,114 @@
+package files
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/agent/files/watch"
+	"github.com/berth-dev/berth/pkg/errdefs"
+)
+
+// Defaults of the watch limits of Config.
+const (
+	// DefaultMaxWatches is the default of Config.MaxWatches.
+	DefaultMaxWatches = 16
+	// DefaultMaxWatchDirs is the default of Config.MaxWatchDirs.
+	DefaultMaxWatchDirs = 16384
+)
+
+// WatchOptions configures FS.Watch.
+type WatchOptions struct {
+	// Recursive watches every directory below the path too.
+	Recursive bool
+	// Debounce is the quiet time after which a burst of changes is
+	// reported; 0 means watch.DefaultDebounce (50 ms); negative or over
+	// watch.MaxDebounce (10 s) is InvalidArgument.
+	Debounce time.Duration
+}
+
+// Watch watches the directory path (absolute; a symlink to a directory is
+// followed, symlinks below it never are) with the service's identity, and
+// returns once it is watched; see package watch for the events. The watch
+// ends when ctx ends or the Watcher is closed. A missing path is NotFound,
+// a file FailedPrecondition; more than Config.MaxWatches watches at once,
+// or more than Config.MaxWatchDirs directories watched by all of them, is
+// ResourceExhausted (a running watch that outgrows the directory budget
+// ends with that error).
+func (f *FS) Watch(ctx context.Context, path string, opts WatchOptions) (*watch.Watcher, error) {
+	p, err := checkPath("path", path, true)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Debounce < 0 || opts.Debounce > watch.MaxDebounce {
+		return nil, errdefs.InvalidArgument("debounce", "must be between 0 and %v, got %v", watch.MaxDebounce, opts.Debounce)
+	}
+	lim := f.watches
+	if err := lim.startWatch(); err != nil {
+		return nil, err
+	}
+	w, err := watch.Start(ctx, p, watch.Options{
+		Recursive: opts.Recursive,
+		Debounce:  opts.Debounce,
+		Dirs:      lim,
+		As:        f.as,
+		MapErr:    osError,
+		Logger:    f.log,
+		OnEnd:     lim.endWatch,
+	})
+	if err != nil {
+		lim.endWatch()
+		return nil, err
+	}
+	return w, nil
+}
+
+// watchLimits bounds the watches of one FS (one sandbox): how many run at
+// once and how many directories they watch together. It is the
+// watch.Budget of the directories.
+type watchLimits struct {
+	mu                  sync.Mutex
+	watches, dirs       int
+	maxWatches, maxDirs int
+}
+
+func (l *watchLimits) startWatch() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.watches >= l.maxWatches {
+		return errdefs.ResourceExhausted("watch: %d watches are running, the most this sandbox allows", l.watches)
+	}
+	l.watches++
+	return nil
+}
+
+func (l *watchLimits) endWatch() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.watches--
+}
+
+// Acquire takes n watched directories from the budget.
+func (l *watchLimits) Acquire(n int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dirs+n > l.maxDirs {
+		return errdefs.ResourceExhausted("more than %d directories watched in this sandbox", l.maxDirs)
+	}
+	l.dirs += n
+	return nil
+}
+
+// Release gives n watched directories back.
+func (l *watchLimits) Release(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dirs -= n
+}
+
+// inUse returns the running watches and the watched directories.
+func (l *watchLimits) inUse() (watches, dirs int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.watches, l.dirs
+}
