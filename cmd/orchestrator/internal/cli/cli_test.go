@@ -23,7 +23,7 @@ func runCLI(t *testing.T, s *orchtest.Server, args ...string) (int, string, stri
 		}
 		return ""
 	}}
-	code := RunLease(context.Background(), args, env)
+	code := Run(context.Background(), append([]string{"lease"}, args...), env)
 	return code, out.String(), errb.String()
 }
 
@@ -70,7 +70,7 @@ func TestLeaseCommands(t *testing.T) {
 		t.Errorf("release: %d %q", code, out)
 	}
 	code, out, errs = runCLI(t, s, "get", "nonexistent")
-	if code != 1 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "(NotFound)") {
+	if code != 1 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "(not found)") {
 		t.Errorf("get nonexistent: code %d stdout %q stderr %q", code, out, errs)
 	}
 	code, _, errs = runCLI(t, s, "list", "--state", "bogus")
@@ -83,11 +83,12 @@ func TestLeaseCommands(t *testing.T) {
 	}
 }
 
-// runTool runs one of the sandbox commands with the lease token.
-func runTool(t *testing.T, s *orchtest.Server, tok string, f func(context.Context, []string, Env) int, args ...string) (int, string, string) {
+// runTool runs one of the sandbox commands (exec, cp, git) with the lease
+// token and stdin.
+func runTool(t *testing.T, s *orchtest.Server, tok string, f tool, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	env := Env{Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
+	env := Env{Stdin: strings.NewReader(f.stdin), Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
 		switch k {
 		case "BERTH_ADDR":
 			return s.Base
@@ -96,9 +97,12 @@ func runTool(t *testing.T, s *orchtest.Server, tok string, f func(context.Contex
 		}
 		return ""
 	}}
-	code := f(context.Background(), args, env)
+	code := Run(context.Background(), append([]string{f.name}, args...), env)
 	return code, out.String(), errb.String()
 }
+
+// tool is a sandbox command and the stdin it reads.
+type tool struct{ name, stdin string }
 
 func TestExecCpGit(t *testing.T) {
 	s := orchtest.Start(t, nil)
@@ -111,9 +115,7 @@ func TestExecCpGit(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, tok := acq.Lease.ID, acq.Token
-	exec := func(ctx context.Context, a []string, e Env) int {
-		return RunExec(ctx, a, e, strings.NewReader("piped\n"))
-	}
+	exec := tool{"exec", "piped\n"}
 
 	code, out, errs := runTool(t, s, tok, exec, id, "--", "sh", "-c", "echo out; echo err >&2; exit 7")
 	if code != 7 || out != "out\n" || errs != "err\n" {
@@ -124,7 +126,7 @@ func TestExecCpGit(t *testing.T) {
 		t.Errorf("exec --stdin: %d %q", code, out)
 	}
 	code, _, errs = runTool(t, s, "wrong", exec, id, "--", "true")
-	if code != 1 || !strings.Contains(errs, "(Unauthenticated)") {
+	if code != 1 || !strings.Contains(errs, "(unauthenticated)") {
 		t.Errorf("exec with a wrong token: %d %q", code, errs)
 	}
 
@@ -135,9 +137,7 @@ func TestExecCpGit(t *testing.T) {
 	if err := os.WriteFile(local, []byte("hello cp\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cp := func(ctx context.Context, a []string, e Env) int {
-		return RunCp(ctx, a, e, strings.NewReader("from stdin"))
-	}
+	cp := tool{"cp", "from stdin"}
 	if code, _, errs := runTool(t, s, tok, cp, "--parents", local, id+":"+root+"/repo/a.txt"); code != 0 {
 		t.Fatalf("cp up: %d %s", code, errs)
 	}
@@ -164,7 +164,7 @@ func TestExecCpGit(t *testing.T) {
 		"git init -q -b main && git -c user.name=t -c user.email=t@t add . && git -c user.name=t -c user.email=t@t commit -qm init && echo changed > a.txt"); code != 0 {
 		t.Fatalf("git setup: %d %s", code, errs)
 	}
-	git := func(ctx context.Context, a []string, e Env) int { return RunGit(ctx, a, e) }
+	git := tool{name: "git"}
 	code, out, errs = runTool(t, s, tok, git, "status", id, root+"/repo")
 	if code != 0 || !strings.Contains(out, "branch main") || !strings.Contains(out, "MODIFIED") || !strings.Contains(out, "a.txt") {
 		t.Errorf("git status: %d %q %s", code, out, errs)

@@ -1,8 +1,3 @@
-// Package cli implements the orchestrator's operator and CI command line:
-// `orchestrator lease acquire|get|list|renew|release|reap|watch` talking to a
-// running orchestrator over gRPC. Output is a human table by default or JSON
-// with -o json; the exit code is 0 on success and non-zero with a one-line
-// error on stderr otherwise, so shell scripts can rely on it.
 package cli
 
 import (
@@ -11,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -18,6 +14,51 @@ import (
 
 // DefaultAddr is the orchestrator's default address.
 const DefaultAddr = "http://127.0.0.1:7070"
+
+// clientFlags are the flags every client command takes.
+type clientFlags struct {
+	addr, token string
+	env         Env
+}
+
+// register adds --addr and --token to fs. The token's flag has no default
+// value, so that --help never prints a secret: the environment is read in
+// bearer, after parsing.
+func (c *clientFlags) register(fs *pflag.FlagSet, env Env) {
+	addr := env.getenv("BERTH_ADDR")
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	fs.StringVar(&c.addr, "addr", addr, "orchestrator address (env BERTH_ADDR)")
+	fs.StringVar(&c.token, "token", "", "API token (default: env BERTH_TOKEN, else BERTH_OPERATOR_TOKEN)")
+	c.env = env
+}
+
+// bearer returns the token to send: --token, else BERTH_TOKEN, else
+// BERTH_OPERATOR_TOKEN.
+func (c *clientFlags) bearer() string {
+	if c.token != "" {
+		return c.token
+	}
+	if tok := c.env.getenv("BERTH_TOKEN"); tok != "" {
+		return tok
+	}
+	return c.env.getenv("BERTH_OPERATOR_TOKEN")
+}
+
+// dial connects to the orchestrator at --addr. A malformed address is a
+// usage mistake.
+func (c *clientFlags) dial() (*grpc.ClientConn, error) {
+	target, err := dialTarget(c.addr)
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, usagef("--addr %q: %v", c.addr, err)
+	}
+	return conn, nil
+}
 
 // dialTarget turns --addr (a URL like http://127.0.0.1:7070, or host:port)
 // into a gRPC target.
@@ -37,15 +78,6 @@ func dialTarget(addr string) (string, error) {
 		host += ":80"
 	}
 	return host, nil
-}
-
-// dial connects to the orchestrator at addr.
-func dial(addr string) (*grpc.ClientConn, error) {
-	target, err := dialTarget(addr)
-	if err != nil {
-		return nil, err
-	}
-	return grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
 // withToken attaches the bearer token to outgoing calls.

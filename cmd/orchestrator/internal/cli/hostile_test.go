@@ -27,16 +27,14 @@ func TestHelpNeverPrintsToken(t *testing.T) {
 		}}
 	}
 	ctx := context.Background()
-	cmds := map[string]func(Env) int{}
+	var cmds []string
 	for _, sub := range []string{"acquire", "get", "list", "renew", "release", "reap", "watch"} {
-		cmds["lease "+sub] = func(e Env) int { return RunLease(ctx, []string{sub, "-h"}, e) }
+		cmds = append(cmds, "lease "+sub)
 	}
-	cmds["exec"] = func(e Env) int { return RunExec(ctx, []string{"-h"}, e, strings.NewReader("")) }
-	cmds["cp"] = func(e Env) int { return RunCp(ctx, []string{"-h"}, e, strings.NewReader("")) }
-	cmds["git status"] = func(e Env) int { return RunGit(ctx, []string{"status", "-h"}, e) }
-	for name, run := range cmds {
+	cmds = append(cmds, "exec", "cp", "git status", "git diff")
+	for _, name := range cmds {
 		var out, errb bytes.Buffer
-		run(env(&out, &errb))
+		Run(ctx, append(strings.Fields(name), "-h"), env(&out, &errb))
 		all := out.String() + errb.String()
 		if strings.Contains(all, secret) {
 			t.Errorf("%s -h prints the token:\n%s", name, all)
@@ -52,7 +50,7 @@ func TestTokenFromEnvironment(t *testing.T) {
 	s := orchtest.Start(t, nil)
 	for _, key := range []string{"BERTH_TOKEN", "BERTH_OPERATOR_TOKEN"} {
 		var out, errb bytes.Buffer
-		code := RunLease(context.Background(), []string{"list"}, Env{Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
+		code := Run(context.Background(), []string{"lease", "list"}, Env{Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
 			switch k {
 			case "BERTH_ADDR":
 				return s.Base
@@ -83,7 +81,7 @@ func TestOutputEscapesControlCharacters(t *testing.T) {
 		}
 	}
 	var errb bytes.Buffer
-	fail(Env{Stderr: &errb}, errString("lease \x1b[2Jgone"))
+	printError(&errb, errString("lease \x1b[2Jgone"))
 	if strings.Contains(errb.String(), "\x1b") || !strings.Contains(errb.String(), `\x1b[2J`) {
 		t.Fatalf("error line %q", errb.String())
 	}

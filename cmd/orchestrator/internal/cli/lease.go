@@ -2,65 +2,286 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
-	"text/tabwriter"
 	"time"
 
-	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
+	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/berth-dev/berth/internal/quantity"
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
-// Env is what a command needs from its surroundings.
-type Env struct {
-	Stdout, Stderr io.Writer
-	Getenv         func(string) string
+// callTimeout bounds one lease call (an acquire waits for the sandbox).
+const callTimeout = 5 * time.Minute
+
+// leaseFlags are the flags of every lease subcommand.
+type leaseFlags struct {
+	clientFlags
+	output string
 }
 
-// clientFlags are the flags every client command takes.
-type clientFlags struct {
-	addr, token, output string
-	env                 Env
+// newLeaseCommand is `orchestrator lease`.
+func newLeaseCommand(env Env) *cobra.Command {
+	lf := &leaseFlags{}
+	cmd := newGroup("lease", "Acquire, inspect, renew and release leases",
+		`  orchestrator lease acquire --conversation ci-42 --memory 2Gi --disk 10Gi --cpus 1.5
+  orchestrator lease list -o wide
+  orchestrator lease get LEASE -o yaml
+  orchestrator lease release LEASE --reason done`,
+		newAcquireCommand(env, lf), newGetCommand(env, lf), newListCommand(env, lf), newRenewCommand(env, lf),
+		newReleaseCommand(env, lf), newReapCommand(env, lf), newWatchCommand(env, lf))
+	lf.register(cmd.PersistentFlags(), env)
+	addOutputFlag(cmd.PersistentFlags(), &lf.output)
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return checkOutput(lf.output) }
+	return cmd
 }
 
-// The token's flag has no default value, so that -h never prints a
-// secret: the environment is read in tokenOr, after parsing.
-func (c *clientFlags) register(fs *flag.FlagSet, env Env) {
-	addr := env.Getenv("BERTH_ADDR")
-	if addr == "" {
-		addr = DefaultAddr
+// call dials the orchestrator, runs fn with the token and a deadline, and
+// prints its answer in the -o format.
+func (lf *leaseFlags) call(ctx context.Context, env Env, fn func(context.Context, orchv1.LeaseServiceClient) (proto.Message, error)) error {
+	conn, err := lf.dial()
+	if err != nil {
+		return err
 	}
-	fs.StringVar(&c.addr, "addr", addr, "orchestrator address (env BERTH_ADDR)")
-	fs.StringVar(&c.token, "token", "", "API token (default: env BERTH_TOKEN, else BERTH_OPERATOR_TOKEN)")
-	fs.StringVar(&c.output, "o", "table", "output: table or json")
-	c.env = env
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	msg, err := fn(withToken(ctx, lf.bearer()), orchv1.NewLeaseServiceClient(conn))
+	if err != nil {
+		return fail(err)
+	}
+	return fail(printMessage(env.Stdout, lf.output, msg))
 }
 
-// bearer returns the token to send: --token, else BERTH_TOKEN, else
-// BERTH_OPERATOR_TOKEN.
-func (c *clientFlags) bearer() string {
-	if c.token != "" || c.env.Getenv == nil {
-		return c.token
+func newAcquireCommand(env Env, lf *leaseFlags) *cobra.Command {
+	var (
+		conv, image, owner, user string
+		ttl, idle                time.Duration
+		cpus                     quantity.CPUs
+		mem, disk                quantity.Bytes
+		pids                     int64
+		labels                   = labelFlag{}
+	)
+	cmd := &cobra.Command{
+		Use:   "acquire --conversation ID [flags]",
+		Short: "Acquire a lease on a new sandbox (or the conversation's existing one)",
+		Long: `Acquire a lease on a sandbox for a conversation. An acquire for a conversation
+that already holds a live lease returns that lease. The answer carries the
+lease's token, which exec, cp and git use (BERTH_TOKEN).
+
+Sizes take units: --memory 2Gi --disk 10Gi (Ki, Mi, Gi, Ti or k, M, G, T; a
+plain integer is bytes). --cpus takes CPUs (1.5) or millicpus (500m).`,
+		Example: `  orchestrator lease acquire --conversation ci-42
+  orchestrator lease acquire --conversation ci-42 --memory 2Gi --disk 10Gi --cpus 1.5 --ttl 30m
+  orchestrator lease acquire --conversation ci-42 --label team=infra --label job=build -o json
+  TOKEN=$(orchestrator lease acquire --conversation ci-42 -o json | jq -r .token)`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return lf.call(cmd.Context(), env, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
+				req := &orchv1.AcquireRequest{ConversationId: conv, Image: image, Labels: labels, Owner: owner, User: user,
+					Resources: &orchv1.Resources{Cpus: float64(cpus), MemoryBytes: int64(mem), DiskBytes: int64(disk), Pids: pids}}
+				if ttl != 0 {
+					req.Ttl = durationpb.New(ttl)
+				}
+				if idle != 0 {
+					req.IdleTimeout = durationpb.New(idle)
+				}
+				return c.Acquire(ctx, req)
+			})
+		},
 	}
-	if tok := c.env.Getenv("BERTH_TOKEN"); tok != "" {
-		return tok
-	}
-	return c.env.Getenv("BERTH_OPERATOR_TOKEN")
+	fs := cmd.Flags()
+	fs.StringVar(&conv, "conversation", "", "conversation id (required)")
+	fs.StringVar(&image, "image", "", "image (default: the orchestrator's default image)")
+	fs.DurationVar(&ttl, "ttl", 0, "lifetime, e.g. 10m (default: the orchestrator's default)")
+	fs.DurationVar(&idle, "idle-timeout", 0, "expire after this long without activity")
+	fs.Var(&cpus, "cpus", "CPU limit: CPUs (1.5) or millicpus (500m)")
+	fs.Var(&mem, "memory", "memory limit: 2Gi, 512Mi, 1G or bytes")
+	fs.Var(&disk, "disk", "disk limit (writable layer and workspace): 10Gi or bytes")
+	fs.Int64Var(&pids, "pids", 0, "process limit")
+	fs.StringVar(&owner, "owner", "", "owner (operator token only)")
+	fs.StringVar(&user, "user", "", "user the sandbox's commands run as: NAME, UID, NAME:GROUP or UID:GID (default: the orchestrator's default user for berth's images, else the image's user)")
+	fs.Var(labels, "label", "label key=value (repeatable)")
+	return cmd
 }
 
-// labelFlag collects repeated k=v flags.
+func newGetCommand(env Env, lf *leaseFlags) *cobra.Command {
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "get LEASE",
+		Short: "Show one lease",
+		Example: `  orchestrator lease get LEASE
+  orchestrator lease get LEASE -o json | jq -r .state
+  orchestrator lease get LEASE --watch`,
+		Args:              exactArgs(1, "one lease id"),
+		ValidArgsFunction: completeLeaseIDs(lf),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			get := func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
+				return c.Get(ctx, &orchv1.GetLeaseRequest{Id: args[0]})
+			}
+			if watch {
+				return lf.watchLeases(cmd.Context(), env, &orchv1.WatchRequest{LeaseId: args[0]}, func(ctx context.Context, c orchv1.LeaseServiceClient) ([]*orchv1.Lease, error) {
+					l, err := c.Get(ctx, &orchv1.GetLeaseRequest{Id: args[0]})
+					return []*orchv1.Lease{l}, err
+				}, nil)
+			}
+			return lf.call(cmd.Context(), env, get)
+		},
+	}
+	addWatchFlag(cmd, &watch)
+	return cmd
+}
+
+func newListCommand(env Env, lf *leaseFlags) *cobra.Command {
+	var (
+		state, owner, sel, conv string
+		all, watch              bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list [flags]",
+		Short: "List leases (live ones unless --all)",
+		Example: `  orchestrator lease list
+  orchestrator lease list --selector team=infra -o wide
+  orchestrator lease list --all --state released -o json
+  orchestrator lease list --watch`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := parseState(state)
+			if err != nil {
+				return err
+			}
+			req := &orchv1.ListLeasesRequest{State: st, Owner: owner, LabelSelector: sel, ConversationId: conv, IncludeEnded: all, PageSize: 1000}
+			list := func(ctx context.Context, c orchv1.LeaseServiceClient) ([]*orchv1.Lease, error) {
+				return listAll(ctx, c, req)
+			}
+			if watch {
+				keep, err := leaseFilter(st, conv, sel)
+				if err != nil {
+					return err
+				}
+				return lf.watchLeases(cmd.Context(), env, &orchv1.WatchRequest{Owner: owner}, list, keep)
+			}
+			return lf.call(cmd.Context(), env, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
+				leases, err := list(ctx, c)
+				return &orchv1.ListLeasesResponse{Leases: leases}, err
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&state, "state", "", "filter by state (PENDING, READY, RELEASING, RELEASED, EXPIRED, FAILED)")
+	fs.StringVar(&owner, "owner", "", "filter by owner")
+	fs.StringVar(&sel, "selector", "", "label selector k=v,k2=v2")
+	fs.StringVar(&conv, "conversation", "", "filter by conversation id")
+	fs.BoolVar(&all, "all", false, "include ended leases")
+	addWatchFlag(cmd, &watch)
+	return cmd
+}
+
+// listAll pages through List.
+func listAll(ctx context.Context, c orchv1.LeaseServiceClient, req *orchv1.ListLeasesRequest) ([]*orchv1.Lease, error) {
+	req = proto.CloneOf(req)
+	var out []*orchv1.Lease
+	for {
+		page, err := c.List(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.GetLeases()...)
+		if page.GetNextPageToken() == "" {
+			return out, nil
+		}
+		req.PageToken = page.GetNextPageToken()
+	}
+}
+
+func newRenewCommand(env Env, lf *leaseFlags) *cobra.Command {
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "renew LEASE [--ttl D]",
+		Short: "Extend a lease's lifetime",
+		Example: `  orchestrator lease renew LEASE
+  orchestrator lease renew LEASE --ttl 1h`,
+		Args:              exactArgs(1, "one lease id"),
+		ValidArgsFunction: completeLeaseIDs(lf),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return lf.call(cmd.Context(), env, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
+				req := &orchv1.RenewRequest{Id: args[0]}
+				if ttl != 0 {
+					req.Ttl = durationpb.New(ttl)
+				}
+				return c.Renew(ctx, req)
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&ttl, "ttl", 0, "new lifetime from now (default: the lease's ttl)")
+	return cmd
+}
+
+func newReleaseCommand(env Env, lf *leaseFlags) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:               "release LEASE [--reason TEXT]",
+		Short:             "Release a lease and remove its sandbox",
+		Example:           `  orchestrator lease release LEASE --reason "job finished"`,
+		Args:              exactArgs(1, "one lease id"),
+		ValidArgsFunction: completeLeaseIDs(lf),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return lf.call(cmd.Context(), env, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
+				return c.Release(ctx, &orchv1.ReleaseRequest{Id: args[0], Reason: reason})
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "reason recorded with the release")
+	return cmd
+}
+
+func newReapCommand(env Env, lf *leaseFlags) *cobra.Command {
+	var (
+		sel, owner, conv, reason string
+		all                      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "reap [LEASE...] [flags]",
+		Short: "Release many leases at once (by id, selector, owner or conversation)",
+		Example: `  orchestrator lease reap --selector ci-run=1234 --reason "run cancelled"
+  orchestrator lease reap LEASE1 LEASE2
+  orchestrator lease reap --all --reason maintenance`,
+		ValidArgsFunction: completeLeaseIDs(lf),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return lf.call(cmd.Context(), env, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
+				return c.Reap(ctx, &orchv1.ReapRequest{Ids: args, LabelSelector: sel, Owner: owner, ConversationId: conv, All: all, Reason: reason})
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&sel, "selector", "", "label selector k=v,k2=v2")
+	fs.StringVar(&owner, "owner", "", "owner")
+	fs.StringVar(&conv, "conversation", "", "conversation id")
+	fs.BoolVar(&all, "all", false, "reap every live lease")
+	fs.StringVar(&reason, "reason", "", "reason recorded with the release")
+	return cmd
+}
+
+// parseState parses --state (READY, released, …); "" is any state.
+func parseState(s string) (orchv1.LeaseState, error) {
+	if s == "" {
+		return orchv1.LeaseState_LEASE_STATE_UNSPECIFIED, nil
+	}
+	v, ok := orchv1.LeaseState_value["LEASE_STATE_"+strings.ToUpper(s)]
+	if !ok {
+		return 0, usagef("--state: unknown state %q (want PENDING, READY, RELEASING, RELEASED, EXPIRED or FAILED)", s)
+	}
+	return orchv1.LeaseState(v), nil
+}
+
+// labelFlag collects repeated --label k=v flags.
 type labelFlag map[string]string
 
 func (l labelFlag) String() string { return "" }
+
 func (l labelFlag) Set(v string) error {
 	k, val, ok := strings.Cut(v, "=")
 	if !ok || k == "" {
@@ -70,289 +291,4 @@ func (l labelFlag) Set(v string) error {
 	return nil
 }
 
-// RunLease runs `lease SUBCOMMAND ARGS...` and returns the exit code.
-func RunLease(ctx context.Context, args []string, env Env) int {
-	if len(args) == 0 {
-		fmt.Fprintln(env.Stderr, "usage: orchestrator lease acquire|get|list|renew|release|reap|watch [flags]")
-		return 2
-	}
-	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("lease "+sub, flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	var cf clientFlags
-	cf.register(fs, env)
-
-	var pos []string // positional arguments, set once flags are parsed
-	oneArg := func() (string, error) {
-		if len(pos) != 1 {
-			return "", usageError{fmt.Sprintf("want exactly one lease id, got %d arguments", len(pos))}
-		}
-		return pos[0], nil
-	}
-	var run func(context.Context, orchv1.LeaseServiceClient) (proto.Message, error)
-	switch sub {
-	case "acquire":
-		conv := fs.String("conversation", "", "conversation id (required)")
-		image := fs.String("image", "", "image (default: the orchestrator's default image)")
-		ttl := fs.Duration("ttl", 0, "lifetime, e.g. 10m (default: the orchestrator's default)")
-		idle := fs.Duration("idle-timeout", 0, "expire after this long without activity")
-		cpus := fs.Float64("cpus", 0, "CPU limit")
-		mem := fs.Int64("memory", 0, "memory limit in bytes")
-		pids := fs.Int64("pids", 0, "process limit")
-		owner := fs.String("owner", "", "owner (operator token only)")
-		user := fs.String("user", "", "user the sandbox's commands run as: NAME, UID, NAME:GROUP or UID:GID (default: the orchestrator's default user for berth's images, else the image's user)")
-		labels := labelFlag{}
-		fs.Var(labels, "label", "label key=value (repeatable)")
-		run = func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-			req := &orchv1.AcquireRequest{ConversationId: *conv, Image: *image, Labels: labels, Owner: *owner, User: *user,
-				Resources: &orchv1.Resources{Cpus: *cpus, MemoryBytes: *mem, Pids: *pids}}
-			if *ttl != 0 {
-				req.Ttl = durationpb.New(*ttl)
-			}
-			if *idle != 0 {
-				req.IdleTimeout = durationpb.New(*idle)
-			}
-			return c.Acquire(ctx, req)
-		}
-	case "get":
-		run = func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-			id, err := oneArg()
-			if err != nil {
-				return nil, err
-			}
-			return c.Get(ctx, &orchv1.GetLeaseRequest{Id: id})
-		}
-	case "list":
-		state := fs.String("state", "", "filter by state (PENDING, READY, RELEASING, RELEASED, EXPIRED, FAILED)")
-		owner := fs.String("owner", "", "filter by owner")
-		sel := fs.String("selector", "", "label selector k=v,k2=v2")
-		conv := fs.String("conversation", "", "filter by conversation id")
-		all := fs.Bool("all", false, "include ended leases")
-		run = func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-			st, err := parseState(*state)
-			if err != nil {
-				return nil, err
-			}
-			out := &orchv1.ListLeasesResponse{}
-			req := &orchv1.ListLeasesRequest{State: st, Owner: *owner, LabelSelector: *sel, ConversationId: *conv, IncludeEnded: *all, PageSize: 1000}
-			for {
-				page, err := c.List(ctx, req)
-				if err != nil {
-					return nil, err
-				}
-				out.Leases = append(out.Leases, page.Leases...)
-				if page.NextPageToken == "" {
-					return out, nil
-				}
-				req.PageToken = page.NextPageToken
-			}
-		}
-	case "renew":
-		ttl := fs.Duration("ttl", 0, "new lifetime from now (default: the lease's ttl)")
-		run = func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-			id, err := oneArg()
-			if err != nil {
-				return nil, err
-			}
-			req := &orchv1.RenewRequest{Id: id}
-			if *ttl != 0 {
-				req.Ttl = durationpb.New(*ttl)
-			}
-			return c.Renew(ctx, req)
-		}
-	case "release":
-		reason := fs.String("reason", "", "reason recorded with the release")
-		run = func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-			id, err := oneArg()
-			if err != nil {
-				return nil, err
-			}
-			return c.Release(ctx, &orchv1.ReleaseRequest{Id: id, Reason: *reason})
-		}
-	case "reap":
-		sel := fs.String("selector", "", "label selector k=v,k2=v2")
-		owner := fs.String("owner", "", "owner")
-		conv := fs.String("conversation", "", "conversation id")
-		all := fs.Bool("all", false, "reap every live lease")
-		reason := fs.String("reason", "", "reason recorded with the release")
-		run = func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-			return c.Reap(ctx, &orchv1.ReapRequest{Ids: pos, LabelSelector: *sel, Owner: *owner, ConversationId: *conv, All: *all, Reason: *reason})
-		}
-	case "watch":
-		owner := fs.String("owner", "", "only this owner's leases")
-		lease := fs.String("lease", "", "only this lease")
-		if _, _, err := parseArgs(fs, args); err != nil {
-			return 2
-		}
-		return watch(ctx, cf, &orchv1.WatchRequest{Owner: *owner, LeaseId: *lease}, env)
-	default:
-		fmt.Fprintf(env.Stderr, "orchestrator lease: unknown command %q\n", sub)
-		return 2
-	}
-	var err error
-	if pos, _, err = parseArgs(fs, args); err != nil {
-		return 2
-	}
-	if cf.output != "table" && cf.output != "json" {
-		fmt.Fprintf(env.Stderr, "orchestrator: -o must be table or json, got %q\n", cf.output)
-		return 2
-	}
-	conn, err := dial(cf.addr)
-	if err != nil {
-		fmt.Fprintln(env.Stderr, "orchestrator:", err)
-		return 2
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	msg, err := run(withToken(ctx, cf.bearer()), orchv1.NewLeaseServiceClient(conn))
-	if err != nil {
-		var ue usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(env.Stderr, "orchestrator lease %s: %s\n", sub, ue.msg)
-			return 2
-		}
-		return fail(env, err)
-	}
-	if cf.output == "json" {
-		b, _ := protojson.MarshalOptions{EmitUnpopulated: true, Indent: "  "}.Marshal(msg)
-		fmt.Fprintln(env.Stdout, string(b))
-		return 0
-	}
-	printTable(env.Stdout, msg)
-	return 0
-}
-
-func watch(ctx context.Context, cf clientFlags, req *orchv1.WatchRequest, env Env) int {
-	conn, err := dial(cf.addr)
-	if err != nil {
-		fmt.Fprintln(env.Stderr, "orchestrator:", err)
-		return 2
-	}
-	defer conn.Close()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	stream, err := orchv1.NewLeaseServiceClient(conn).Watch(withToken(ctx, cf.bearer()), req)
-	if err != nil {
-		return fail(env, err)
-	}
-	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, io.EOF) {
-				return 0
-			}
-			return fail(env, err)
-		}
-		if cf.output == "json" {
-			b, _ := protojson.Marshal(ev)
-			fmt.Fprintln(env.Stdout, string(b))
-			continue
-		}
-		tr := ev.GetTransition()
-		fmt.Fprintf(env.Stdout, "%s\t%s\t%s -> %s\t%s\n", tr.GetAt().AsTime().Format(time.RFC3339), safe(ev.GetLease().GetId()),
-			stateName(tr.GetFrom()), stateName(tr.GetTo()), safe(tr.GetReason()))
-	}
-}
-
-// fail prints a one-line error (the message, escaped, then the gRPC code)
-// and returns 1.
-func fail(env Env, err error) int {
-	st := status.Convert(err)
-	msg := safe(strings.ReplaceAll(st.Message(), "\n", " "))
-	fmt.Fprintf(env.Stderr, "orchestrator: %s (%s)\n", msg, st.Code())
-	return 1
-}
-
-// usageError is a mistake in the command line (exit code 2).
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-// parseArgs parses flags anywhere among the arguments (so "get ID -o json"
-// works) and returns the positional arguments; everything after "--" is
-// returned separately and untouched.
-func parseArgs(fs *flag.FlagSet, args []string) (pos, rest []string, err error) {
-	head := args
-	for i, a := range args {
-		if a == "--" {
-			head, rest = args[:i], args[i+1:]
-			break
-		}
-	}
-	for {
-		if err := fs.Parse(head); err != nil {
-			return nil, nil, err
-		}
-		head = fs.Args()
-		if len(head) == 0 {
-			return pos, rest, nil
-		}
-		pos = append(pos, head[0])
-		head = head[1:]
-	}
-}
-
-func parseState(s string) (orchv1.LeaseState, error) {
-	if s == "" {
-		return orchv1.LeaseState_LEASE_STATE_UNSPECIFIED, nil
-	}
-	v, ok := orchv1.LeaseState_value["LEASE_STATE_"+strings.ToUpper(s)]
-	if !ok {
-		return 0, fmt.Errorf("--state: unknown state %q", s)
-	}
-	return orchv1.LeaseState(v), nil
-}
-
-func stateName(s orchv1.LeaseState) string {
-	return strings.TrimPrefix(s.String(), "LEASE_STATE_")
-}
-
-func printTable(w io.Writer, msg proto.Message) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	defer tw.Flush()
-	row := func(l *orchv1.Lease) {
-		exp := "-"
-		if l.GetExpiresAt() != nil && !stateEnded(l.GetState()) {
-			exp = time.Until(l.GetExpiresAt().AsTime()).Round(time.Second).String()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(l.GetId()), safe(l.GetConversationId()), safe(l.GetOwner()), stateName(l.GetState()),
-			safe(l.GetImage()), exp, safe(l.GetReason()))
-	}
-	header := func() { fmt.Fprintln(tw, "ID\tCONVERSATION\tOWNER\tSTATE\tIMAGE\tEXPIRES IN\tREASON") }
-	switch m := msg.(type) {
-	case *orchv1.AcquireResponse:
-		header()
-		row(m.GetLease())
-		tw.Flush()
-		fmt.Fprintf(w, "token: %s\n", safe(m.GetToken()))
-	case *orchv1.Lease:
-		header()
-		row(m)
-		tw.Flush()
-		if lim := m.GetResources().GetDiskBytes(); lim > 0 && m.GetUsage() != nil {
-			fmt.Fprintf(w, "disk: %d of %d bytes (measured %s)\n", m.GetUsage().GetDiskBytes(), lim,
-				m.GetUsage().GetMeasuredAt().AsTime().Format(time.RFC3339))
-		}
-		for _, wn := range m.GetWarnings() {
-			fmt.Fprintf(w, "warning: %s\n", safe(wn))
-		}
-	case *orchv1.ListLeasesResponse:
-		header()
-		for _, l := range m.Leases {
-			row(l)
-		}
-	case *orchv1.ReapResponse:
-		for _, id := range m.GetReaped() {
-			fmt.Fprintln(tw, safe(id))
-		}
-	}
-}
-
-func stateEnded(s orchv1.LeaseState) bool {
-	switch s {
-	case orchv1.LeaseState_LEASE_STATE_RELEASED, orchv1.LeaseState_LEASE_STATE_EXPIRED, orchv1.LeaseState_LEASE_STATE_FAILED:
-		return true
-	}
-	return false
-}
+func (l labelFlag) Type() string { return "key=value" }
