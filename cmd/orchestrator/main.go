@@ -16,31 +16,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"os"
-
-	"github.com/spf13/cobra"
 
 	"github.com/berth-dev/berth/cmd/orchestrator/internal/cli"
 )
 
 func main() {
 	env := cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
-	os.Exit(cli.Execute(context.Background(), cli.NewRoot(env, serveCommand()), os.Args[1:], env))
-}
-
-// serveCommand is newServeCommand with its exit code passed to cli.Execute
-// (serve reports its own errors).
-func serveCommand() *cobra.Command {
-	cmd := newServeCommand()
-	run := cmd.RunE
-	cmd.RunE = func(c *cobra.Command, args []string) error {
-		err := run(c, args)
-		var code exitCode
-		if errors.As(err, &code) {
-			return cli.ExitError(int(code))
-		}
-		return err
-	}
-	return cmd
+	os.Exit(cli.Execute(context.Background(), cli.NewRoot(env, newServeCommand()), os.Args[1:], env))
 }

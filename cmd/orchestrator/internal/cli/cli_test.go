@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -14,7 +15,13 @@ import (
 func runCLI(t *testing.T, s *orchtest.Server, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	env := Env{Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
+	code := Run(context.Background(), append([]string{"lease"}, args...), operatorEnv(s, &out, &errb))
+	return code, out.String(), errb.String()
+}
+
+// operatorEnv points the CLI at s with the operator's token.
+func operatorEnv(s *orchtest.Server, stdout, stderr io.Writer) Env {
+	return Env{Stdout: stdout, Stderr: stderr, Getenv: func(k string) string {
 		switch k {
 		case "BERTH_ADDR":
 			return s.Base
@@ -23,8 +30,6 @@ func runCLI(t *testing.T, s *orchtest.Server, args ...string) (int, string, stri
 		}
 		return ""
 	}}
-	code := Run(context.Background(), append([]string{"lease"}, args...), env)
-	return code, out.String(), errb.String()
 }
 
 func TestLeaseCommands(t *testing.T) {

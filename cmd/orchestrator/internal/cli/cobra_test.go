@@ -285,17 +285,8 @@ func TestListWatch(t *testing.T) {
 	watch := func(args ...string) (*syncBuffer, func() int) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var stdout, stderr syncBuffer
-		env := Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string {
-			switch k {
-			case "BERTH_ADDR":
-				return s.Base
-			case "BERTH_OPERATOR_TOKEN":
-				return orchtest.OperatorToken
-			}
-			return ""
-		}}
 		done := make(chan int, 1)
-		go func() { done <- Run(ctx, args, env) }()
+		go func() { done <- Run(ctx, args, operatorEnv(s, &stdout, &stderr)) }()
 		return &stdout, func() int {
 			cancel()
 			select {
@@ -359,5 +350,28 @@ func TestListWatch(t *testing.T) {
 	stopOne()
 	if strings.Contains(one.String(), second) {
 		t.Errorf("get --watch shows another lease:\n%s", one.String())
+	}
+}
+
+// Commands added to the root (serve) get the single-dash compatibility and
+// their exit codes too.
+func TestExtraCommand(t *testing.T) {
+	var listen string
+	var verbose bool
+	serve := &cobra.Command{Use: "serve", Example: "  orchestrator serve", RunE: func(*cobra.Command, []string) error {
+		if listen == "fail" {
+			return ExitError(3)
+		}
+		return nil
+	}}
+	serve.Flags().StringVar(&listen, "listen", "", "")
+	serve.Flags().BoolVar(&verbose, "verbose", false, "")
+	var out, errb bytes.Buffer
+	env := Env{Stdout: &out, Stderr: &errb}
+	if code := Execute(context.Background(), NewRoot(env, serve), []string{"serve", "-listen", "127.0.0.1:9", "-verbose"}, env); code != 0 || listen != "127.0.0.1:9" || !verbose {
+		t.Errorf("serve -listen X -verbose: exit %d, listen %q, verbose %v, stderr %q", code, listen, verbose, errb.String())
+	}
+	if code := Execute(context.Background(), NewRoot(env, serve), []string{"serve", "-listen=fail"}, env); code != 3 {
+		t.Errorf("an ExitError from serve: exit %d", code)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"strings"
-	"unicode"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,6 +20,13 @@ var categories = []error{
 	errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrAlreadyExists,
 	errdefs.ErrFailedPrecondition, errdefs.ErrUnavailable, errdefs.ErrResourceExhausted,
 	errdefs.ErrUnauthenticated, errdefs.ErrPermissionDenied, errdefs.ErrConflict, errdefs.ErrInternal,
+}
+
+// otherCodes names the gRPC codes that have no berth category.
+var otherCodes = map[codes.Code]string{
+	codes.Unimplemented: "not implemented",
+	codes.OutOfRange:    "out of range",
+	codes.DataLoss:      "data loss",
 }
 
 // printError writes err as one line: "orchestrator: MESSAGE (CATEGORY)",
@@ -43,7 +49,7 @@ func printError(w io.Writer, err error) {
 
 // category names err's category in words: one of berth's categories (from
 // the gRPC status or the error chain), a context's end, a local file
-// error, another gRPC code split into words, or "" when unknown.
+// error, another gRPC code in words, or "" when unknown.
 func category(err error) string {
 	st, isStatus := status.FromError(err)
 	if isStatus {
@@ -63,24 +69,8 @@ func category(err error) string {
 		return errdefs.ErrNotFound.Error()
 	case errors.Is(err, fs.ErrPermission):
 		return errdefs.ErrPermissionDenied.Error()
-	case isStatus && st.Code() != codes.Unknown && st.Code() != codes.OK:
-		return words(st.Code().String())
+	case isStatus:
+		return otherCodes[st.Code()]
 	}
 	return ""
-}
-
-// words splits a CamelCase name into lower-case words ("OutOfRange" → "out
-// of range").
-func words(s string) string {
-	var b strings.Builder
-	for i, r := range s {
-		if unicode.IsUpper(r) {
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			r = unicode.ToLower(r)
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
