@@ -135,7 +135,7 @@ func (h *wsHandler) readClient(ctx context.Context, cancel context.CancelCauseFu
 			continue
 		}
 		var msg Control
-		switch err := json.Unmarshal(data, &msg); {
+		switch err = json.Unmarshal(data, &msg); {
 		case err != nil:
 			err = errdefs.InvalidArgument("message", "text messages are JSON control messages: %v", err)
 		case msg.Type == "resize":
