@@ -15,8 +15,6 @@ import (
 	"github.com/berth-dev/berth/internal/edge"
 	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/errdefs"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // target is where one request goes; it travels in the request's context
@@ -108,7 +106,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 				return
 			}
 			p.metrics.http(http.StatusBadRequest)
-			edge.WriteJSONErrorStatus(w, http.StatusBadRequest, status.New(codes.InvalidArgument, "reading the request body: "+err.Error()))
+			edge.WriteErrorStatus(w, http.StatusBadRequest, errdefs.Newf(errdefs.ErrInvalidArgument, "reading the request body: %s", err.Error()))
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -187,7 +185,7 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 		p.refuseUpload(w, r, t, t.uploadMsg, true)
 		return
 	}
-	st, code, msg := classify(r.Context(), err)
+	st, msg, category := classify(r.Context(), err)
 	t.status = st
 	switch st {
 	case StatusClientClosedRequest:
@@ -215,7 +213,7 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 		_, _ = w.Write([]byte(msg + "\n"))
 		return
 	}
-	edge.WriteJSONErrorStatus(w, st, status.New(code, msg))
+	edge.WriteErrorStatus(w, st, errdefs.Newf(category, "%s", msg))
 }
 
 // clientGone logs a client that went away; the upstream request was
@@ -225,18 +223,20 @@ func (p *Proxy) clientGone(r *http.Request, t *target, when string) {
 		"status", StatusClientClosedRequest, "when", when)
 }
 
-// classify maps an upstream round-trip error to an HTTP status and gRPC
-// code: the client's context cancelled is 499; a deadline or a timeout
-// (dial, response headers) is 504; anything else — refused, reset, no
-// route, a broken response — is 502.
-func classify(ctx context.Context, err error) (int, codes.Code, string) {
+// classify maps an upstream round-trip error to an HTTP status, a message
+// and an error category (context.Canceled, context.DeadlineExceeded or
+// errdefs.ErrUnavailable, which errgrpc maps to the JSON body's code): the
+// client's context cancelled is 499; a deadline or a timeout (dial,
+// response headers) is 504; anything else — refused, reset, no route, a
+// broken response — is 502.
+func classify(ctx context.Context, err error) (int, string, error) {
 	if errors.Is(ctx.Err(), context.Canceled) {
-		return StatusClientClosedRequest, codes.Canceled, "client went away"
+		return StatusClientClosedRequest, "client went away", context.Canceled
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) ||
 		(errors.As(err, &ne) && ne.Timeout()) {
-		return http.StatusGatewayTimeout, codes.DeadlineExceeded, "upstream timeout: " + err.Error()
+		return http.StatusGatewayTimeout, "upstream timeout: " + err.Error(), context.DeadlineExceeded
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
@@ -247,11 +247,11 @@ func classify(ctx context.Context, err error) (int, codes.Code, string) {
 		if oe.Addr != nil {
 			msg = oe.Addr.String() + ": " + msg
 		}
-		return http.StatusBadGateway, codes.Unavailable, "dial " + msg
+		return http.StatusBadGateway, "dial " + msg, errdefs.ErrUnavailable
 	}
 	if errors.Is(err, context.Canceled) {
 		// Cancelled without the client's context: the proxy is shutting down.
-		return http.StatusBadGateway, codes.Unavailable, "upstream request cancelled"
+		return http.StatusBadGateway, "upstream request cancelled", errdefs.ErrUnavailable
 	}
-	return http.StatusBadGateway, codes.Unavailable, err.Error()
+	return http.StatusBadGateway, err.Error(), errdefs.ErrUnavailable
 }

@@ -90,6 +90,12 @@ func TestRouteErrorMessages(t *testing.T) {
 		m["message"] != "disk limit exceeded: lease "+id(7)+" has 100 of 100 bytes used; uploads are refused" {
 		t.Errorf("upload past the disk limit: %d %s", r.code, r.body)
 	}
+	// An agent that cannot be reached: 502, UNAVAILABLE.
+	r = do(t, "GET", e.sandboxURL(id(8), "/v1/info"), "", bearerHdr(fakeToken(id(8))), "")
+	if m := r.json(t); r.code != 502 || m["code"] != float64(codes.Unavailable) ||
+		m["message"] != "agent of lease "+id(8)+" unreachable: dial "+endpoint+": connection refused" {
+		t.Errorf("unreachable agent: %d %s", r.code, r.body)
+	}
 	// Routes the proxy does not know.
 	for path, want := range map[string]string{
 		"/other":                                `{"code":5,"details":[],"message":"not a sandbox route: /other"}` + "\n",
