@@ -51,6 +51,8 @@ func GatewayMux(opts ...runtime.ServeMuxOption) *runtime.ServeMux {
 // default maps a known path with the wrong method to UNIMPLEMENTED, which
 // is HTTP 501 (a server error); a wrong method is the caller's error, so it
 // is answered 405 Method Not Allowed. Everything else keeps the default.
+// The body keeps grpc-gateway's UNIMPLEMENTED code, which no errdefs
+// category stands for: the status is made here, at the transport edge.
 func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
 	if httpStatus == http.StatusMethodNotAllowed {
 		WriteJSONErrorStatus(w, http.StatusMethodNotAllowed,
