@@ -113,6 +113,7 @@ func newGetCommand(env Env, lf *leaseFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get LEASE",
 		Short: "Show one lease",
+		Long:  "Show one lease: a table row, then its disk usage and warnings, if any.\n\n" + watchHelp,
 		Example: `  orchestrator lease get LEASE
   orchestrator lease get LEASE -o json | jq -r .state
   orchestrator lease get LEASE --watch`,
@@ -131,7 +132,7 @@ func newGetCommand(env Env, lf *leaseFlags) *cobra.Command {
 			return lf.call(cmd.Context(), env, get)
 		},
 	}
-	addWatchFlag(cmd, &watch)
+	addWatchFlag(cmd, &watch, "the lease")
 	return cmd
 }
 
@@ -143,6 +144,11 @@ func newListCommand(env Env, lf *leaseFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list [flags]",
 		Short: "List leases (live ones unless --all)",
+		Long: `List the leases the token can see: live ones, or all with --all, filtered by
+state, owner, conversation or labels.
+
+` + watchHelp + ` Changes are filtered as the listing is (an
+ended lease's last change is shown even without --all).`,
 		Example: `  orchestrator lease list
   orchestrator lease list --selector team=infra -o wide
   orchestrator lease list --all --state released -o json
@@ -176,7 +182,7 @@ func newListCommand(env Env, lf *leaseFlags) *cobra.Command {
 	fs.StringVar(&sel, "selector", "", "label selector k=v,k2=v2")
 	fs.StringVar(&conv, "conversation", "", "filter by conversation id")
 	fs.BoolVar(&all, "all", false, "include ended leases")
-	addWatchFlag(cmd, &watch)
+	addWatchFlag(cmd, &watch, "the current leases")
 	return cmd
 }
 

@@ -46,10 +46,16 @@ happens, until interrupted. -o json prints one LeaseEvent object per line,
 	return cmd
 }
 
-// addWatchFlag adds --watch/-w to a get or list command.
-func addWatchFlag(cmd *cobra.Command, p *bool) {
-	cmd.Flags().BoolVarP(p, "watch", "w", false, "print the current leases, then each change as it happens (until interrupted)")
+// addWatchFlag adds --watch/-w to a get or list command; what names what
+// is printed first.
+func addWatchFlag(cmd *cobra.Command, p *bool, what string) {
+	cmd.Flags().BoolVarP(p, "watch", "w", false, "print "+what+", then a row for each change as it happens (until interrupted)")
 }
+
+// watchHelp describes --watch's output in a command's long help.
+const watchHelp = `With --watch (-w), the table is followed by one row for every change, as it
+happens, until interrupted (exit 0); -o json then prints one Lease object per
+line, -o yaml one document per lease.`
 
 // watch opens a Watch stream, then runs before (which prints the current
 // state: the stream is open first, so no change between the two is lost),
