@@ -47,8 +47,13 @@ type flagValue struct {
 	set     bool
 }
 
-// Set checks text and keeps it for Load.
+// Set checks text and keeps it for Load. An empty text is no value: the
+// flag counts as not given, as an empty variable does.
 func (v *flagValue) Set(text string) error {
+	if text == "" {
+		v.text, v.set = "", false
+		return nil
+	}
 	if err := v.value.Set(text); err != nil {
 		return err
 	}
@@ -208,7 +213,7 @@ func readEnv(cfg *orchestrator.Config, getenv func(string) string) error {
 // apply applies the flags the command line gave with a value.
 func (f *Flags) apply(cfg *orchestrator.Config) error {
 	for _, fv := range f.flags {
-		if !fv.set || fv.text == "" {
+		if !fv.set {
 			continue
 		}
 		if err := fv.setting.field(cfg).Set(fv.text); err != nil {

@@ -264,9 +264,10 @@ func TestCompat(t *testing.T) {
 		t.Errorf("bare --userns, --default-user image: %v %q %v %q", err, c.DefaultUser, c.UserNamespaces, c.OperatorToken)
 	}
 	// An empty flag or variable is not given: the next source down applies.
-	c, err = load(t, `{"listen": "127.0.0.1:1"}`, map[string]string{"BERTH_LISTEN": ""}, "--listen", "")
-	if err != nil || c.Listen != "127.0.0.1:1" {
-		t.Errorf("empty flag and variable: %v %q", err, c.Listen)
+	c, err = load(t, `{"listen": "127.0.0.1:1", "maxPids": 999}`, map[string]string{"BERTH_LISTEN": "", "BERTH_MAX_PIDS": ""},
+		"--listen", "", "--max-pids=", "--allow-root-user", "")
+	if err != nil || c.Listen != "127.0.0.1:1" || c.MaxPids != 999 || !c.AllowRootUser {
+		t.Errorf("empty flags and variables: %v %q %d %v", err, c.Listen, c.MaxPids, c.AllowRootUser)
 	}
 	// --config wins over BERTH_CONFIG; an integer with a base prefix is read as Go's flag package did.
 	p := filepath.Join(t.TempDir(), "other.json")
