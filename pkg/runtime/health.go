@@ -39,7 +39,7 @@ func (h HealthProber) Close() { h.c.CloseIdleConnections() }
 
 // Probe reports whether http://endpoint/healthz answers 200.
 func (h HealthProber) Probe(ctx context.Context, endpoint string) (bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+"/healthz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+HealthPath, nil)
 	if err != nil {
 		return false, err
 	}
@@ -50,7 +50,7 @@ func (h HealthProber) Probe(ctx context.Context, endpoint string) (bool, error) 
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return false, fmt.Errorf("GET /healthz: %s", resp.Status)
+		return false, fmt.Errorf("GET %s: %s", HealthPath, resp.Status)
 	}
 	return true, nil
 }

@@ -61,8 +61,8 @@ func (s Spec) Validate() error {
 		switch {
 		case k == "" || strings.ContainsAny(k, "=\x00"):
 			return errdefs.InvalidArgument("env", "invalid variable name %q", k)
-		case strings.HasPrefix(k, "BERTH_AGENT_"):
-			return errdefs.InvalidArgument("env", "%s: the BERTH_AGENT_ prefix is reserved for the agent", k)
+		case strings.HasPrefix(k, AgentEnvPrefix):
+			return errdefs.InvalidArgument("env", "%s: the %s prefix is reserved for the agent", k, AgentEnvPrefix)
 		case strings.ContainsRune(v, 0):
 			return errdefs.InvalidArgument("env", "%s: value contains a NUL byte", k)
 		}
@@ -73,26 +73,4 @@ func (s Spec) Validate() error {
 		}
 	}
 	return s.Resources.Validate("resources")
-}
-
-// Validate checks limits: none negative, memory at least 6 MiB, disk at
-// least 1 MiB and CPU at least 0.01 when set. field prefixes the names in errors.
-func (r Resources) Validate(field string) error {
-	switch {
-	case r.NanoCPUs < 0:
-		return errdefs.InvalidArgument(field+".nano_cpus", "must not be negative, got %d", r.NanoCPUs)
-	case r.NanoCPUs > 0 && r.NanoCPUs < 10_000_000:
-		return errdefs.InvalidArgument(field+".nano_cpus", "must be at least 0.01 CPU (1e7), got %d", r.NanoCPUs)
-	case r.MemoryBytes < 0:
-		return errdefs.InvalidArgument(field+".memory_bytes", "must not be negative, got %d", r.MemoryBytes)
-	case r.MemoryBytes > 0 && r.MemoryBytes < 6<<20:
-		return errdefs.InvalidArgument(field+".memory_bytes", "must be at least 6 MiB, got %d", r.MemoryBytes)
-	case r.PidsLimit < 0:
-		return errdefs.InvalidArgument(field+".pids_limit", "must not be negative, got %d", r.PidsLimit)
-	case r.DiskBytes < 0:
-		return errdefs.InvalidArgument(field+".disk_bytes", "must not be negative, got %d", r.DiskBytes)
-	case r.DiskBytes > 0 && r.DiskBytes < 1<<20:
-		return errdefs.InvalidArgument(field+".disk_bytes", "must be at least 1 MiB, got %d", r.DiskBytes)
-	}
-	return nil
 }
