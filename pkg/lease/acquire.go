@@ -210,19 +210,7 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 			return req, errdefs.InvalidArgument("public_ports", "port %d is not in 1-65535", p)
 		}
 	}
-	d := m.cfg.DefaultResources
-	if req.Resources.NanoCPUs == 0 {
-		req.Resources.NanoCPUs = d.NanoCPUs
-	}
-	if req.Resources.MemoryBytes == 0 {
-		req.Resources.MemoryBytes = d.MemoryBytes
-	}
-	if req.Resources.PidsLimit == 0 {
-		req.Resources.PidsLimit = d.PidsLimit
-	}
-	if req.Resources.DiskBytes == 0 {
-		req.Resources.DiskBytes = d.DiskBytes
-	}
+	req.Resources = req.Resources.WithDefaults(m.cfg.DefaultResources)
 	if err := m.checkMaxResources("resources", req.Resources); err != nil {
 		return req, err
 	}

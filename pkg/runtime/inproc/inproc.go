@@ -86,19 +86,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("inproc: listen: %w", err)
 	}
-	labels := map[string]string{
-		runtime.LabelManaged: "true", runtime.LabelLease: spec.LeaseID,
-		runtime.LabelConversation: spec.ConversationID, runtime.LabelInstance: spec.InstanceID,
-	}
-	for k, v := range spec.Labels {
-		labels[runtime.LabelUserPrefix+k] = v
-	}
 	sctx, cancel := context.WithCancel(context.Background())
 	bx := &box{cancel: cancel, done: make(chan struct{}), dir: dir, token: spec.AgentToken, sb: runtime.Sandbox{
-		ID: id, Name: "berth-" + spec.LeaseID, LeaseID: spec.LeaseID, ConversationID: spec.ConversationID,
-		InstanceID: spec.InstanceID, Image: spec.Image, State: runtime.StateRunning,
-		Endpoint: ln.Addr().String(), Labels: labels, CreatedAt: time.Now(),
+		ID: id, Name: "berth-" + spec.LeaseID, Image: spec.Image, State: runtime.StateRunning,
+		Endpoint: ln.Addr().String(), CreatedAt: time.Now(),
 	}}
+	bx.sb.SetLabels(runtime.SandboxLabels(spec, ""))
 	if spec.Resources.DiskBytes > 0 {
 		bx.sb.DiskEnforcement = runtime.DiskEnforcementBerth
 	}
