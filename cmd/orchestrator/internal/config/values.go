@@ -149,6 +149,7 @@ func (v durationValue) String() string {
 	}
 	return s
 }
+
 func (v durationValue) Type() string { return "duration" }
 
 // integer is the field types of whole-number settings.
