@@ -105,8 +105,19 @@ command's own code.`,
 	add(groupLeases, newLeaseCommand(env))
 	add(groupSandbox, newExecCommand(env), newCpCommand(env), newGitCommand(env))
 	add(groupOther, newVersionCommand(env))
+	// cobra's completion command, made now rather than at Execute so that
+	// it carries examples like the others.
+	root.InitDefaultCompletionCmd()
+	if c, _, err := root.Find([]string{"completion"}); err == nil && c != root {
+		c.Example = completionExample
+	}
 	return root
 }
+
+const completionExample = `  source <(orchestrator completion bash)
+  orchestrator completion bash | sudo tee /etc/bash_completion.d/orchestrator >/dev/null
+  orchestrator completion zsh > "${fpath[1]}/_orchestrator"
+  orchestrator completion fish > ~/.config/fish/completions/orchestrator.fish`
 
 // Run runs the client command line (NewRoot without extra commands) with
 // args and returns the exit code.

@@ -47,7 +47,7 @@ func TestHelpEverywhere(t *testing.T) {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		for _, sub := range c.Commands() {
-			if sub.Hidden || sub.Name() == "help" || sub.Name() == "completion" || sub.Parent().Name() == "completion" {
+			if sub.Hidden || sub.Name() == "help" || sub.Parent().Name() == "completion" {
 				continue
 			}
 			path := strings.Fields(sub.CommandPath())[1:]
