@@ -60,26 +60,12 @@ var ctrd struct {
 	missing map[string]string
 }
 
-// ctrdSocket returns the containerd socket to test against, or "".
-func ctrdSocket() string {
-	paths := []string{containerd.DefaultAddress, containerd.DockerAddress}
-	if env := os.Getenv("BERTH_CONTAINERD_ADDRESS"); env != "" {
-		paths = []string{strings.TrimPrefix(env, "unix://")}
-	}
-	for _, p := range paths {
-		if st, err := os.Stat(p); err == nil && st.Mode()&os.ModeSocket != 0 {
-			return p
-		}
-	}
-	return ""
-}
-
 func setupContainerd() {
 	if os.Geteuid() != 0 {
 		ctrd.skip = "the containerd backend needs root (network namespaces, CNI, mounts): run the e2e tests as root"
 		return
 	}
-	addr := ctrdSocket()
+	addr := testenv.ContainerdSocket(containerd.DefaultAddress, containerd.DockerAddress)
 	if addr == "" {
 		if env := os.Getenv("BERTH_CONTAINERD_ADDRESS"); env != "" {
 			ctrd.skip = fmt.Sprintf("BERTH_CONTAINERD_ADDRESS=%s is not a containerd socket: skipping the containerd e2e tests", env)

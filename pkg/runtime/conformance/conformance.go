@@ -144,6 +144,8 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, images Ima
 		t.Run("InvalidReference", s.testInvalidReference)
 		t.Run("InvalidSpec", s.testInvalidSpec)
 		t.Run("ReadyTimeout", s.testReadyTimeout)
+		t.Run("ReadyTimeoutError", s.testReadyTimeoutError)
+		t.Run("EarlyExit", s.testEarlyExit)
 		t.Run("BadUser", s.testBadUser)
 	})
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/runtime"
+	"github.com/berth-dev/berth/pkg/runtime/conformance"
 	"github.com/berth-dev/berth/pkg/runtime/containerd"
 	"github.com/berth-dev/berth/pkg/runtime/docker"
 )
@@ -43,28 +44,7 @@ func BenchmarkCreate(b *testing.B) {
 }
 
 func benchmarkCreate(b *testing.B, rt runtime.Runtime, img string) {
-	ctx := context.Background()
-	// Warm up: host setup, network, image unpacked, agent in the page cache.
-	spec := testSpec(b, img)
-	sb, err := rt.Create(ctx, spec)
-	if err != nil {
-		b.Fatal(err)
-	}
-	_ = rt.Remove(ctx, sb.ID)
-	b.ResetTimer()
-	for i := range b.N {
-		spec := testSpec(b, img)
-		spec.LeaseID = fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)
-		sb, err := rt.Create(ctx, spec)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		if err := rt.Remove(ctx, sb.ID); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-	}
+	conformance.BenchmarkCreate(b, rt, func() runtime.Spec { return testSpec(b, img) })
 }
 
 // benchmarkDockerCLI times `docker run -d` of berth/minimal plus one

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -66,7 +65,7 @@ func testMain(m *testing.M) int {
 		skipReason = "the containerd backend needs root (network namespaces, CNI, mounts); run the tests as root"
 		return m.Run()
 	}
-	if addr := socketPath(); addr == "" {
+	if addr := testenv.ContainerdSocket(containerd.DefaultAddress, containerd.DockerAddress); addr == "" {
 		skipReason = fmt.Sprintf("no containerd socket (%s, %s or $BERTH_CONTAINERD_ADDRESS)", containerd.DefaultAddress, containerd.DockerAddress)
 		return m.Run()
 	}
@@ -105,21 +104,6 @@ func testMain(m *testing.M) int {
 	shellOK = ensureImage(ctx, rt, shellImage)
 	baseOK = !testing.Short() && ensureImage(ctx, rt, baseImage)
 	return m.Run()
-}
-
-// socketPath returns the containerd socket the tests use, or "" when there
-// is none.
-func socketPath() string {
-	paths := []string{containerd.DefaultAddress, containerd.DockerAddress}
-	if env := os.Getenv("BERTH_CONTAINERD_ADDRESS"); env != "" {
-		paths = []string{strings.TrimPrefix(env, "unix://")}
-	}
-	for _, p := range paths {
-		if st, err := os.Stat(p); err == nil && st.Mode()&os.ModeSocket != 0 {
-			return p
-		}
-	}
-	return ""
 }
 
 // ensureImage imports ref from the Docker Engine (refreshing it when it is
@@ -479,52 +463,6 @@ func TestFailedCreateCleansHost(t *testing.T) {
 		if st := hostState(containerd.ContainerID(spec.LeaseID)); len(st) != 0 {
 			t.Errorf("%s: failed Create left %v", name, st)
 		}
-	}
-}
-
-func TestEarlyExit(t *testing.T) {
-	rt := newRuntime(t)
-	spec := testSpec(t, emptyImage)
-	spec.Resources.PidsLimit = 1 // the Go runtime cannot even start its threads
-	spec.ReadyTimeout = 20 * time.Second
-	began := time.Now()
-	_, err := rt.Create(context.Background(), spec)
-	if err == nil {
-		t.Fatal("Create with pids limit 1 succeeded")
-	}
-	if d := time.Since(began); d > 5*time.Second {
-		t.Errorf("failing Create took %s; want the exit noticed at once", d)
-	}
-	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "exited with code") {
-		t.Errorf("err = %v; want FailedPrecondition with the exit code", err)
-	}
-}
-
-// TestReadyTimeoutError: a sandbox not ready within Spec.ReadyTimeout fails
-// Create with Unavailable naming ReadyTimeout. A create that is ready in
-// time (it happens: a warm cold create is ~150 ms) is removed and tried
-// again with a shorter timeout, so the check always runs and nothing is
-// left running.
-func TestReadyTimeoutError(t *testing.T) {
-	rt := newRuntime(t)
-	var err error
-	for timeout := 150 * time.Millisecond; ; timeout /= 3 {
-		spec := testSpec(t, emptyImage)
-		spec.ReadyTimeout = timeout
-		var sb runtime.Sandbox
-		if sb, err = rt.Create(context.Background(), spec); err != nil {
-			break
-		}
-		if err := rt.Remove(context.Background(), sb.ID); err != nil {
-			t.Fatalf("Remove %s: %v", sb.ID, err)
-		}
-		if timeout < time.Millisecond {
-			t.Fatalf("Create with ReadyTimeout %s succeeded", timeout)
-		}
-		t.Logf("ready within %s; trying a shorter ReadyTimeout", timeout)
-	}
-	if !errdefs.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ReadyTimeout") {
-		t.Errorf("err = %v; want Unavailable, DeadlineExceeded, naming ReadyTimeout", err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -58,28 +57,17 @@ func removeRemappedSnapshots(tb testing.TB, rt *containerd.Runtime, base uint32)
 // agentREST sends one REST request to sb's agent.
 func agentREST(t *testing.T, sb runtime.Sandbox, token, method, path, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, "http://"+sb.Endpoint+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, b := testenv.AgentCall(t, sb.Endpoint, token, method, path, body)
+	return code, string(b)
 }
 
+// shOut runs command in sb as user and returns its output; anything but
+// exit code 0 fails t.
 func shOut(t *testing.T, sb runtime.Sandbox, token, user, command string) string {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"command": command, "user": user, "timeout": "20s"})
-	code, b := agentREST(t, sb, token, http.MethodPost, "/v1/exec", string(body))
-	var res struct {
-		ExitCode int    `json:"exitCode"`
-		Stdout   string `json:"stdout"`
-		Stderr   string `json:"stderr"`
-	}
-	if code != 200 || json.Unmarshal([]byte(b), &res) != nil || res.ExitCode != 0 {
-		t.Fatalf("exec %q as %q: %d %s", command, user, code, b)
+	code, res := testenv.AgentExec(t, sb.Endpoint, token, user, command)
+	if code != 200 || res.ExitCode != 0 {
+		t.Fatalf("exec %q as %q: %d %+v", command, user, code, res)
 	}
 	return res.Stdout
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -421,68 +420,12 @@ func TestNetworkWithICCRefused(t *testing.T) {
 	}
 }
 
-// TestReadyTimeoutError: a sandbox not ready within Spec.ReadyTimeout fails
-// Create with Unavailable naming ReadyTimeout. A create that is ready in
-// time is removed and tried again with a shorter timeout, so the check
-// always runs (no skip) and nothing is left running.
-func TestReadyTimeoutError(t *testing.T) {
-	rt := newRuntime(t)
-	var err error
-	for timeout := 150 * time.Millisecond; ; timeout /= 3 { // 150 ms: enough to create, usually not to be ready
-		spec := testSpec(t, rt, emptyImage)
-		spec.ReadyTimeout = timeout
-		var sb runtime.Sandbox
-		if sb, err = rt.Create(context.Background(), spec); err != nil {
-			break
-		}
-		if err := rt.Remove(context.Background(), sb.ID); err != nil {
-			t.Fatalf("Remove %s: %v", sb.ID, err)
-		}
-		if timeout < time.Millisecond {
-			t.Fatalf("Create with ReadyTimeout %s succeeded", timeout)
-		}
-		t.Logf("ready within %s; trying a shorter ReadyTimeout", timeout)
-	}
-	if !errdefs.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ReadyTimeout") {
-		t.Errorf("err = %v; want Unavailable, DeadlineExceeded, naming ReadyTimeout", err)
-	}
-}
-
 func TestImageMissingText(t *testing.T) {
 	rt := newRuntime(t)
 	_, err := rt.Create(context.Background(), runtime.Spec{LeaseID: "dt-missing", Image: "berth/does-not-exist", AgentToken: "x"})
 	want := "image berth/does-not-exist is not present locally; berth builds images locally (make images) since no registry is reachable"
 	if !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("err = %v\nwant NotFound containing %q", err, want)
-	}
-}
-
-// TestEarlyExit starves the agent of processes: Create must notice the exit
-// quickly (not wait for the ready timeout), report it, and leave nothing.
-func TestEarlyExit(t *testing.T) {
-	rt := newRuntime(t)
-	ctx := context.Background()
-	spec := testSpec(t, rt, emptyImage)
-	spec.Resources.PidsLimit = 1 // the Go runtime cannot even start its threads
-	spec.ReadyTimeout = 20 * time.Second
-	began := time.Now()
-	sb, err := rt.Create(ctx, spec)
-	if err == nil {
-		t.Fatalf("the agent started with a pids limit of 1 (%s)", sb.ID)
-	}
-	t.Logf("failed in %s: %v", time.Since(began).Round(time.Millisecond), err)
-	if time.Since(began) > 10*time.Second {
-		t.Errorf("an agent that dies at once should fail Create fast")
-	}
-	// Depending on timing the engine reports the exit, or fails the start
-	// itself ("cannot start a stopped process"); both must carry the logs.
-	exited := strings.Contains(err.Error(), "exited with code") || strings.Contains(err.Error(), "cannot start")
-	if !exited || !strings.Contains(err.Error(), "container output (last") {
-		t.Errorf("error should report the exit and the container's last log lines: %v", err)
-	}
-	list, _ := rt.List(ctx, runtime.Selector{runtime.LabelLease: spec.LeaseID})
-	if len(list) != 0 {
-		t.Errorf("container left behind: %v", list)
 	}
 }
 
@@ -569,22 +512,12 @@ func derive(ctx context.Context, src, ref string, changes []string) error {
 	return err
 }
 
+// agentExec posts body to sb's agent's REST exec and returns the answer.
 func agentExec(t *testing.T, sb runtime.Sandbox, token, body string) string {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, "http://"+sb.Endpoint+"/v1/exec", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /v1/exec: %s: %s", resp.Status, b)
+	code, b := testenv.AgentCall(t, sb.Endpoint, token, http.MethodPost, "/v1/exec", body)
+	if code != http.StatusOK {
+		t.Fatalf("POST /v1/exec: HTTP %d: %s", code, b)
 	}
 	return string(b)
 }
@@ -636,27 +569,7 @@ func BenchmarkCreate(b *testing.B) {
 
 func benchmarkCreate(b *testing.B, mode docker.Injection) {
 	rt := newRuntime(b, func(c *docker.Config) { c.Injection = mode })
-	ctx := context.Background()
-	// Warm up: the network and the agent binary in the page cache.
-	spec := testSpec(b, rt, emptyImage)
-	sb, err := rt.Create(ctx, spec)
-	if err != nil {
-		b.Fatal(err)
-	}
-	_ = rt.Remove(ctx, sb.ID)
-	b.ResetTimer()
-	for i := range b.N {
-		spec := runtime.Spec{LeaseID: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), Image: emptyImage, AgentToken: "bench"}
-		sb, err := rt.Create(ctx, spec)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		if err := rt.Remove(ctx, sb.ID); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-	}
+	conformance.BenchmarkCreate(b, rt, func() runtime.Spec { return testSpec(b, rt, emptyImage) })
 }
 
 func sameSet(a, b []string) bool {

@@ -2,56 +2,26 @@ package docker_test
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/runtime/docker"
 )
 
-// execResult is the JSON of a REST exec.
-type execResult struct {
-	ExitCode int    `json:"exitCode"`
-	Stdout   string `json:"stdout"`
-	Stderr   string `json:"stderr"`
-}
-
 // agentCall sends one REST request to sb's agent and returns the status and
 // body.
 func agentCall(t *testing.T, sb runtime.Sandbox, token, method, path, body string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+sb.Endpoint+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return testenv.AgentCall(t, sb.Endpoint, token, method, path, body)
 }
 
-func runAs(t *testing.T, sb runtime.Sandbox, token, user, command string) (int, execResult) {
+// runAs runs command in sb as user through the agent's REST exec.
+func runAs(t *testing.T, sb runtime.Sandbox, token, user, command string) (int, testenv.ExecResult) {
 	t.Helper()
-	req, _ := json.Marshal(map[string]any{"command": command, "user": user, "timeout": "20s"})
-	code, b := agentCall(t, sb, token, http.MethodPost, "/v1/exec", string(req))
-	var res execResult
-	if code == http.StatusOK {
-		if err := json.Unmarshal(b, &res); err != nil {
-			t.Fatalf("exec result %s: %v", b, err)
-		}
-	} else {
-		res.Stderr = string(b)
-	}
-	return code, res
+	return testenv.AgentExec(t, sb.Endpoint, token, user, command)
 }
 
 // TestLeaseUser runs berth/base sandboxes with Spec.User "sandbox" (uid
