@@ -31,32 +31,20 @@ type leaseServer struct {
 	watches *watchLimiter
 }
 
-// watchLimiter counts open watch streams per principal.
+// watchLimiter counts open watch streams per principal (a Principal is its
+// own key: the operator, one client owner, or one lease).
 type watchLimiter struct {
 	max  int
 	mu   sync.Mutex
-	open map[string]int
+	open map[Principal]int
 }
 
 func newWatchLimiter(max int) *watchLimiter {
-	return &watchLimiter{max: max, open: map[string]int{}}
-}
-
-// limitKey names a principal for per-caller limits.
-func limitKey(p Principal) string {
-	switch p.Role {
-	case RoleOperator:
-		return "operator"
-	case RoleClient:
-		return "client:" + p.Owner
-	case RoleLease:
-		return "lease:" + p.LeaseID
-	}
-	return ""
+	return &watchLimiter{max: max, open: map[Principal]int{}}
 }
 
 // acquire takes a watch slot of key; release gives it back.
-func (w *watchLimiter) acquire(key string) (release func(), err error) {
+func (w *watchLimiter) acquire(key Principal) (release func(), err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.max > 0 && w.open[key] >= w.max {
@@ -279,7 +267,7 @@ func (s *leaseServer) Watch(req *orchv1.WatchRequest, stream grpc.ServerStreamin
 		return errDenied
 	}
 	if s.watches != nil {
-		done, err := s.watches.acquire(limitKey(p))
+		done, err := s.watches.acquire(p)
 		if err != nil {
 			return err
 		}
