@@ -711,7 +711,7 @@ func mustExec(tb testing.TB, endpoint, token string, argv ...string) execResult 
 
 // agentVersionArgv runs the injected agent binary itself: it works in any
 // image, even one without a shell.
-var agentVersionArgv = []string{docker.AgentPath, "--version"}
+var agentVersionArgv = []string{runtime.AgentPath, "--version"}
 
 // eventually polls cond every interval until it returns true or timeout
 // passes, and reports whether it did.

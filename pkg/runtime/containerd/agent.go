@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
 )
 
 // installAgent copies the agent binary src into dir/SUM/sandbox-agent (SUM:
@@ -42,7 +43,7 @@ func installAgent(src, dir string, log *slog.Logger) (string, error) {
 		return fail(err)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))[:16]
-	dst := filepath.Join(dir, sum, "sandbox-agent")
+	dst := filepath.Join(dir, sum, runtime.AgentFile)
 	if _, err := os.Stat(dst); err != nil {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return fail(err)
@@ -60,7 +61,7 @@ func installAgent(src, dir string, log *slog.Logger) (string, error) {
 		if e.Name() == sum || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		old := filepath.Join(dir, e.Name(), "sandbox-agent")
+		old := filepath.Join(dir, e.Name(), runtime.AgentFile)
 		var st syscall.Stat_t
 		if err := syscall.Stat(old, &st); err == nil && st.Nlink > 1 {
 			continue // still linked into a sandbox

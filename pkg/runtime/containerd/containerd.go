@@ -2,7 +2,6 @@ package containerd
 
 import (
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,15 +56,6 @@ const (
 	// address. It must not overlap Docker's (172.17.0.0/16, and the berth
 	// network, typically 172.18.0.0/16) or any other route of the host.
 	DefaultSubnet = "10.213.0.0/16"
-	// DefaultNanoCPUs is one CPU.
-	DefaultNanoCPUs int64 = 1_000_000_000
-	// DefaultMemoryBytes is 512 MiB (swap disabled).
-	DefaultMemoryBytes int64 = 512 << 20
-	// DefaultPidsLimit is 512 processes.
-	DefaultPidsLimit int64 = 512
-	// DefaultReadyTimeout bounds create+start+health when neither the Spec
-	// nor the Config sets one.
-	DefaultReadyTimeout = 30 * time.Second
 )
 
 // DefaultCNIBinDirs are searched for the CNI plugins (bridge, host-local):
@@ -73,17 +63,10 @@ const (
 // /usr/lib/cni, upstream releases in /opt/cni/bin.
 var DefaultCNIBinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 
-// Paths inside every sandbox.
-const (
-	// AgentDir is the read-only bind mount holding the agent and its token.
-	AgentDir = "/.berth"
-	// AgentPath is the agent binary (mode 0755, owned by root).
-	AgentPath = AgentDir + "/sandbox-agent"
-	// TokenPath is the token file (mode 0400, owned by root).
-	TokenPath = AgentDir + "/token"
-	// DefaultWorkDir is the agent's working directory when the image sets none.
-	DefaultWorkDir = "/workspace"
-)
+// cleanupTimeout bounds cleanup that runs even when the caller's context is
+// done (runtime.CleanupTimeout), and the wait for a task to exit after
+// SIGKILL.
+const cleanupTimeout = runtime.CleanupTimeout
 
 // Config configures a containerd Runtime. Zero fields take the defaults
 // stated.
@@ -131,10 +114,12 @@ type Config struct {
 	// InstanceID identifies this orchestrator; it becomes the instance label
 	// of sandboxes whose Spec leaves InstanceID empty. Default "".
 	InstanceID string
-	// DefaultResources apply to zero fields of Spec.Resources. Defaults:
-	// 1 CPU, 512 MiB memory without swap, 512 pids.
+	// DefaultResources apply to zero fields of Spec.Resources. Its zero
+	// fields take runtime.DefaultResources(): 1 CPU, 512 MiB memory without
+	// swap, 512 pids, no disk limit.
 	DefaultResources runtime.Resources
-	// ReadyTimeout applies when Spec.ReadyTimeout is zero. Default 30s.
+	// ReadyTimeout applies when Spec.ReadyTimeout is zero. Default
+	// runtime.DefaultReadyTimeout (30s).
 	ReadyTimeout time.Duration
 	// UserNamespaces runs every sandbox in a user namespace: the sandbox's
 	// uids 0-65535 are the host's UserNSBase…UserNSBase+65535, so its root
@@ -188,10 +173,7 @@ var (
 // firewall rules) on the first Create.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	_ = ctx
-	if cfg.AgentBinary == "" {
-		return nil, errdefs.InvalidArgument("agent_binary", "the host path of the static sandbox-agent binary is required")
-	}
-	if err := checkAgentBinary(cfg.AgentBinary); err != nil {
+	if _, err := runtime.CheckAgentBinary(cfg.AgentBinary); err != nil {
 		return nil, err
 	}
 	if cfg.Address == "" {
@@ -251,20 +233,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if ones, _ := subnet.Mask.Size(); ones > 28 {
 		return nil, errdefs.InvalidArgument("subnet", "%s is too small; use a /28 or larger", cfg.Subnet)
 	}
-	if cfg.DefaultResources.NanoCPUs == 0 {
-		cfg.DefaultResources.NanoCPUs = DefaultNanoCPUs
-	}
-	if cfg.DefaultResources.MemoryBytes == 0 {
-		cfg.DefaultResources.MemoryBytes = DefaultMemoryBytes
-	}
-	if cfg.DefaultResources.PidsLimit == 0 {
-		cfg.DefaultResources.PidsLimit = DefaultPidsLimit
-	}
-	if err := checkResources(cfg.DefaultResources, "default_resources"); err != nil {
+	cfg.DefaultResources = cfg.DefaultResources.WithDefaults(runtime.DefaultResources())
+	if err := cfg.DefaultResources.Validate("default_resources"); err != nil {
 		return nil, err
 	}
 	if cfg.ReadyTimeout <= 0 {
-		cfg.ReadyTimeout = DefaultReadyTimeout
+		cfg.ReadyTimeout = runtime.DefaultReadyTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -326,30 +300,6 @@ func (r *Runtime) withNS(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, r.cfg.Namespace)
 }
 
-// checkAgentBinary verifies path is a regular, statically linked ELF file.
-func checkAgentBinary(path string) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return errdefs.InvalidArgument("agent_binary", "%v (build it with: CGO_ENABLED=0 go build -o %s ./cmd/sandbox-agent)", err, path)
-	}
-	if !st.Mode().IsRegular() || st.Size() == 0 {
-		return errdefs.InvalidArgument("agent_binary", "%s is not a regular non-empty file", path)
-	}
-	f, err := elf.Open(path)
-	if err != nil {
-		return errdefs.InvalidArgument("agent_binary", "%s is not an ELF executable: %v", path, err)
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return errdefs.InvalidArgument("agent_binary", "%s is dynamically linked; images may have no libc, build it with CGO_ENABLED=0", path)
-		}
-	}
-	return nil
-}
-
-func checkResources(res runtime.Resources, field string) error { return res.Validate(field) }
-
 // namespaceValid checks a containerd namespace name.
 func namespaceValid(ns string) error {
 	if !containerIDRE.MatchString(ns) || len(ns) > 76 {
@@ -364,12 +314,7 @@ func (r *Runtime) Get(ctx context.Context, id string) (runtime.Sandbox, error) {
 	if id == "" {
 		return runtime.Sandbox{}, errdefs.InvalidArgument("id", "container id is required")
 	}
-	ctx = r.withNS(ctx)
-	c, err := r.getManaged(ctx, id)
-	if err != nil {
-		return runtime.Sandbox{}, err
-	}
-	proc, err := r.taskProcess(ctx, id)
+	c, proc, err := r.managedTask(r.withNS(ctx), id)
 	if err != nil {
 		return runtime.Sandbox{}, err
 	}
@@ -383,10 +328,7 @@ func (r *Runtime) getManaged(ctx context.Context, id string) (containers.Contain
 	if err != nil {
 		return c, r.mapErr(err, "get container", id)
 	}
-	if c.Labels[runtime.LabelManaged] != "true" {
-		return c, errdefs.NotFound("containerd: container %s is not managed by berth (no %s=true label)", id, runtime.LabelManaged)
-	}
-	return c, nil
+	return c, runtime.CheckManaged("containerd", id, c.Labels)
 }
 
 // taskProcess returns the init process of container id's task, or nil when
@@ -437,7 +379,7 @@ func (r *Runtime) List(ctx context.Context, sel runtime.Selector) ([]runtime.San
 	out := make([]runtime.Sandbox, 0, len(list))
 	for _, c := range list {
 		// containerd filtered already; re-check so nothing foreign leaks.
-		if c.Labels[runtime.LabelManaged] != "true" || !sel.Matches(c.Labels) {
+		if !runtime.IsManaged(c.Labels) || !sel.Matches(c.Labels) {
 			continue
 		}
 		out = append(out, r.toSandbox(c, procs[c.ID]))
@@ -555,7 +497,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		}
 		return r.teardownHost(ctx, id)
 	}
-	if c.Labels[runtime.LabelManaged] != "true" {
+	if !runtime.IsManaged(c.Labels) {
 		return errdefs.FailedPrecondition("containerd: refusing to remove container %s: not managed by berth", id)
 	}
 	return r.teardown(ctx, c)
@@ -718,16 +660,13 @@ func (r *Runtime) Ping(ctx context.Context) error {
 // (nil: no task).
 func (r *Runtime) toSandbox(c containers.Container, proc *tasktypes.Process) runtime.Sandbox {
 	sb := runtime.Sandbox{
-		ID:             c.ID,
-		Name:           c.ID,
-		Image:          familiar(c.Image),
-		Labels:         c.Labels,
-		LeaseID:        c.Labels[runtime.LabelLease],
-		ConversationID: c.Labels[runtime.LabelConversation],
-		InstanceID:     c.Labels[runtime.LabelInstance],
-		CreatedAt:      c.CreatedAt,
-		State:          runtime.StateCreated,
+		ID:        c.ID,
+		Name:      c.ID,
+		Image:     familiar(c.Image),
+		CreatedAt: c.CreatedAt,
+		State:     runtime.StateCreated,
 	}
+	sb.SetLabels(c.Labels)
 	if proc != nil {
 		switch proc.GetStatus() {
 		case tasktypes.Status_CREATED:

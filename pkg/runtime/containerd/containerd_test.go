@@ -350,7 +350,7 @@ func TestSpecHardening(t *testing.T) {
 	}
 	found := false
 	for _, m := range s.Mounts {
-		if m.Destination == containerd.AgentDir {
+		if m.Destination == runtime.AgentDir {
 			found = true
 			if !slices.Contains(m.Options, "ro") || m.Type != "bind" {
 				t.Errorf("agent mount %+v is not a read-only bind mount", m)
@@ -358,9 +358,9 @@ func TestSpecHardening(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Errorf("no mount at %s", containerd.AgentDir)
+		t.Errorf("no mount at %s", runtime.AgentDir)
 	}
-	if p.Args[0] != containerd.AgentPath {
+	if p.Args[0] != runtime.AgentPath {
 		t.Errorf("args = %v, want the agent first", p.Args)
 	}
 	// The veth is an isolated bridge port.
@@ -540,7 +540,7 @@ func TestNonRootUser(t *testing.T) {
 		}
 	}
 	var st syscall.Stat_t
-	if err := syscall.Stat(root+containerd.TokenPath, &st); err != nil || st.Mode&0o077 != 0 {
+	if err := syscall.Stat(root+runtime.TokenPath, &st); err != nil || st.Mode&0o077 != 0 {
 		t.Errorf("token file: mode %o, %v; want readable by its owner only", st.Mode&0o777, err)
 	}
 }

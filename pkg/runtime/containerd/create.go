@@ -30,13 +30,6 @@ import (
 )
 
 const (
-	// logTail is how many of the sandbox's last log lines a failed Create
-	// reports.
-	logTail = 20
-	// cleanupTimeout bounds the removal of a sandbox whose Create failed (it
-	// runs even when the caller's context is done) and the wait for a task
-	// to exit after SIGKILL.
-	cleanupTimeout = 20 * time.Second
 	// maxContainerID is containerd's limit on identifiers.
 	maxContainerID = 76
 	// staleSnapshotAge is how old a snapshot without its container must be
@@ -72,7 +65,21 @@ func ContainerID(leaseID string) string {
 	return "berth-" + hex.EncodeToString(sum[:16])
 }
 
-func validateSpec(spec runtime.Spec) error { return spec.Validate() }
+// engineName and sandboxNoun name the backend and what it creates in
+// messages.
+const (
+	engineName  = "containerd"
+	sandboxNoun = "sandbox"
+)
+
+// backend describes the containerd backend to the Create logic shared by
+// every backend (runtime.Backend): its failed creates are undone with Remove
+// (task, network, namespace, host files, container, snapshot) and report
+// the sandbox's last output lines.
+func (r *Runtime) backend() runtime.Backend {
+	return runtime.Backend{Name: engineName, Noun: sandboxNoun, Log: r.log, Remove: r.Remove,
+		Output: func(_ context.Context, id string, n int) string { return tailFile(r.logPath(id), n) }}
+}
 
 // Create creates a hardened container from spec.Image (which must have been
 // imported into the namespace; any image works, even one with no files),
@@ -84,25 +91,20 @@ func validateSpec(spec runtime.Spec) error { return spec.Validate() }
 // the caller's context is done, and the error includes the sandbox's last
 // log lines.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
-	if err := validateSpec(spec); err != nil {
+	if err := spec.Validate(); err != nil {
 		return runtime.Sandbox{}, err
 	}
 	began := time.Now()
-	timeout := spec.ReadyTimeout
-	if timeout == 0 {
-		timeout = r.cfg.ReadyTimeout
-	}
-	parent := r.withNS(ctx)
-	ctx, cancel := context.WithTimeout(parent, timeout)
+	cr, ctx, cancel := r.backend().BeginCreate(r.withNS(ctx), spec, r.cfg.ReadyTimeout)
 	defer cancel()
 	log := r.log.With("lease_id", spec.LeaseID, "image", spec.Image)
 
 	img, info, err := r.image(ctx, spec.Image)
 	if err != nil {
-		return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
+		return runtime.Sandbox{}, cr.Err(err)
 	}
 	if err := r.ensureHost(ctx); err != nil {
-		return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
+		return runtime.Sandbox{}, cr.Err(err)
 	}
 	id := ContainerID(spec.LeaseID)
 	log = log.With("container_id", id)
@@ -110,16 +112,15 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	log = log.With("prepare", t0.Sub(began)) // image lookup, host set-up
 	c, err := r.newContainer(ctx, id, spec, img, info)
 	if err != nil {
-		return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
+		return runtime.Sandbox{}, cr.Err(err)
 	}
 	if err := ctx.Err(); err != nil {
 		// Cancelled or timed out while containerd was creating it.
-		return runtime.Sandbox{}, r.failCreate(parent, id, spec.LeaseID,
-			r.timeoutErr(parent, ctx, timeout, fmt.Errorf("containerd: create container %s: %w", id, err)))
+		return runtime.Sandbox{}, cr.Fail(id, spec.LeaseID, fmt.Errorf("containerd: create container %s: %w", id, err))
 	}
 	sb, err := r.start(ctx, c, spec, log, t0)
 	if err != nil {
-		return runtime.Sandbox{}, r.failCreate(parent, id, spec.LeaseID, r.timeoutErr(parent, ctx, timeout, err))
+		return runtime.Sandbox{}, cr.Fail(id, spec.LeaseID, err)
 	}
 	sb.DiskEnforcement = diskEnforcement(r.resources(spec).DiskBytes)
 	log.Debug("sandbox ready", "endpoint", sb.Endpoint, "duration", time.Since(began), "disk_enforcement", sb.DiskEnforcement)
@@ -129,7 +130,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 // newContainer creates the container object with its snapshot and OCI
 // spec. The call is not cancelled by ctx (containerd may create the
 // container although the client gave up, leaving one nobody knows about);
-// it is bounded by cleanupTimeout and the caller checks ctx afterwards.
+// it is bounded by runtime.CleanupTimeout and the caller checks ctx
+// afterwards.
 func (r *Runtime) newContainer(ctx context.Context, id string, spec runtime.Spec, img ctd.Image, info imageInfo) (ctd.Container, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -140,7 +142,7 @@ func (r *Runtime) newContainer(ctx context.Context, id string, spec runtime.Spec
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := runtime.Detached(ctx)
 	defer cancel()
 	unlock := r.createMu.lock(id) // two Creates of one lease in this process
 	defer unlock()
@@ -149,7 +151,7 @@ func (r *Runtime) newContainer(ctx context.Context, id string, spec runtime.Spec
 			ctd.WithSnapshotter(r.cfg.Snapshotter),
 			r.snapshotOpt(id, img, parent),
 			ctd.WithRuntime(r.cfg.RuntimeName, nil),
-			ctd.WithContainerLabels(r.labels(spec)),
+			ctd.WithContainerLabels(runtime.SandboxLabels(spec, r.cfg.InstanceID)),
 			ctd.WithNewSpec(r.specOpts(id, spec, info)...),
 		)
 		if err == nil {
@@ -166,8 +168,7 @@ func (r *Runtime) newContainer(ctx context.Context, id string, spec runtime.Spec
 		// Either the lease has a sandbox already (or another process is
 		// creating it: its snapshot is young), or a snapshot named id was
 		// left behind by a Create or Remove cut short.
-		exists := fmt.Errorf("%w: containerd: a sandbox for lease %s already exists (container %s): %w",
-			errdefs.ErrAlreadyExists, spec.LeaseID, id, err)
+		exists := r.backend().AlreadyExists(spec.LeaseID, id, err)
 		if _, gerr := r.cli.ContainerService().Get(cctx, id); gerr == nil || !errdefs.IsNotFound(r.mapErr(gerr, "", "")) {
 			return nil, exists
 		}
@@ -181,40 +182,9 @@ func (r *Runtime) newContainer(ctx context.Context, id string, spec runtime.Spec
 	}
 }
 
-// labels are the container labels: berth's, then the user's with a prefix.
-func (r *Runtime) labels(spec runtime.Spec) map[string]string {
-	instance := spec.InstanceID
-	if instance == "" {
-		instance = r.cfg.InstanceID
-	}
-	labels := map[string]string{
-		runtime.LabelManaged:      "true",
-		runtime.LabelLease:        spec.LeaseID,
-		runtime.LabelConversation: spec.ConversationID,
-		runtime.LabelInstance:     instance,
-	}
-	for k, v := range spec.Labels {
-		labels[runtime.LabelUserPrefix+k] = v
-	}
-	return labels
-}
-
 // resources returns spec's limits with the defaults filled in.
 func (r *Runtime) resources(spec runtime.Spec) runtime.Resources {
-	res := spec.Resources
-	if res.NanoCPUs == 0 {
-		res.NanoCPUs = r.cfg.DefaultResources.NanoCPUs
-	}
-	if res.MemoryBytes == 0 {
-		res.MemoryBytes = r.cfg.DefaultResources.MemoryBytes
-	}
-	if res.PidsLimit == 0 {
-		res.PidsLimit = r.cfg.DefaultResources.PidsLimit
-	}
-	if res.DiskBytes == 0 {
-		res.DiskBytes = r.cfg.DefaultResources.DiskBytes
-	}
-	return res
+	return spec.Resources.WithDefaults(r.cfg.DefaultResources)
 }
 
 // specOpts builds the OCI spec on top of containerd's default one (which
@@ -226,7 +196,7 @@ func (r *Runtime) specOpts(id string, spec runtime.Spec, info imageInfo) []oci.S
 	res := r.resources(spec)
 	workDir := info.config.WorkingDir
 	if workDir == "" {
-		workDir = DefaultWorkDir
+		workDir = runtime.DefaultWorkDir
 	}
 	keep := runtime.Capabilities()
 	caps := make([]string, len(keep))
@@ -239,7 +209,7 @@ func (r *Runtime) specOpts(id string, spec runtime.Spec, info imageInfo) []oci.S
 			Options: append([]string{"rbind", "nosuid", "nodev"}, extra...)}
 	}
 	mounts := []specs.Mount{
-		bind(filepath.Join(dir, "berth"), AgentDir, "ro"),
+		bind(filepath.Join(dir, "berth"), runtime.AgentDir, "ro"),
 		bind(filepath.Join(dir, "hosts"), "/etc/hosts", "noexec", "rw"),
 		bind(filepath.Join(dir, "hostname"), "/etc/hostname", "noexec", "rw"),
 		bind(filepath.Join(dir, "resolv.conf"), "/etc/resolv.conf", "noexec", "rw"),
@@ -253,16 +223,7 @@ func (r *Runtime) specOpts(id string, spec runtime.Spec, info imageInfo) []oci.S
 	if user == "" {
 		user = info.config.User
 	}
-	args := []string{AgentPath,
-		"--listen", "0.0.0.0:" + strconv.Itoa(runtime.AgentPort),
-		"--workdir", workDir}
-	if user != "" {
-		args = append(args, "--user", user)
-	}
-	if spec.DenyRootUser {
-		args = append(args, "--allow-root=false")
-	}
-	args = append(args, "--token-file", TokenPath)
+	args := runtime.AgentCommand{WorkDir: workDir, User: user, DenyRootUser: spec.DenyRootUser}.Args()
 	hostBase, _ := r.hostRoot()
 	return []oci.SpecOpts{
 		oci.WithDefaultUnixDevices,
@@ -358,7 +319,7 @@ func (r *Runtime) start(ctx context.Context, c ctd.Container, spec runtime.Spec,
 	// Creating and starting the task are not cancelled half-way (runc
 	// would be left with half a container: a task containerd registers after
 	// the cleanup looked for it, or empty cgroups); ctx is checked after.
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	tctx, cancel := runtime.Detached(ctx)
 	defer cancel()
 	task, err := c.NewTask(tctx, cio.LogFile(r.logPath(id)))
 	if err != nil {
@@ -390,11 +351,7 @@ func (r *Runtime) start(ctx context.Context, c ctd.Container, spec runtime.Spec,
 // starting (a runc error, a bad working directory) is the image's or the
 // spec's problem, so FailedPrecondition rather than Internal.
 func (r *Runtime) startErr(err error, op, id string) error {
-	mapped := r.mapErr(err, op, id)
-	if errors.Is(mapped, errdefs.ErrInternal) {
-		return fmt.Errorf("%w: containerd: sandbox %s cannot start: %w", errdefs.ErrFailedPrecondition, id, err)
-	}
-	return mapped
+	return r.backend().StartErr(id, err, r.mapErr(err, op, id))
 }
 
 // waitReady polls the agent's /healthz until it answers 200, the task
@@ -417,46 +374,20 @@ func (r *Runtime) exitedErr(ctx context.Context, id string, proc *tasktypes.Proc
 	if proc == nil {
 		return errdefs.FailedPrecondition("containerd: the task of %s disappeared before the agent was ready", id)
 	}
-	msg := fmt.Sprintf("containerd: sandbox %s exited with code %d before the agent was ready", id, proc.GetExitStatus())
-	if c, err := r.cli.ContainerService().Get(ctx, id); err == nil && r.oomKilled(c) {
-		msg += " (OOM-killed: raise the memory limit)"
-	}
-	return fmt.Errorf("%w: %s", errdefs.ErrFailedPrecondition, msg)
+	c, err := r.cli.ContainerService().Get(ctx, id)
+	oom := err == nil && r.oomKilled(c)
+	return r.backend().ExitedErr(id, int(proc.GetExitStatus()), oom, "")
 }
 
-// timeoutErr turns an error caused by Create's own deadline into a clear
-// "not ready within" error (Unavailable, still matching
-// context.DeadlineExceeded); other errors pass through.
+// timeoutErr is runtime.Backend.TimeoutErr for Restart, which bounds its
+// own context.
 func (r *Runtime) timeoutErr(parent, ctx context.Context, timeout time.Duration, err error) error {
-	if err == nil || parent.Err() != nil || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return err
-	}
-	if errdefs.IsUnavailable(err) {
-		return err
-	}
-	return fmt.Errorf("%w: containerd: sandbox not ready within %s (ReadyTimeout): %w", errdefs.ErrUnavailable, timeout, err)
-}
-
-// failCreate collects the sandbox's last log lines, removes it and all it
-// owns (even when the caller's context is done) and returns err with the
-// lines appended.
-func (r *Runtime) failCreate(parent context.Context, id, leaseID string, err error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cleanupTimeout)
-	defer cancel()
-	lines := tailFile(r.logPath(id), logTail)
-	if rmErr := r.Remove(ctx, id); rmErr != nil {
-		r.log.Warn("cannot remove sandbox of failed create", "container_id", id, "lease_id", leaseID, "err", rmErr)
-		err = fmt.Errorf("%w (removing sandbox %s also failed: %v)", err, id, rmErr)
-	}
-	if lines != "" {
-		err = fmt.Errorf("%w\nsandbox output (last %d lines):\n%s", err, logTail, lines)
-	}
-	r.log.Warn("create failed", "container_id", id, "lease_id", leaseID, "err", err)
-	return err
+	return r.backend().TimeoutErr(parent, ctx, timeout, err)
 }
 
 // tailFile returns the last n lines of the file at path (read from its last
-// 64 KiB), indented, or "" when there are none or it cannot be read.
+// 64 KiB), indented (runtime.TailLines), or "" when there are none or it
+// cannot be read.
 func tailFile(path string, n int) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -468,18 +399,7 @@ func tailFile(path string, n int) string {
 		_, _ = f.Seek(st.Size()-max, io.SeekStart)
 	}
 	b, _ := io.ReadAll(io.LimitReader(f, max))
-	text := strings.TrimRight(string(bytes.ToValidUTF8(b, []byte("?"))), "\n")
-	if text == "" {
-		return ""
-	}
-	lines := strings.Split(text, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	for i, l := range lines {
-		lines[i] = "  " + strings.TrimRight(l, "\r")
-	}
-	return strings.Join(lines, "\n")
+	return runtime.TailLines(string(bytes.ToValidUTF8(b, []byte("?"))), n)
 }
 
 // Logs returns up to the last n lines of the sandbox's output (the agent's

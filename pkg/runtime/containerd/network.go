@@ -100,7 +100,8 @@ func (r *Runtime) cniConfList() []byte {
 // setupNetwork creates the sandbox's network namespace (with loopback up),
 // attaches it to the bridge with CNI ADD and isolates its bridge port. The
 // CNI call is not cancelled half-way by ctx (a killed plugin leaves half a
-// setup); it is bounded by cleanupTimeout and ctx is checked afterwards.
+// setup); it is bounded by runtime.CleanupTimeout and ctx is checked
+// afterwards.
 func (r *Runtime) setupNetwork(ctx context.Context, id string) (networkInfo, error) {
 	nsPath := r.netnsPath(id)
 	// A namespace of this id can only be a leftover: this Create owns the id
@@ -114,7 +115,7 @@ func (r *Runtime) setupNetwork(ctx context.Context, id string) (networkInfo, err
 	if err := ctx.Err(); err != nil {
 		return networkInfo{}, err
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := runtime.Detached(ctx)
 	defer cancel()
 	res, err := r.cni.Setup(cctx, id, nsPath)
 	if err != nil {
@@ -162,7 +163,7 @@ func (r *Runtime) cniDel(ctx context.Context, id, nsPath string) error {
 	if _, err := os.Stat(nsPath); err != nil {
 		nsPath = ""
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := runtime.Detached(ctx)
 	defer cancel()
 	if err := r.cni.Remove(cctx, id, nsPath); err != nil {
 		return fmt.Errorf("containerd: CNI DEL for %s on network %s: %w", id, r.cfg.NetworkName, err)
@@ -205,7 +206,7 @@ func (r *Runtime) writeSandboxFiles(id, token string) error {
 	r.hostMu.Lock()
 	src := r.agentCopy
 	r.hostMu.Unlock()
-	err := linkOrCopy(src, filepath.Join(agentDir, "sandbox-agent"))
+	err := linkOrCopy(src, filepath.Join(agentDir, runtime.AgentFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		// Another process on this host (an orchestrator or a test with a
 		// different agent build) removed our copy as unused between two
@@ -219,7 +220,7 @@ func (r *Runtime) writeSandboxFiles(id, token string) error {
 		if ierr != nil {
 			return ierr
 		}
-		err = linkOrCopy(agent, filepath.Join(agentDir, "sandbox-agent"))
+		err = linkOrCopy(agent, filepath.Join(agentDir, runtime.AgentFile))
 	}
 	if err != nil {
 		return fmt.Errorf("%w: containerd: place the agent for %s: %w", errdefs.ErrInternal, id, err)

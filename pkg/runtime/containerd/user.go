@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
 )
 
 // userError carries a berth error out of containerd's NewContainer, which
@@ -28,7 +29,7 @@ func (e *userError) Unwrap() error { return e.err }
 // "name", "uid", "name:group", "uid:gid", ...) like Docker: names are
 // resolved from the image's /etc/passwd and /etc/group, which also give the
 // supplementary groups. When makeWorkdir is set (the image has no working
-// directory) DefaultWorkDir is created owned by that user, so a non-root
+// directory) runtime.DefaultWorkDir is created owned by that user, so a non-root
 // image can write to it.
 //
 // A root user needs no lookup and no mount (runc creates a missing working
@@ -70,7 +71,7 @@ func withImageUser(userSpec string, makeWorkdir bool, hostBase int) oci.SpecOpts
 				return &userError{fmt.Errorf("%w: containerd: the image's user %q cannot be used: %v", errdefs.ErrFailedPrecondition, userSpec, err)}
 			}
 			if makeWorkdir {
-				return ensureDir(root, DefaultWorkDir, hostBase+eu.Uid, hostBase+eu.Gid)
+				return ensureDir(root, runtime.DefaultWorkDir, hostBase+eu.Uid, hostBase+eu.Gid)
 			}
 			return nil
 		})

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,21 +21,24 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
+// engineName and sandboxNoun name the backend and what it creates in
+// messages.
 const (
-	// logTail is how many of the container's last log lines a failed Create
-	// reports.
-	logTail = 20
-	// cleanupTimeout bounds the removal of a container whose Create failed;
-	// it runs even when the caller's context is done.
-	cleanupTimeout = 20 * time.Second
+	engineName  = "docker"
+	sandboxNoun = "container"
 )
+
+// backend describes the Docker backend to the Create logic shared by every
+// backend (runtime.Backend): its failed creates are undone with remove and
+// report the container's last log lines.
+func (r *Runtime) backend() runtime.Backend {
+	return runtime.Backend{Name: engineName, Noun: sandboxNoun, Log: r.log, Output: r.tailLogs, Remove: r.remove}
+}
 
 // ContainerName is the name of the container of lease leaseID. Naming by
 // lease makes Create at most once per lease: a second Create for the same
 // lease fails with errdefs.ErrAlreadyExists while the first container exists.
 func ContainerName(leaseID string) string { return "berth-" + leaseID }
-
-func validateSpec(spec runtime.Spec) error { return spec.Validate() }
 
 // Create creates a hardened container from spec.Image (which must be present
 // locally; any image works, even one with no files), injects the agent and
@@ -45,17 +47,13 @@ func validateSpec(spec runtime.Spec) error { return spec.Validate() }
 // (default Config.ReadyTimeout). On any failure the container is removed and
 // the error includes its last log lines.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
-	if err := validateSpec(spec); err != nil {
+	if err := spec.Validate(); err != nil {
 		return runtime.Sandbox{}, err
 	}
 	r.negotiate(ctx)
 	began := time.Now()
-	timeout := spec.ReadyTimeout
-	if timeout == 0 {
-		timeout = r.cfg.ReadyTimeout
-	}
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	b := r.backend()
+	cr, ctx, cancel := b.BeginCreate(ctx, spec, r.cfg.ReadyTimeout)
 	defer cancel()
 	log := r.log.With("lease_id", spec.LeaseID, "image", spec.Image)
 
@@ -66,7 +64,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 			return runtime.Sandbox{}, fmt.Errorf("%w: image %s is not present locally; berth builds images locally (make images) since no registry is reachable",
 				errdefs.ErrNotFound, spec.Image)
 		}
-		return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, mapped)
+		return runtime.Sandbox{}, cr.Err(mapped)
 	}
 	if img.Os != "" && img.Os != "linux" {
 		return runtime.Sandbox{}, errdefs.InvalidArgument("image", "%s is a %s image; berth runs linux images", spec.Image, img.Os)
@@ -77,7 +75,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	}
 	workDir := imgWorkDir
 	if workDir == "" {
-		workDir = DefaultWorkDir
+		workDir = runtime.DefaultWorkDir
 	}
 	// The agent runs as root; it runs commands as the lease's user, by
 	// default the image's own.
@@ -87,19 +85,16 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 
 	netID, err := r.ensureNetwork(ctx)
 	if err != nil {
-		return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
+		return runtime.Sandbox{}, cr.Err(err)
 	}
 	var vol string
 	if r.cfg.Injection == InjectVolume {
 		if vol, err = r.ensureAgentVolume(ctx, spec.Image); err != nil {
-			return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
+			return runtime.Sandbox{}, cr.Err(err)
 		}
 	}
 
-	disk := spec.Resources.DiskBytes
-	if disk == 0 {
-		disk = r.cfg.DefaultResources.DiskBytes
-	}
+	disk := spec.Resources.WithDefaults(r.cfg.DefaultResources).DiskBytes
 	// The engine bounds the writable layer where its storage driver can
 	// (StorageOpt size); where it cannot, the create fails, and berth
 	// enforces the limit instead (see diskMode).
@@ -125,7 +120,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		// behind our back: recreate it and retry once.
 		r.forgetNetwork()
 		if netID, err = r.ensureNetwork(ctx); err != nil {
-			return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
+			return runtime.Sandbox{}, cr.Err(err)
 		}
 		cfg, hc = r.containerConfig(spec, workDir, netID, vol)
 		if useOpt {
@@ -136,15 +131,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err != nil {
 		mapped := r.mapErr(err, "create container", name)
 		if errdefs.IsFailedPrecondition(mapped) && strings.Contains(err.Error(), "already in use") {
-			return runtime.Sandbox{}, fmt.Errorf("%w: docker: a sandbox for lease %s already exists (container %s): %w",
-				errdefs.ErrAlreadyExists, spec.LeaseID, name, err)
+			return runtime.Sandbox{}, b.AlreadyExists(spec.LeaseID, name, err)
 		}
-		return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, mapped)
+		return runtime.Sandbox{}, cr.Err(mapped)
 	}
 	if err := ctx.Err(); err != nil {
 		// Cancelled or timed out while the engine was creating it.
-		return runtime.Sandbox{}, r.failCreate(parent, resp.ID, spec.LeaseID,
-			r.timeoutErr(parent, ctx, timeout, fmt.Errorf("docker: create container %s: %w", name, err)))
+		return runtime.Sandbox{}, cr.Fail(resp.ID, spec.LeaseID, fmt.Errorf("docker: create container %s: %w", name, err))
 	}
 	id := resp.ID
 	log = log.With("container_id", id)
@@ -159,7 +152,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 			// removed (the engine silently recreates a missing one empty).
 			r.forgetAgentVolume()
 		}
-		return runtime.Sandbox{}, r.failCreate(parent, id, spec.LeaseID, r.timeoutErr(parent, ctx, timeout, err))
+		return runtime.Sandbox{}, cr.Fail(id, spec.LeaseID, err)
 	}
 	sb.DiskEnforcement = diskEnforcement(disk, useOpt)
 	log.Debug("sandbox ready", "endpoint", sb.Endpoint, "duration", time.Since(began), "disk_enforcement", sb.DiskEnforcement)
@@ -170,12 +163,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 // request: an engine that received the request may create the container even
 // though the client gave up, and it would be left behind with no id to remove
 // it by. The caller checks ctx afterwards. The call is still bounded by
-// cleanupTimeout.
+// runtime.CleanupTimeout.
 func (r *Runtime) containerCreate(ctx context.Context, cfg *container.Config, hc *container.HostConfig, name string) (container.CreateResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return container.CreateResponse{}, err
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := runtime.Detached(ctx)
 	defer cancel()
 	return r.cli.ContainerCreate(cctx, cfg, hc, nil, nil, name)
 }
@@ -203,51 +196,20 @@ func (r *Runtime) containerStart(ctx context.Context, id string) error {
 // containerConfig builds the container and host configuration: the agent as
 // entrypoint, berth's labels, the limits and the hardening defaults.
 func (r *Runtime) containerConfig(spec runtime.Spec, workDir, netID, agentVolume string) (*container.Config, *container.HostConfig) {
-	instance := spec.InstanceID
-	if instance == "" {
-		instance = r.cfg.InstanceID
-	}
-	labels := map[string]string{
-		runtime.LabelManaged:      "true",
-		runtime.LabelLease:        spec.LeaseID,
-		runtime.LabelConversation: spec.ConversationID,
-		runtime.LabelInstance:     instance,
-	}
-	for k, v := range spec.Labels {
-		labels[runtime.LabelUserPrefix+k] = v
-	}
 	env := make([]string, 0, len(spec.Env)+1)
 	for k, v := range spec.Env {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	entrypoint := []string{AgentPath,
-		"--listen", "0.0.0.0:" + strconv.Itoa(runtime.AgentPort),
-		"--workdir", workDir}
-	if spec.User != "" {
-		entrypoint = append(entrypoint, "--user", spec.User)
-	}
-	if spec.DenyRootUser {
-		entrypoint = append(entrypoint, "--allow-root=false")
-	}
-	if agentVolume == "" {
-		entrypoint = append(entrypoint, "--token-file", TokenPath)
-	} else {
-		// The volume is shared and read-only: the token comes in the
-		// environment, which the agent clears for the commands it runs.
-		env = append(env, "BERTH_AGENT_TOKEN="+spec.AgentToken)
+	// With the agent volume (shared and read-only) the token comes in the
+	// environment, which the agent clears for the commands it runs.
+	tokenInEnv := agentVolume != ""
+	entrypoint := runtime.AgentCommand{WorkDir: workDir, User: spec.User, DenyRootUser: spec.DenyRootUser, TokenInEnv: tokenInEnv}.Args()
+	if tokenInEnv {
+		env = append(env, runtime.AgentTokenEnv+"="+spec.AgentToken)
 	}
 
-	res := spec.Resources
-	if res.NanoCPUs == 0 {
-		res.NanoCPUs = r.cfg.DefaultResources.NanoCPUs
-	}
-	if res.MemoryBytes == 0 {
-		res.MemoryBytes = r.cfg.DefaultResources.MemoryBytes
-	}
-	if res.PidsLimit == 0 {
-		res.PidsLimit = r.cfg.DefaultResources.PidsLimit
-	}
+	res := spec.Resources.WithDefaults(r.cfg.DefaultResources)
 	pids := res.PidsLimit
 	noInit := false
 
@@ -259,7 +221,7 @@ func (r *Runtime) containerConfig(spec runtime.Spec, workDir, netID, agentVolume
 		Entrypoint: entrypoint,
 		Cmd:        nil,
 		Env:        env, // merged by the engine over the image's environment
-		Labels:     labels,
+		Labels:     runtime.SandboxLabels(spec, r.cfg.InstanceID),
 		WorkingDir: workDir,
 		// The agent runs as root, so the commands it runs as the lease's
 		// user (--user) can neither read its token nor signal it.
@@ -317,26 +279,16 @@ func (r *Runtime) startAndWait(ctx context.Context, id string, spec runtime.Spec
 	}
 	t1 := time.Now()
 	if err := r.containerStart(ctx, id); err != nil {
-		mapped := r.mapErr(err, "start container", id)
-		if errors.Is(mapped, errdefs.ErrInternal) {
-			// The engine reports what stops a container from starting (a
-			// missing user, an unusable working directory, a runc error)
-			// as a server error; it is the image's or the spec's problem.
-			return runtime.Sandbox{}, fmt.Errorf("%w: docker: container %s cannot start: %w", errdefs.ErrFailedPrecondition, id, err)
-		}
-		return runtime.Sandbox{}, mapped
+		return runtime.Sandbox{}, r.backend().StartErr(id, err, r.mapErr(err, "start container", id))
 	}
 	t2 := time.Now()
 	ins, err := r.cli.ContainerInspect(ctx, id)
 	if err != nil {
 		return runtime.Sandbox{}, r.mapErr(err, "inspect container", id)
 	}
-	sb := r.fromInspect(ins)
-	if sb.Endpoint == "" {
-		if ins.State != nil && !ins.State.Running {
-			return runtime.Sandbox{}, exitedErr(id, ins.State)
-		}
-		return runtime.Sandbox{}, errdefs.FailedPrecondition("docker: container %s has no address on network %s", id, r.cfg.Network)
+	sb, err := r.startedSandbox(id, ins)
+	if err != nil {
+		return runtime.Sandbox{}, err
 	}
 	if err := r.waitReady(ctx, id, sb.Endpoint); err != nil {
 		return runtime.Sandbox{}, err
@@ -346,15 +298,9 @@ func (r *Runtime) startAndWait(ctx context.Context, id string, spec runtime.Spec
 	return sb, nil
 }
 
+// exitedErr reports a container that exited before its agent was ready.
 func exitedErr(id string, st *container.State) error {
-	msg := fmt.Sprintf("docker: container %s exited with code %d before the agent was ready", id, st.ExitCode)
-	if st.OOMKilled {
-		msg += " (OOM-killed: raise the memory limit)"
-	}
-	if st.Error != "" {
-		msg += ": " + st.Error
-	}
-	return fmt.Errorf("%w: %s", errdefs.ErrFailedPrecondition, msg)
+	return runtime.Backend{Name: engineName, Noun: sandboxNoun}.ExitedErr(id, st.ExitCode, st.OOMKilled, st.Error)
 }
 
 // waitReady polls the agent's /healthz until it answers 200, the container
@@ -372,38 +318,15 @@ func (r *Runtime) waitReady(ctx context.Context, id, endpoint string) error {
 	})
 }
 
-// timeoutErr turns an error caused by Create's own deadline into a clear
-// "not ready within" error (Unavailable, still matching
-// context.DeadlineExceeded); other errors pass through.
+// timeoutErr is runtime.Backend.TimeoutErr for Restart, which bounds its
+// own context.
 func (r *Runtime) timeoutErr(parent, ctx context.Context, timeout time.Duration, err error) error {
-	if err == nil || parent.Err() != nil || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return err
-	}
-	if errdefs.IsUnavailable(err) {
-		return err
-	}
-	return fmt.Errorf("%w: docker: sandbox not ready within %s (ReadyTimeout): %w", errdefs.ErrUnavailable, timeout, err)
-}
-
-// failCreate collects the container's last log lines, removes it (even when
-// the caller's context is done) and returns err with the lines appended.
-func (r *Runtime) failCreate(parent context.Context, id, leaseID string, err error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cleanupTimeout)
-	defer cancel()
-	lines := r.tailLogs(ctx, id, logTail)
-	if rmErr := r.remove(ctx, id); rmErr != nil {
-		r.log.Warn("cannot remove container of failed create", "container_id", id, "lease_id", leaseID, "err", rmErr)
-		err = fmt.Errorf("%w (removing container %s also failed: %v)", err, id, rmErr)
-	}
-	if lines != "" {
-		err = fmt.Errorf("%w\ncontainer output (last %d lines):\n%s", err, logTail, lines)
-	}
-	r.log.Warn("create failed", "container_id", id, "lease_id", leaseID, "err", err)
-	return err
+	return r.backend().TimeoutErr(parent, ctx, timeout, err)
 }
 
 // tailLogs returns the last n lines of the container's stdout and stderr,
-// indented, or "" when there are none or they cannot be read.
+// indented (runtime.TailLines), or "" when there are none or they cannot
+// be read.
 func (r *Runtime) tailLogs(ctx context.Context, id string, n int) string {
 	rc, err := r.cli.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: strconv.Itoa(n)})
 	if err != nil {
@@ -414,18 +337,7 @@ func (r *Runtime) tailLogs(ctx context.Context, id string, n int) string {
 	// Both streams into one buffer, in the order the engine sends them.
 	w := &capped{w: &buf, n: 64 << 10}
 	_, _ = stdcopy.StdCopy(w, w, rc)
-	text := strings.TrimRight(buf.String(), "\n")
-	if text == "" {
-		return ""
-	}
-	lines := strings.Split(text, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	for i, l := range lines {
-		lines[i] = "  " + strings.TrimRight(l, "\r")
-	}
-	return strings.Join(lines, "\n")
+	return runtime.TailLines(buf.String(), n)
 }
 
 // capped writes at most n bytes to w and silently drops the rest.
@@ -500,27 +412,23 @@ type archiveEntry struct {
 // writeArchive writes the injection tar stream to w.
 func (r *Runtime) writeArchive(w io.Writer, a archive) error {
 	now := time.Now()
-	dir := strings.TrimPrefix(AgentDir, "/") + "/"
+	dir := strings.TrimPrefix(runtime.AgentDir, "/") + "/"
 	var entries []archiveEntry
 	if a.agent || a.token != "" {
 		entries = append(entries, archiveEntry{h: tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o755, ModTime: now}})
 	}
 	if a.agent {
-		f, err := os.Open(r.cfg.AgentBinary)
+		f, size, err := r.openAgent()
 		if err != nil {
-			return fmt.Errorf("open agent binary: %w", err)
+			return err
 		}
 		defer f.Close()
-		st, err := f.Stat()
-		if err != nil {
-			return fmt.Errorf("stat agent binary: %w", err)
-		}
-		entries = append(entries, archiveEntry{h: tar.Header{Typeflag: tar.TypeReg, Name: dir + "sandbox-agent", Mode: 0o755, Size: st.Size(), ModTime: now}, body: f})
+		entries = append(entries, archiveEntry{h: tar.Header{Typeflag: tar.TypeReg, Name: dir + runtime.AgentFile, Mode: 0o755, Size: size, ModTime: now}, body: f})
 	}
 	if a.token != "" {
 		// Readable by root only: the agent runs as root, the commands as
 		// the lease's user, who must not read it (unless that is root).
-		entries = append(entries, archiveEntry{h: tar.Header{Typeflag: tar.TypeReg, Name: dir + "token", Mode: 0o400, Size: int64(len(a.token)), ModTime: now}, body: strings.NewReader(a.token)})
+		entries = append(entries, archiveEntry{h: tar.Header{Typeflag: tar.TypeReg, Name: dir + runtime.TokenFile, Mode: 0o400, Size: int64(len(a.token)), ModTime: now}, body: strings.NewReader(a.token)})
 	}
 	if ws := a.ws; ws != nil {
 		entries = append(entries, archiveEntry{h: tar.Header{Typeflag: tar.TypeDir, Name: strings.Trim(ws.path, "/") + "/", Mode: 0o755, Uid: ws.uid, Gid: ws.gid, ModTime: now}})

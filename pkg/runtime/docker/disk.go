@@ -125,8 +125,8 @@ func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 	if err != nil {
 		return runtime.Usage{}, r.mapErr(err, "inspect container size", id)
 	}
-	if ins.Config == nil || ins.Config.Labels[runtime.LabelManaged] != "true" {
-		return runtime.Usage{}, errdefs.NotFound("docker: container %s is not managed by berth (no %s=true label)", id, runtime.LabelManaged)
+	if err := runtime.CheckManaged("docker", id, labelsOf(ins)); err != nil {
+		return runtime.Usage{}, err
 	}
 	u := runtime.Usage{MeasuredAt: time.Now()}
 	if ins.ContainerJSONBase != nil && ins.SizeRw != nil {

@@ -2,13 +2,11 @@ package docker
 
 import (
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -28,28 +26,11 @@ import (
 const (
 	// DefaultNetwork is the bridge network sandboxes are attached to.
 	DefaultNetwork = "berth"
-	// DefaultNanoCPUs is one CPU.
-	DefaultNanoCPUs int64 = 1_000_000_000
-	// DefaultMemoryBytes is 512 MiB (swap disabled).
-	DefaultMemoryBytes int64 = 512 << 20
-	// DefaultPidsLimit is 512 processes.
-	DefaultPidsLimit int64 = 512
-	// DefaultReadyTimeout bounds create+inject+start+health when neither the
-	// Spec nor the Config sets one.
-	DefaultReadyTimeout = 30 * time.Second
 )
 
-// Paths inside every sandbox.
-const (
-	// AgentDir is the directory the agent and its token are copied into.
-	AgentDir = "/.berth"
-	// AgentPath is the injected agent binary (mode 0755, owned by root).
-	AgentPath = AgentDir + "/sandbox-agent"
-	// TokenPath is the injected token file (mode 0400, owned by root).
-	TokenPath = AgentDir + "/token"
-	// DefaultWorkDir is the agent's working directory when the image sets none.
-	DefaultWorkDir = "/workspace"
-)
+// cleanupTimeout bounds cleanup that runs even when the caller's context is
+// done (runtime.CleanupTimeout).
+const cleanupTimeout = runtime.CleanupTimeout
 
 // Config configures a Docker Runtime. Zero fields take the defaults stated.
 type Config struct {
@@ -63,13 +44,15 @@ type Config struct {
 	// InstanceID identifies this orchestrator; it becomes the instance label
 	// of sandboxes whose Spec leaves InstanceID empty. Default "".
 	InstanceID string
-	// DefaultResources apply to zero fields of Spec.Resources. Defaults:
-	// 1 CPU (NanoCPUs 1e9), 512 MiB memory without swap, 512 pids.
+	// DefaultResources apply to zero fields of Spec.Resources. Its zero
+	// fields take runtime.DefaultResources(): 1 CPU (NanoCPUs 1e9), 512 MiB
+	// memory without swap, 512 pids, no disk limit.
 	DefaultResources runtime.Resources
 	// Injection is how the agent gets into sandboxes: InjectCopy (default)
 	// or InjectVolume. See their docs.
 	Injection Injection
-	// ReadyTimeout applies when Spec.ReadyTimeout is zero. Default 30s.
+	// ReadyTimeout applies when Spec.ReadyTimeout is zero. Default
+	// runtime.DefaultReadyTimeout (30s).
 	ReadyTimeout time.Duration
 	// Logger receives the backend's logs (keys container_id, lease_id,
 	// image, network); the caller adds a component attribute if it wants
@@ -120,26 +103,15 @@ var (
 // the network on the first Create.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	_ = ctx
-	if cfg.AgentBinary == "" {
-		return nil, errdefs.InvalidArgument("agent_binary", "the host path of the static sandbox-agent binary is required")
-	}
-	agentSize, err := checkAgentBinary(cfg.AgentBinary)
+	agentSize, err := runtime.CheckAgentBinary(cfg.AgentBinary)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Network == "" {
 		cfg.Network = DefaultNetwork
 	}
-	if cfg.DefaultResources.NanoCPUs == 0 {
-		cfg.DefaultResources.NanoCPUs = DefaultNanoCPUs
-	}
-	if cfg.DefaultResources.MemoryBytes == 0 {
-		cfg.DefaultResources.MemoryBytes = DefaultMemoryBytes
-	}
-	if cfg.DefaultResources.PidsLimit == 0 {
-		cfg.DefaultResources.PidsLimit = DefaultPidsLimit
-	}
-	if err := checkResources(cfg.DefaultResources, "default_resources"); err != nil {
+	cfg.DefaultResources = cfg.DefaultResources.WithDefaults(runtime.DefaultResources())
+	if err := cfg.DefaultResources.Validate("default_resources"); err != nil {
 		return nil, err
 	}
 	switch cfg.Injection {
@@ -150,7 +122,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, errdefs.InvalidArgument("injection", "want %q or %q, got %q", InjectCopy, InjectVolume, cfg.Injection)
 	}
 	if cfg.ReadyTimeout <= 0 {
-		cfg.ReadyTimeout = DefaultReadyTimeout
+		cfg.ReadyTimeout = runtime.DefaultReadyTimeout
 	}
 	switch cfg.HostInput {
 	case "":
@@ -224,31 +196,6 @@ func (r *Runtime) negotiate(ctx context.Context) {
 	r.negotiated.Store(true)
 }
 
-// checkAgentBinary verifies path is a regular, statically linked ELF file and
-// returns its size.
-func checkAgentBinary(path string) (int64, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0, errdefs.InvalidArgument("agent_binary", "%v (build it with: CGO_ENABLED=0 go build -o %s ./cmd/sandbox-agent)", err, path)
-	}
-	if !st.Mode().IsRegular() || st.Size() == 0 {
-		return 0, errdefs.InvalidArgument("agent_binary", "%s is not a regular non-empty file", path)
-	}
-	f, err := elf.Open(path)
-	if err != nil {
-		return 0, errdefs.InvalidArgument("agent_binary", "%s is not an ELF executable: %v", path, err)
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return 0, errdefs.InvalidArgument("agent_binary", "%s is dynamically linked; images may have no libc, build it with CGO_ENABLED=0", path)
-		}
-	}
-	return st.Size(), nil
-}
-
-func checkResources(res runtime.Resources, field string) error { return res.Validate(field) }
-
 // Get returns the berth-managed sandbox with container id (or name) id.
 // A container that does not exist or is not managed by berth is NotFound.
 func (r *Runtime) Get(ctx context.Context, id string) (runtime.Sandbox, error) {
@@ -270,10 +217,16 @@ func (r *Runtime) inspectManaged(ctx context.Context, id string) (container.Insp
 	if err != nil {
 		return ins, r.mapErr(err, "inspect container", id)
 	}
-	if ins.Config == nil || ins.Config.Labels[runtime.LabelManaged] != "true" {
-		return ins, errdefs.NotFound("docker: container %s is not managed by berth (no %s=true label)", id, runtime.LabelManaged)
+	return ins, runtime.CheckManaged("docker", id, labelsOf(ins))
+}
+
+// labelsOf returns the labels of an inspected container (nil when the
+// engine sent no configuration).
+func labelsOf(ins container.InspectResponse) map[string]string {
+	if ins.Config == nil {
+		return nil
 	}
-	return ins, nil
+	return ins.Config.Labels
 }
 
 // List returns the berth-managed sandboxes whose labels match sel, in the
@@ -296,7 +249,7 @@ func (r *Runtime) List(ctx context.Context, sel runtime.Selector) ([]runtime.San
 	for _, c := range list {
 		// The engine already filtered; re-check so a fake or an older engine
 		// with looser filtering cannot leak foreign containers.
-		if !sel.Matches(c.Labels) || c.Labels[runtime.LabelManaged] != "true" {
+		if !sel.Matches(c.Labels) || !runtime.IsManaged(c.Labels) {
 			continue
 		}
 		out = append(out, r.fromSummary(c))
@@ -337,7 +290,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		}
 		return r.mapErr(err, "inspect container", id)
 	}
-	if ins.Config == nil || ins.Config.Labels[runtime.LabelManaged] != "true" {
+	if !runtime.IsManaged(labelsOf(ins)) {
 		return errdefs.FailedPrecondition("docker: refusing to remove container %s: not managed by berth", id)
 	}
 	return r.remove(ctx, ins.ID)
@@ -440,12 +393,9 @@ func (r *Runtime) endpoint(ip string) string {
 func (r *Runtime) fromInspect(ins container.InspectResponse) runtime.Sandbox {
 	sb := runtime.Sandbox{ID: ins.ID, Name: strings.TrimPrefix(ins.Name, "/")}
 	if ins.Config != nil {
-		sb.Labels = ins.Config.Labels
+		sb.SetLabels(ins.Config.Labels)
 		sb.Image = ins.Config.Image
 	}
-	sb.LeaseID = sb.Labels[runtime.LabelLease]
-	sb.ConversationID = sb.Labels[runtime.LabelConversation]
-	sb.InstanceID = sb.Labels[runtime.LabelInstance]
 	if t, err := time.Parse(time.RFC3339Nano, ins.Created); err == nil {
 		sb.CreatedAt = t
 	}
@@ -471,13 +421,11 @@ func (r *Runtime) fromInspect(ins container.InspectResponse) runtime.Sandbox {
 var exitedRE = regexp.MustCompile(`^Exited \((-?\d+)\)`)
 
 func (r *Runtime) fromSummary(c container.Summary) runtime.Sandbox {
-	sb := runtime.Sandbox{ID: c.ID, Image: c.Image, Labels: c.Labels, CreatedAt: time.Unix(c.Created, 0)}
+	sb := runtime.Sandbox{ID: c.ID, Image: c.Image, CreatedAt: time.Unix(c.Created, 0)}
+	sb.SetLabels(c.Labels)
 	if len(c.Names) > 0 {
 		sb.Name = strings.TrimPrefix(c.Names[0], "/")
 	}
-	sb.LeaseID = c.Labels[runtime.LabelLease]
-	sb.ConversationID = c.Labels[runtime.LabelConversation]
-	sb.InstanceID = c.Labels[runtime.LabelInstance]
 	sb.State = mapState(c.State)
 	if sb.State == runtime.StateExited {
 		if m := exitedRE.FindStringSubmatch(c.Status); m != nil {

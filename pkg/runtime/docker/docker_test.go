@@ -213,8 +213,8 @@ func TestAgentVolume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ins.Mounts) != 1 || ins.Mounts[0].Destination != docker.AgentDir || ins.Mounts[0].RW || !strings.HasPrefix(ins.Mounts[0].Name, "berth-agent-") {
-		t.Fatalf("mounts = %+v, want the agent volume read-only at %s", ins.Mounts, docker.AgentDir)
+	if len(ins.Mounts) != 1 || ins.Mounts[0].Destination != runtime.AgentDir || ins.Mounts[0].RW || !strings.HasPrefix(ins.Mounts[0].Name, "berth-agent-") {
+		t.Fatalf("mounts = %+v, want the agent volume read-only at %s", ins.Mounts, runtime.AgentDir)
 	}
 	vol, err := dockerCli.VolumeInspect(ctx, ins.Mounts[0].Name)
 	if err != nil {
@@ -301,11 +301,11 @@ func TestHostConfigHardening(t *testing.T) {
 	if hc.Init != nil && *hc.Init {
 		t.Error("Init = true; the agent is PID 1 itself")
 	}
-	if hc.NanoCPUs != docker.DefaultNanoCPUs || hc.Memory != docker.DefaultMemoryBytes || hc.MemorySwap != hc.Memory {
-		t.Errorf("NanoCPUs %d Memory %d MemorySwap %d; want defaults %d, %d, swap = memory", hc.NanoCPUs, hc.Memory, hc.MemorySwap, docker.DefaultNanoCPUs, docker.DefaultMemoryBytes)
+	if hc.NanoCPUs != runtime.DefaultNanoCPUs || hc.Memory != runtime.DefaultMemoryBytes || hc.MemorySwap != hc.Memory {
+		t.Errorf("NanoCPUs %d Memory %d MemorySwap %d; want defaults %d, %d, swap = memory", hc.NanoCPUs, hc.Memory, hc.MemorySwap, runtime.DefaultNanoCPUs, runtime.DefaultMemoryBytes)
 	}
-	if hc.PidsLimit == nil || *hc.PidsLimit != docker.DefaultPidsLimit {
-		t.Errorf("PidsLimit = %v, want %d", hc.PidsLimit, docker.DefaultPidsLimit)
+	if hc.PidsLimit == nil || *hc.PidsLimit != runtime.DefaultPidsLimit {
+		t.Errorf("PidsLimit = %v, want %d", hc.PidsLimit, runtime.DefaultPidsLimit)
 	}
 	if len(hc.PortBindings) != 0 || hc.PublishAllPorts {
 		t.Errorf("ports are published: %v %v", hc.PortBindings, hc.PublishAllPorts)
@@ -320,7 +320,7 @@ func TestHostConfigHardening(t *testing.T) {
 			}
 		}
 	}
-	wantEntry := []string{docker.AgentPath, "--listen", "0.0.0.0:7000", "--workdir", "/workspace", "--token-file", docker.TokenPath}
+	wantEntry := []string{runtime.AgentPath, "--listen", "0.0.0.0:7000", "--workdir", "/workspace", "--token-file", runtime.TokenPath}
 	if !slices.Equal([]string(ins.Config.Entrypoint), wantEntry) {
 		t.Errorf("Entrypoint = %v, want %v", ins.Config.Entrypoint, wantEntry)
 	}

@@ -114,7 +114,7 @@ func newFakeRuntime(t *testing.T, f *fakeClient) *Runtime {
 	}
 	r := &Runtime{
 		cfg: Config{AgentBinary: agent, Network: DefaultNetwork, ReadyTimeout: 5 * time.Second, Injection: InjectCopy,
-			DefaultResources: runtime.Resources{NanoCPUs: DefaultNanoCPUs, MemoryBytes: DefaultMemoryBytes, PidsLimit: DefaultPidsLimit}},
+			DefaultResources: runtime.Resources{NanoCPUs: runtime.DefaultNanoCPUs, MemoryBytes: runtime.DefaultMemoryBytes, PidsLimit: runtime.DefaultPidsLimit}},
 		cli:    f,
 		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		health: runtime.NewHealthProber(),
@@ -337,7 +337,7 @@ func TestCreateFailureCleansUp(t *testing.T) {
 	if gotCfg.Labels[runtime.LabelUserPrefix+"team"] != "a" || gotCfg.Labels[runtime.LabelManaged] != "true" || gotCfg.Labels[runtime.LabelLease] != "l1" {
 		t.Errorf("labels = %v", gotCfg.Labels)
 	}
-	if string(gotHC.NetworkMode) != "net1" || gotHC.Memory != DefaultMemoryBytes || gotHC.MemorySwap != DefaultMemoryBytes || *gotHC.PidsLimit != DefaultPidsLimit || gotHC.NanoCPUs != DefaultNanoCPUs {
+	if string(gotHC.NetworkMode) != "net1" || gotHC.Memory != runtime.DefaultMemoryBytes || gotHC.MemorySwap != runtime.DefaultMemoryBytes || *gotHC.PidsLimit != runtime.DefaultPidsLimit || gotHC.NanoCPUs != runtime.DefaultNanoCPUs {
 		t.Errorf("host config = %+v", gotHC)
 	}
 }
@@ -399,15 +399,15 @@ func TestListFilters(t *testing.T) {
 
 func TestCheckAgentBinary(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := checkAgentBinary(filepath.Join(dir, "missing")); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "CGO_ENABLED=0 go build") {
+	if _, err := runtime.CheckAgentBinary(filepath.Join(dir, "missing")); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "CGO_ENABLED=0 go build") {
 		t.Errorf("missing: %v", err)
 	}
 	notELF := filepath.Join(dir, "script")
 	_ = os.WriteFile(notELF, []byte("#!/bin/sh\n"), 0o755)
-	if _, err := checkAgentBinary(notELF); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "not an ELF") {
+	if _, err := runtime.CheckAgentBinary(notELF); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "not an ELF") {
 		t.Errorf("not ELF: %v", err)
 	}
-	if _, err := checkAgentBinary(dir); !errdefs.IsInvalidArgument(err) {
+	if _, err := runtime.CheckAgentBinary(dir); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("directory: %v", err)
 	}
 	if _, err := New(context.Background(), Config{}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "agent_binary") {

@@ -66,7 +66,7 @@ func agentMount(name string) mount.Mount {
 	return mount.Mount{
 		Type:          mount.TypeVolume,
 		Source:        name,
-		Target:        AgentDir,
+		Target:        runtime.AgentDir,
 		ReadOnly:      true,
 		VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 	}
@@ -98,7 +98,7 @@ func (r *Runtime) ensureAgentVolume(ctx context.Context, img string) (string, er
 	helper, err := r.containerCreate(ctx,
 		&container.Config{
 			Image:      img,
-			Entrypoint: []string{AgentPath, "--version"},
+			Entrypoint: []string{runtime.AgentPath, "--version"},
 			Labels:     map[string]string{runtime.LabelManaged: "true", labelAgentSHA: r.agentSum},
 		},
 		&container.HostConfig{NetworkMode: "none", Mounts: []mount.Mount{m}},
@@ -107,18 +107,18 @@ func (r *Runtime) ensureAgentVolume(ctx context.Context, img string) (string, er
 		return "", r.mapErr(err, "create agent volume helper", name)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		cctx, cancel := runtime.Detached(ctx)
 		defer cancel()
 		_ = r.remove(cctx, helper.ID)
 	}()
-	if _, err := r.cli.ContainerStatPath(ctx, helper.ID, AgentDir+"/"+completeMarker); err == nil {
+	if _, err := r.cli.ContainerStatPath(ctx, helper.ID, runtime.AgentDir+"/"+completeMarker); err == nil {
 		r.volName = name
 		return name, nil
 	}
 	began := time.Now()
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(r.writeVolumeArchive(pw)) }()
-	err = r.cli.CopyToContainer(ctx, helper.ID, AgentDir, pr, container.CopyToContainerOptions{})
+	err = r.cli.CopyToContainer(ctx, helper.ID, runtime.AgentDir, pr, container.CopyToContainerOptions{})
 	_ = pr.Close()
 	if err != nil {
 		return "", r.mapErr(err, "populate agent volume", name)
@@ -136,23 +136,33 @@ func (r *Runtime) forgetAgentVolume() {
 	r.volMu.Unlock()
 }
 
-// writeVolumeArchive writes the agent and then the completion marker.
-func (r *Runtime) writeVolumeArchive(w io.Writer) error {
+// openAgent opens the agent binary for copying, and returns its size.
+func (r *Runtime) openAgent() (*os.File, int64, error) {
 	f, err := os.Open(r.cfg.AgentBinary)
 	if err != nil {
-		return fmt.Errorf("open agent binary: %w", err)
+		return nil, 0, fmt.Errorf("open agent binary: %w", err)
 	}
-	defer f.Close()
 	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("stat agent binary: %w", err)
+	}
+	return f, st.Size(), nil
+}
+
+// writeVolumeArchive writes the agent and then the completion marker.
+func (r *Runtime) writeVolumeArchive(w io.Writer) error {
+	f, size, err := r.openAgent()
 	if err != nil {
 		return err
 	}
+	defer f.Close()
 	now := time.Now()
 	tw := tar.NewWriter(w)
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "sandbox-agent", Mode: 0o755, Size: st.Size(), ModTime: now, Format: tar.FormatPAX}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: runtime.AgentFile, Mode: 0o755, Size: size, ModTime: now, Format: tar.FormatPAX}); err != nil {
 		return err
 	}
-	if _, err := io.CopyN(tw, f, st.Size()); err != nil {
+	if _, err := io.CopyN(tw, f, size); err != nil {
 		return err
 	}
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: completeMarker, Mode: 0o444, Size: int64(len(r.agentSum)), ModTime: now, Format: tar.FormatPAX}); err != nil {
