@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -40,23 +39,9 @@ func TestMain(m *testing.M) {
 
 // children lists the live (non-zombie) children of the test process.
 func children() []int {
-	ents, _ := os.ReadDir("/proc")
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(data, ')')
-		f := strings.Fields(string(data[i+1:]))
-		if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if ppid, _ := strconv.Atoi(f[1]); ppid == os.Getpid() {
+	for _, pid := range pids() {
+		if st, ok := readStat(pid); ok && st.live() && st.ppid == os.Getpid() {
 			out = append(out, pid)
 		}
 	}
@@ -80,6 +65,16 @@ func newManager(t testing.TB, cfg Config) *Manager {
 	m := New(cfg)
 	t.Cleanup(m.Close)
 	return m
+}
+
+// mustOpen opens a session or fails the test.
+func mustOpen(t testing.TB, m *Manager, spec Spec) *Session {
+	t.Helper()
+	s, err := m.Open(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // screen collects what one attachment receives.
@@ -191,13 +186,8 @@ func tail(s string) string { return s[max(0, len(s)-1500):] }
 
 // alive reports whether pid is a live process (not a zombie).
 func alive(pid int) bool {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(data, ')')
-	f := strings.Fields(string(data[i+1:]))
-	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+	st, ok := readStat(pid)
+	return ok && st.live()
 }
 
 func isEOF(err error) bool { return errors.Is(err, io.EOF) }

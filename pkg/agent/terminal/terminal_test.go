@@ -41,10 +41,7 @@ func TestRingKeepsTheTail(t *testing.T) {
 func TestEchoAndExitCode(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, Config{})
-	s, err := m.Open(Spec{Argv: []string{"/bin/sh"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{Argv: []string{"/bin/sh"}})
 	sc := watch(t, s.Attach(true))
 	typeIn(t, s, "echo hello-$((6*7)); tty; echo term=$TERM\n")
 	n := sc.waitFor(t, "hello-42", 0)
@@ -66,10 +63,7 @@ func TestEchoAndExitCode(t *testing.T) {
 	}
 
 	// A signal that ends the program is reported as such.
-	s2, err := m.Open(Spec{Command: "kill -TERM $$"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := mustOpen(t, m, Spec{Command: "kill -TERM $$"})
 	if e := waitDone(t, s2); e.Code != -1 || e.Signal != "SIGTERM" {
 		t.Fatalf("exit %+v, want -1 SIGTERM", e)
 	}
@@ -78,10 +72,7 @@ func TestEchoAndExitCode(t *testing.T) {
 func TestResizeSeenByStty(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, Config{})
-	s, err := m.Open(Spec{Argv: []string{"/bin/sh"}, Rows: 30, Cols: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{Argv: []string{"/bin/sh"}, Rows: 30, Cols: 100})
 	sc := watch(t, s.Attach(true))
 	typeIn(t, s, "echo size-$((1+0)) $(stty size)\n")
 	n := sc.waitFor(t, "size-1 30 100", 0)
@@ -107,10 +98,7 @@ func TestResizeSeenByStty(t *testing.T) {
 func TestResizeSendsSIGWINCH(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, Config{})
-	s, err := m.Open(Spec{Command: `trap 'echo winch-$((2*21)) $(stty size)' WINCH; echo ready-$((3*3)); while :; do sleep 0.05; done`})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{Command: `trap 'echo winch-$((2*21)) $(stty size)' WINCH; echo ready-$((3*3)); while :; do sleep 0.05; done`})
 	sc := watch(t, s.Attach(true))
 	sc.waitFor(t, "ready-9", 0)
 	if err := s.Resize(50, 70); err != nil {
@@ -122,10 +110,7 @@ func TestResizeSendsSIGWINCH(t *testing.T) {
 func TestCtrlCInterruptsSleep(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, Config{})
-	s, err := m.Open(Spec{Argv: []string{"/bin/sh"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{Argv: []string{"/bin/sh"}})
 	sc := watch(t, s.Attach(true))
 	typeIn(t, s, "echo start-$((5*5))\n")
 	n := sc.waitFor(t, "start-25", 0)
@@ -155,10 +140,7 @@ func TestCtrlCInterruptsSleep(t *testing.T) {
 func TestDetachAndReattachReplaysScrollback(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, Config{})
-	s, err := m.Open(Spec{Argv: []string{"/bin/sh"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{Argv: []string{"/bin/sh"}})
 	a := s.Attach(true)
 	sc := watch(t, a)
 	typeIn(t, s, "echo first-$((10+1))\n")
@@ -198,10 +180,7 @@ func TestDetachAndReattachReplaysScrollback(t *testing.T) {
 func TestScrollbackIsBounded(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, Config{Scrollback: 1024})
-	s, err := m.Open(Spec{Command: "seq 1 5000; echo end-$((7*7))"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{Command: "seq 1 5000; echo end-$((7*7))"})
 	waitDone(t, s)
 	a, err := m.Attach(s.ID(), true)
 	if err != nil {
@@ -220,10 +199,7 @@ func TestScrollbackIsBounded(t *testing.T) {
 func TestTwoClientsSeeTheSameOutput(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, Config{})
-	s, err := m.Open(Spec{Argv: []string{"/bin/sh"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{Argv: []string{"/bin/sh"}})
 	a, b := watch(t, s.Attach(true)), watch(t, s.Attach(true))
 	if n := s.Info().Clients; n != 2 {
 		t.Errorf("clients %d", n)
@@ -245,10 +221,7 @@ func TestTwoClientsSeeTheSameOutput(t *testing.T) {
 func TestSlowClientIsDisconnected(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, Config{ClientBuffer: 8 << 10})
-	s, err := m.Open(Spec{Command: "read go; seq 1 100000; echo done-$((8*8))"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{Command: "read go; seq 1 100000; echo done-$((8*8))"})
 	slow := s.Attach(false) // never read until the end
 	typeIn(t, s, "go\n")
 	// The terminal's reader is not held up: the program finishes and its
@@ -279,10 +252,7 @@ func TestSessionLimit(t *testing.T) {
 	m := newManager(t, Config{MaxSessions: 2})
 	var ss []*Session
 	for range 2 {
-		s, err := m.Open(Spec{Argv: []string{"/bin/sh"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustOpen(t, m, Spec{Argv: []string{"/bin/sh"}})
 		ss = append(ss, s)
 	}
 	if _, err := m.Open(Spec{Argv: []string{"/bin/sh"}}); !errdefs.IsResourceExhausted(err) {
@@ -314,10 +284,7 @@ func TestKillAndLeftovers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	s, err := m.Open(Spec{Command: `trap '' HUP; echo ready-$((4*4)); while :; do sleep 0.05; done`})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{Command: `trap '' HUP; echo ready-$((4*4)); while :; do sleep 0.05; done`})
 	sc := watch(t, s.Attach(true))
 	sc.waitFor(t, "ready-16", 0)
 	if err := m.Kill(ctx, s.ID(), "USR1"); err != nil {
@@ -333,10 +300,7 @@ func TestKillAndLeftovers(t *testing.T) {
 		t.Errorf("kill of an ended session: %v", err)
 	}
 
-	s, err = m.Open(Spec{Command: `trap '' HUP; echo ready-$((4*5)); while :; do sleep 0.05; done`})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = mustOpen(t, m, Spec{Command: `trap '' HUP; echo ready-$((4*5)); while :; do sleep 0.05; done`})
 	sc = watch(t, s.Attach(true))
 	sc.waitFor(t, "ready-20", 0)
 	t0 := time.Now()
@@ -349,10 +313,7 @@ func TestKillAndLeftovers(t *testing.T) {
 
 	// A background job outlives the shell that started it only until the
 	// session ends.
-	s, err = m.Open(Spec{Command: `sleep 300 & echo bg=$!; sleep 0.2`})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = mustOpen(t, m, Spec{Command: `sleep 300 & echo bg=$!; sleep 0.2`})
 	sc = watch(t, s.Attach(true))
 	waitDone(t, s)
 	out := sc.String()
@@ -373,10 +334,7 @@ func TestKillAndLeftovers(t *testing.T) {
 func TestEndedSessionsAreReaped(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, Config{EndedRetention: 200 * time.Millisecond})
-	s, err := m.Open(Spec{Command: "true"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{Command: "true"})
 	waitDone(t, s)
 	if _, err := m.Get(s.ID()); err != nil {
 		t.Fatalf("just ended: %v", err)
@@ -396,10 +354,7 @@ func TestEndedSessionsAreReaped(t *testing.T) {
 func TestCloseEndsSessions(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, Config{})
-	s, err := m.Open(Spec{Argv: []string{"/bin/sh"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{Argv: []string{"/bin/sh"}})
 	sc := watch(t, s.Attach(true))
 	m.Close()
 	if err := sc.ended(t); !isEOF(err) {
@@ -425,10 +380,7 @@ func TestCommandPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newManager(t, Config{Passwd: passwd})
-	s, err := m.Open(Spec{Cwd: dir, Env: map[string]string{"X": "x-value"}, Term: "vt100"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{Cwd: dir, Env: map[string]string{"X": "x-value"}, Term: "vt100"})
 	if in := s.Info(); len(in.Argv) != 1 || in.Argv[0] != bash || in.Term != "vt100" || in.Cwd != dir {
 		t.Errorf("login shell session: %+v", in)
 	}
@@ -469,10 +421,7 @@ func TestSessionUser(t *testing.T) {
 	r := process.NewRunner(process.Config{WorkDir: "/", Users: &users.Resolver{Default: def, Passwd: passwd, Group: group}, Logger: discard()})
 	t.Cleanup(r.Close)
 	m := newManager(t, Config{Commands: r, Passwd: passwd})
-	s, err := m.Open(Spec{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, m, Spec{})
 	if in := s.Info(); in.User != "sandbox" {
 		t.Errorf("user %q", in.User)
 	}
