@@ -140,6 +140,9 @@ func newLeaseTable(wide bool) *table {
 	}
 	t := &table{wide: wide}
 	t.addRow(h)
+	// The STATE column is as wide as the longest state from the start, so
+	// the rows --watch prints as a lease moves on stay aligned.
+	t.widths[3] = len("RELEASING")
 	return t
 }
 
