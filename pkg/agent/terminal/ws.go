@@ -19,6 +19,10 @@ import (
 )
 
 const (
+	// Subprotocol is the WebSocket subprotocol of the framing; a client
+	// that offers it (Sec-WebSocket-Protocol) gets it selected. Offering it
+	// is optional.
+	Subprotocol = "berth.terminal.v1"
 	// MaxInputFrame bounds one WebSocket message from a client.
 	MaxInputFrame = 1 << 20
 	// wsWriteTimeout bounds one write to a WebSocket client; a client that
@@ -78,7 +82,7 @@ func (h *wsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer att.Detach()
 	sess := att.Session()
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true, Subprotocols: []string{Subprotocol}})
 	if err != nil {
 		// Accept answered the client; a session opened for it has no use.
 		if opened {

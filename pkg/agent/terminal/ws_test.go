@@ -36,9 +36,12 @@ func dialWS(t *testing.T, base string, q url.Values, header http.Header) (*wsTer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	u := strings.Replace(base, "http", "ws", 1) + "?" + q.Encode()
-	c, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: header})
+	c, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: header, Subprotocols: []string{Subprotocol}})
 	if err != nil {
 		return nil, resp, err
+	}
+	if c.Subprotocol() != Subprotocol {
+		t.Errorf("subprotocol %q", c.Subprotocol())
 	}
 	w := &wsTerm{t: t, c: c, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	typ, data, err := c.Read(ctx)
