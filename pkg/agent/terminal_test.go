@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
+	"github.com/berth-dev/berth/internal/testsupport/testserve"
 	"github.com/berth-dev/berth/pkg/agent"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 )
@@ -186,4 +189,35 @@ func TestTerminalsEndWhenTheAgentStops(t *testing.T) {
 	if d := time.Since(t0); d > 5*time.Second {
 		t.Errorf("shutdown took %s", d)
 	}
+}
+
+// TestTerminalUserPolicy: a terminal runs as the agent's default user and
+// obeys the root policy, as exec does (403 before any upgrade).
+func TestTerminalUserPolicy(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.SkipOrFail(t, "running terminals as other users needs root")
+	}
+	srv, err := agent.New(agent.Config{Token: testToken, WorkDir: t.TempDir(), User: "nobody", DenyRoot: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := testserve.Serve(t, srv.Serve)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hdr := &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + testToken}}}
+	_, resp, err := websocket.Dial(ctx, "ws://"+addr+"/v1/terminals/ws?argv=/bin/sh&user=root", hdr)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("as root with root forbidden: %v %v", resp, err)
+	}
+	// cwd=/: the test's work directory is not open to nobody.
+	c, _, err := websocket.Dial(ctx, "ws://"+addr+"/v1/terminals/ws?argv=/bin/sh&cwd=/", hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if err := c.Write(ctx, websocket.MessageBinary, []byte("echo uid-$(id -u)-$USER\n")); err != nil {
+		t.Fatal(err)
+	}
+	readWSUntil(t, ctx, c, "uid-65534-nobody")
 }
