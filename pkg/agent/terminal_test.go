@@ -210,7 +210,14 @@ func TestTerminalUserPolicy(t *testing.T) {
 	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("as root with root forbidden: %v %v", resp, err)
 	}
-	// cwd=/: the test's work directory is not open to nobody.
+	// The test's work directory is not open to nobody.
+	_, resp, err = websocket.Dial(ctx, "ws://"+addr+"/v1/terminals/ws?argv=/bin/sh", hdr)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("in a directory closed to the user: %v %v", resp, err)
+	}
+	if b, _ := io.ReadAll(resp.Body); !strings.Contains(string(b), "permission denied") {
+		t.Errorf("error %s", b)
+	}
 	c, _, err := websocket.Dial(ctx, "ws://"+addr+"/v1/terminals/ws?argv=/bin/sh&cwd=/", hdr)
 	if err != nil {
 		t.Fatal(err)
