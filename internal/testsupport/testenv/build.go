@@ -44,13 +44,22 @@ func BuildAgent(tb testing.TB, dir string) string {
 }
 
 // AgentBinary returns the sandbox-agent a test binary's TestMain gives the
-// backends: $BERTH_AGENT_BINARY when set, else one built into dir.
-func AgentBinary(dir string) (string, error) {
+// backends: $BERTH_AGENT_BINARY when set, else one built into a new
+// temporary directory; cleanup removes what it made (TestMain defers it).
+// It is for TestMain, before any test runs: when the build fails it says
+// why on stderr and exits with status 1.
+func AgentBinary() (bin string, cleanup func()) {
 	if bin := os.Getenv(AgentBinaryEnv); bin != "" {
-		return bin, nil
+		return bin, func() {}
 	}
-	if err := Build(dir, "./cmd/sandbox-agent"); err != nil {
-		return "", err
+	dir, err := os.MkdirTemp("", "berth-agent-")
+	if err == nil {
+		err = Build(dir, "./cmd/sandbox-agent")
 	}
-	return filepath.Join(dir, "sandbox-agent"), nil
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	return filepath.Join(dir, "sandbox-agent"), func() { os.RemoveAll(dir) }
 }

@@ -64,8 +64,9 @@ type Images struct {
 type Option func(*options)
 
 type options struct {
-	kill         func(ctx context.Context, id string) error
-	readyTimeout time.Duration
+	kill          func(ctx context.Context, id string) error
+	readyTimeout  time.Duration
+	failureOutput bool
 }
 
 // WithKill gives the suite a way to SIGKILL a sandbox's container behind the
@@ -73,6 +74,14 @@ type options struct {
 // with exit code 137. Without it that check is skipped.
 func WithKill(fn func(ctx context.Context, id string) error) Option {
 	return func(o *options) { o.kill = fn }
+}
+
+// WithFailureOutput makes the suite require the sandbox's last output lines
+// in the error of a Create whose agent exited at once (a backend that
+// reads them from the engine always has them; one that reads a log file
+// written asynchronously may not yet).
+func WithFailureOutput() Option {
+	return func(o *options) { o.failureOutput = true }
 }
 
 // WithReadyTimeout sets Spec.ReadyTimeout of the sandboxes the suite creates.

@@ -37,14 +37,15 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime/docker"
 )
 
-// Test images, imported by TestMain into the namespace from OCI archives
-// built here (no registry, no Docker needed).
+// Test images: berth/minimal and berth/base from Docker (make images),
+// when there; the suite's, which TestMain imports into the namespace from
+// OCI archives built here (no registry, no Docker needed).
 const (
-	emptyImage   = "berth-test/empty:latest"   // no files at all
-	badUserImage = "berth-test/baduser:latest" // user that does not exist
-	numUserImage = "berth-test/uid1000:latest" // empty, user 1000:1000
-	shellImage   = "berth/minimal:latest"      // from Docker (make images), if there
-	baseImage    = "berth/base:latest"         // from Docker (make images), if there
+	shellImage   = "berth/minimal:latest"
+	baseImage    = "berth/base:latest"
+	emptyImage   = conformance.EmptyImage
+	badUserImage = conformance.BadUserImage
+	numUserImage = conformance.UID1000Image
 )
 
 var (
@@ -69,16 +70,9 @@ func testMain(m *testing.M) int {
 		skipReason = fmt.Sprintf("no containerd socket (%s, %s or $BERTH_CONTAINERD_ADDRESS)", containerd.DefaultAddress, containerd.DockerAddress)
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "berth-containerd-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if agentBinary, err = testenv.AgentBinary(dir); err != nil {
-		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
-		return 1
-	}
+	var cleanup func()
+	agentBinary, cleanup = testenv.AgentBinary()
+	defer cleanup()
 	rt, err := containerd.New(context.Background(), baseConfig())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "containerd.New:", err)
@@ -95,9 +89,9 @@ func testMain(m *testing.M) int {
 		return m.Run()
 	}
 	testRT = rt
-	for ref, user := range map[string]string{emptyImage: "", badUserImage: "berth-no-such-user", numUserImage: "1000:1000"} {
-		if _, err := rt.Import(ctx, bytes.NewReader(ociArchive(ref, user))); err != nil {
-			fmt.Fprintf(os.Stderr, "import %s: %v\n", ref, err)
+	for _, img := range conformance.TestImages() {
+		if _, err := rt.Import(ctx, bytes.NewReader(ociArchive(img.Ref, img.User))); err != nil {
+			fmt.Fprintf(os.Stderr, "import %s: %v\n", img.Ref, err)
 			return 1
 		}
 	}

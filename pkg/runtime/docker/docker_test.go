@@ -30,14 +30,15 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime/docker"
 )
 
-// Test images, built by TestMain with `docker import` (no registry needed).
+// Test images: the suite's, which TestMain makes with `docker import` (no
+// registry needed), those of make images, and one derived from these.
 const (
-	emptyImage   = "berth-test/empty:latest"   // no files at all
-	badUserImage = "berth-test/baduser:latest" // USER that does not exist
-	numUserImage = "berth-test/uid1000:latest" // empty, USER 1000:1000
-	namedUser    = "berth-test/nobody:latest"  // berth/minimal's files, USER nobody
 	shellImage   = "berth/minimal:latest"
 	baseImage    = "berth/base:latest"
+	namedUser    = "berth-test/nobody:latest" // berth/minimal's files, USER nobody
+	emptyImage   = conformance.EmptyImage
+	badUserImage = conformance.BadUserImage
+	numUserImage = conformance.UID1000Image
 )
 
 var (
@@ -66,27 +67,18 @@ func testMain(m *testing.M) int {
 	dockerCli = cli
 	defer cli.Close()
 
-	dir, err := os.MkdirTemp("", "berth-docker-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if agentBinary, err = testenv.AgentBinary(dir); err != nil {
-		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)
-		return 1
-	}
-	if err := importImage(ctx, cli, emptyImage, nil); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := importImage(ctx, cli, badUserImage, []string{"USER berth-no-such-user"}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := importImage(ctx, cli, numUserImage, []string{"USER 1000:1000"}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	var cleanup func()
+	agentBinary, cleanup = testenv.AgentBinary()
+	defer cleanup()
+	for _, img := range conformance.TestImages() {
+		var changes []string
+		if img.User != "" {
+			changes = []string{"USER " + img.User}
+		}
+		if err := importImage(ctx, cli, img.Ref, changes); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	code := m.Run()
 	// The agent volume of this test binary (InjectVolume tests); in use by
@@ -167,7 +159,7 @@ func TestConformance(t *testing.T) {
 		testenv.LogOrFail(t, fmt.Sprintf("neither %s nor %s is present (make images); shell-based checks are skipped", shellImage, baseImage))
 	}
 	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
-	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) }, images, conformance.WithKill(kill))
+	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) }, images, conformance.WithKill(kill), conformance.WithFailureOutput())
 }
 
 // TestConformanceBase runs the shell-based checks against berth/base too
@@ -182,7 +174,7 @@ func TestConformanceBase(t *testing.T) {
 	}
 	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
 	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) },
-		conformance.Images{Empty: emptyImage, Shell: baseImage, BadUser: badUserImage}, conformance.WithKill(kill))
+		conformance.Images{Empty: emptyImage, Shell: baseImage, BadUser: badUserImage}, conformance.WithKill(kill), conformance.WithFailureOutput())
 }
 
 // TestConformanceVolume runs the suite with the agent in a shared read-only
@@ -198,7 +190,7 @@ func TestConformanceVolume(t *testing.T) {
 	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
 	conformance.Run(t, func(t *testing.T) runtime.Runtime {
 		return newRuntime(t, func(c *docker.Config) { c.Injection = docker.InjectVolume })
-	}, images, conformance.WithKill(kill))
+	}, images, conformance.WithKill(kill), conformance.WithFailureOutput())
 }
 
 func TestAgentVolume(t *testing.T) {
