@@ -1,6 +1,10 @@
 package runtime
 
 import (
+	"context"
+	"errors"
+	"fmt"
+
 	cerrdefs "github.com/containerd/errdefs"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -35,4 +39,40 @@ func EngineCategory(err error) error {
 	default:
 		return errdefs.ErrInternal
 	}
+}
+
+// Engine is what Engine.Err needs to know of a backend's container engine:
+// its name and how it says that it cannot be reached. A backend's errors.go
+// is its Engine; the categories are EngineCategory's, one table for all.
+type Engine struct {
+	// Name prefixes messages: "docker", "containerd".
+	Name string
+	// Down reports whether err means that the engine cannot be reached.
+	Down func(err error) bool
+	// Hint says, for an engine that cannot be reached, where it was
+	// expected ("is containerd running at /run/containerd/containerd.sock?").
+	Hint func() string
+}
+
+// Err wraps err, met while doing op (e.g. "start container") to the
+// object id ("" for none), with berth's category and what was being done:
+// "<category>: <engine>: <op> <id>: <err>", the original error kept in the
+// chain (errors.Is matches both the berth and the engine category). An
+// unreachable engine (Down) is ErrUnavailable with the Hint appended; context errors are not categorised (the caller knows what
+// its deadline means). A nil err is nil.
+func (e Engine) Err(err error, op, id string) error {
+	if err == nil {
+		return nil
+	}
+	what := op
+	if id != "" {
+		what = op + " " + id
+	}
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %s: %w", e.Name, what, err)
+	case e.Down(err):
+		return fmt.Errorf("%w: %s: %s: %w (%s)", errdefs.ErrUnavailable, e.Name, what, err, e.Hint())
+	}
+	return fmt.Errorf("%w: %s: %s: %w", EngineCategory(err), e.Name, what, err)
 }

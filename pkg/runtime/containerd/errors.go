@@ -1,22 +1,28 @@
 package containerd
 
 import (
-	"context"
-	"errors"
-	"fmt"
-
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"google.golang.org/grpc/status"
 
-	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
+// engine is containerd for runtime.Engine.Err: unreachable when its
+// category is Unavailable, and then the hint names its address.
+func (r *Runtime) engine() runtime.Engine {
+	return runtime.Engine{
+		Name: "containerd",
+		Down: cerrdefs.IsUnavailable,
+		Hint: func() string { return "is containerd running at " + r.cfg.Address + "?" },
+	}
+}
+
 // mapErr wraps a containerd error with the berth errdefs category that
-// matches it and with what was being done (op) to which object (id). gRPC
-// status errors are converted to containerd's error types first, so the
-// original containerd category stays matchable with errors.Is too.
+// matches it and with what was being done (op) to which object (id); see
+// runtime.Engine.Err. gRPC status errors are converted to containerd's
+// error types first, so the original containerd category stays matchable
+// with errors.Is too.
 func (r *Runtime) mapErr(err error, op, id string) error {
 	if err == nil {
 		return nil
@@ -26,15 +32,5 @@ func (r *Runtime) mapErr(err error, op, id string) error {
 		// are converted already, and converting twice loses the category.
 		err = errgrpc.ToNative(err)
 	}
-	what := op
-	if id != "" {
-		what = op + " " + id
-	}
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("containerd: %s: %w", what, err)
-	case cerrdefs.IsUnavailable(err):
-		return fmt.Errorf("%w: containerd: %s: %w (is containerd running at %s?)", errdefs.ErrUnavailable, what, err, r.cfg.Address)
-	}
-	return fmt.Errorf("%w: containerd: %s: %w", runtime.EngineCategory(err), what, err)
+	return r.engine().Err(err, op, id)
 }

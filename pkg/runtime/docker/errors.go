@@ -1,36 +1,26 @@
 package docker
 
 import (
-	"context"
-	"errors"
-	"fmt"
-
 	"github.com/docker/docker/client"
 
-	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
+// engine is the Docker Engine for runtime.Engine.Err: unreachable when the
+// client cannot connect, and then the hint names DOCKER_HOST.
+func (r *Runtime) engine() runtime.Engine {
+	return runtime.Engine{
+		Name: "docker",
+		Down: client.IsErrConnectionFailed,
+		Hint: func() string { return "is the Docker Engine running? DOCKER_HOST=" + r.daemonHost() },
+	}
+}
+
 // mapErr wraps a Docker client error with the berth errdefs category that
-// matches it and with what was being done (op) to which object (id). The
-// original error stays in the chain (errors.Is works for both the berth
-// sentinel and the containerd/Docker category).
+// matches it and with what was being done (op) to which object (id); see
+// runtime.Engine.Err.
 func (r *Runtime) mapErr(err error, op, id string) error {
-	if err == nil {
-		return nil
-	}
-	what := op
-	if id != "" {
-		what = op + " " + id
-	}
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("docker: %s: %w", what, err)
-	case client.IsErrConnectionFailed(err):
-		return fmt.Errorf("%w: docker: %s: %w (is the Docker Engine running? DOCKER_HOST=%s)",
-			errdefs.ErrUnavailable, what, err, r.daemonHost())
-	}
-	return fmt.Errorf("%w: docker: %s: %w", runtime.EngineCategory(err), what, err)
+	return r.engine().Err(err, op, id)
 }
 
 func (r *Runtime) daemonHost() string {
