@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/pkg/agent/files"
+	"github.com/berth-dev/berth/pkg/agent/files/watch"
 	"github.com/berth-dev/berth/pkg/agent/git"
 	"github.com/berth-dev/berth/pkg/agent/process"
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -33,6 +34,9 @@ type Local struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
+
+	watchMu sync.Mutex
+	watches map[*watch.Watcher]struct{} // running, ended by Close
 }
 
 var _ Workspace = (*Local)(nil)
@@ -114,11 +118,12 @@ func (l *Local) Root() string { return l.root }
 
 // Close kills the commands still running (SIGTERM to each process group,
 // SIGKILL after the grace); their Exec calls return the output so far.
-// Later calls fail with ErrClosed.
+// Running watches end. Later calls fail with ErrClosed.
 func (l *Local) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
 		l.runner.Close()
+		l.closeWatches()
 	})
 	return nil
 }

@@ -135,6 +135,9 @@ type backend interface {
 	list(ctx context.Context, path string, depth int) (*agentv1.ListResponse, error)
 	gitStatus(ctx context.Context, repo string) (*agentv1.GitStatusResponse, error)
 	gitDiff(ctx context.Context, repo, file string) (*agentv1.GitDiffResponse, error)
+	// watch starts a watch stream: recv returns its events (io.EOF at
+	// its end), stop ends it.
+	watch(ctx context.Context, req *agentv1.WatchRequest) (recv func() (*agentv1.WatchEvent, error), stop func(), err error)
 	close() error
 }
 

@@ -240,3 +240,21 @@ func (b *grpcBackend) gitDiff(ctx context.Context, repo, file string) (*agentv1.
 	resp, err := b.git.Diff(ctx, &agentv1.GitDiffRequest{Repo: repo, File: file})
 	return resp, wireErr(err)
 }
+
+func (b *grpcBackend) watch(ctx context.Context, req *agentv1.WatchRequest) (func() (*agentv1.WatchEvent, error), func(), error) {
+	// Cancelling the stream's context ends the watch in the agent.
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := b.files.Watch(ctx, req)
+	if err != nil {
+		cancel()
+		return nil, nil, wireErr(err)
+	}
+	recv := func() (*agentv1.WatchEvent, error) {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return ev, wireErr(err)
+	}
+	return recv, cancel, nil
+}

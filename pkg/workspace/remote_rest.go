@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // restBackend speaks the agent's REST API: grpc-gateway JSON routes and the
@@ -80,19 +81,78 @@ func (b *restBackend) execStream(ctx context.Context, req *agentv1.ExecRequest, 
 		return fmt.Errorf("%w: encode request: %v", errdefs.ErrInternal, err)
 	}
 	r := request{method: http.MethodPost, route: "/v1/exec:stream", body: bytes.NewReader(body), contentType: "application/json"}
-	resp, err := b.c.do(ctx, r)
+	s, err := b.stream(ctx, r)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
+	defer s.close()
 	for {
-		var line streamLine
-		if err := dec.Decode(&line); err != nil {
+		ev := &agentv1.ExecEvent{}
+		if err := s.next(ctx, ev); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
-			return b.c.transportErr(ctx, r, err)
+			return err
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+}
+
+func (b *restBackend) watch(ctx context.Context, req *agentv1.WatchRequest) (func() (*agentv1.WatchEvent, error), func(), error) {
+	// Cancelling the request closes the connection, which ends the watch
+	// in the agent. Never retried: a stream.
+	ctx, cancel := context.WithCancel(ctx)
+	q := url.Values{"path": {req.GetPath()}}
+	if req.GetRecursive() {
+		q.Set("recursive", "true")
+	}
+	if req.GetDebounceMs() != 0 {
+		q.Set("debounce_ms", strconv.FormatUint(uint64(req.GetDebounceMs()), 10))
+	}
+	s, err := b.stream(ctx, request{method: http.MethodGet, route: "/v1/files:watch", query: q})
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	recv := func() (*agentv1.WatchEvent, error) {
+		ev := &agentv1.WatchEvent{}
+		return ev, s.next(ctx, ev)
+	}
+	return recv, func() { s.close(); cancel() }, nil
+}
+
+// restStream reads a grpc-gateway server stream: newline-delimited JSON,
+// one {"result": MESSAGE} or {"error": STATUS} per line.
+type restStream struct {
+	c    *restClient
+	r    request
+	resp *http.Response
+	dec  *json.Decoder
+}
+
+// stream sends r and returns its stream of messages.
+func (b *restBackend) stream(ctx context.Context, r request) (*restStream, error) {
+	resp, err := b.c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return &restStream{c: b.c, r: r, resp: resp, dec: json.NewDecoder(resp.Body)}, nil
+}
+
+func (s *restStream) close() { s.resp.Body.Close() }
+
+// next decodes the next message into msg: io.EOF at the end of the
+// stream, the error a line carries, or a transport error.
+func (s *restStream) next(ctx context.Context, msg proto.Message) error {
+	for {
+		var line streamLine
+		if err := s.dec.Decode(&line); err != nil {
+			if errors.Is(err, io.EOF) {
+				return io.EOF
+			}
+			return s.c.transportErr(ctx, s.r, err)
 		}
 		if line.Error != nil {
 			code := codes.Unknown
@@ -104,13 +164,10 @@ func (b *restBackend) execStream(ctx context.Context, req *agentv1.ExecRequest, 
 		if len(line.Result) == 0 {
 			continue
 		}
-		ev := &agentv1.ExecEvent{}
-		if err := b.c.jsonIn.Unmarshal(line.Result, ev); err != nil {
+		if err := s.c.jsonIn.Unmarshal(line.Result, msg); err != nil {
 			return fmt.Errorf("%w: decode stream event: %v", errdefs.ErrInternal, err)
 		}
-		if err := fn(ev); err != nil {
-			return err
-		}
+		return nil
 	}
 }
 

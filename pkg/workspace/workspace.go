@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -71,6 +72,18 @@ type Workspace interface {
 	// returns that file's Original and Modified text instead. A file
 	// that is neither tracked nor untracked is errdefs.ErrNotFound.
 	GitDiff(ctx context.Context, repo, file string) (GitDiff, error)
+
+	// Watch watches the directory path (empty: Root) and returns once it
+	// is watched, so every change made after Watch returns is reported.
+	// The events come from the returned sequence, one per changed path
+	// per burst (see WatchEvent): range over it once. It ends when ctx
+	// ends or the loop stops (either releases the watch), after the
+	// WatchRemoved event of the directory itself, or with an error (a
+	// broken connection, a limit outgrown: errdefs categories). A missing
+	// directory is errdefs.ErrNotFound, a file
+	// errdefs.ErrFailedPrecondition, too many watches or watched
+	// directories errdefs.ErrResourceExhausted.
+	Watch(ctx context.Context, path string, opts WatchOptions) (iter.Seq2[WatchEvent, error], error)
 
 	// Root returns the workspace directory: an absolute path, the default
 	// cwd of commands and the base of relative paths.

@@ -20,7 +20,9 @@
 // it. The git subtest is skipped when the workspace has no git binary.
 //
 // The suite needs /bin/sh and the usual POSIX tools (cat, head, tr, sleep,
-// pwd, printf, touch, mkdir, mv, rm) in the workspace.
+// pwd, printf, touch, mkdir, mv, rm, chmod) in the workspace. The Watch
+// subtests expect the events of a watch within 10 s, and leave and cancel
+// more watches in a row than a sandbox runs at once (16).
 package conformance
 
 import (
@@ -48,10 +50,7 @@ type Factory func(t *testing.T) workspace.Workspace
 
 // Run runs the whole suite against the workspaces newWorkspace returns.
 func Run(t *testing.T, newWorkspace Factory) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, ws workspace.Workspace)
-	}{
+	tests := []testCase{
 		{"Root", testRoot},
 		{"ExecExitCodesAndStreams", testExecExit},
 		{"ExecSignal", testExecSignal},
@@ -72,7 +71,18 @@ func Run(t *testing.T, newWorkspace Factory) {
 		{"ErrorCategories", testErrors},
 		{"Close", testClose},
 	}
-	for _, tc := range tests {
+	runCases(t, newWorkspace, append(tests, watchCases...))
+}
+
+// testCase is one subtest of the suite.
+type testCase struct {
+	name string
+	fn   func(t *testing.T, ws workspace.Workspace)
+}
+
+// runCases runs each case on a fresh workspace.
+func runCases(t *testing.T, newWorkspace Factory, cases []testCase) {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ws := newWorkspace(t)
 			t.Cleanup(func() { _ = ws.Close() })

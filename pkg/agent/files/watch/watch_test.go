@@ -95,7 +95,7 @@ func write(t *testing.T, p, s string) {
 	}
 }
 
-func TestRenamedFromParsesFsnotify(t *testing.T) {
+func TestWatchRenamedFromParsesFsnotify(t *testing.T) {
 	dir := t.TempDir()
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -125,7 +125,7 @@ func TestRenamedFromParsesFsnotify(t *testing.T) {
 	}
 }
 
-func TestBasicEvents(t *testing.T) {
+func TestWatchBasicEvents(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "old.txt"), "old")
 	w := start(t, dir, Options{Debounce: 20 * time.Millisecond})
@@ -164,7 +164,7 @@ func TestBasicEvents(t *testing.T) {
 // one debounce window: each save writes a temporary file, renames it over
 // the target and chmods it; the target is also written in place many
 // times. One event per path comes out, and the temporary files none.
-func TestEditorBurst(t *testing.T) {
+func TestWatchEditorBurst(t *testing.T) {
 	dir := t.TempDir()
 	target := filepath.Join(dir, "main.go")
 	write(t, target, "package main\n")
@@ -204,7 +204,7 @@ func TestEditorBurst(t *testing.T) {
 	wantEvents(t, collect(t, w, 500*time.Millisecond), "modified main.go")
 }
 
-func TestRecursiveNewSubdirectories(t *testing.T) {
+func TestWatchRecursiveNewSubdirectories(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "src", "pkg"), 0o755); err != nil {
 		t.Fatal(err)
@@ -257,7 +257,7 @@ func TestRecursiveNewSubdirectories(t *testing.T) {
 	}
 }
 
-func TestRootRemovedEndsWatch(t *testing.T) {
+func TestWatchRootRemovedEndsWatch(t *testing.T) {
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "w")
 	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
@@ -280,7 +280,7 @@ func TestRootRemovedEndsWatch(t *testing.T) {
 	}
 }
 
-func TestRootMovedAwayEndsWatch(t *testing.T) {
+func TestWatchRootMovedAwayEndsWatch(t *testing.T) {
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "w")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -293,7 +293,7 @@ func TestRootMovedAwayEndsWatch(t *testing.T) {
 	wantEvents(t, collect(t, w, 5*time.Second), "removed /")
 }
 
-func TestSymlinksAreNotFollowed(t *testing.T) {
+func TestWatchSymlinksAreNotFollowed(t *testing.T) {
 	dir, outside := t.TempDir(), t.TempDir()
 	if err := os.Symlink(outside, filepath.Join(dir, "link")); err != nil {
 		t.Fatal(err)
@@ -348,7 +348,7 @@ func (b *countingBudget) inUse() int {
 	return b.used
 }
 
-func TestDirectoryBudget(t *testing.T) {
+func TestWatchDirectoryBudget(t *testing.T) {
 	dir := t.TempDir()
 	for i := range 3 {
 		if err := os.Mkdir(filepath.Join(dir, fmt.Sprint(i)), 0o755); err != nil {
@@ -380,7 +380,7 @@ func TestDirectoryBudget(t *testing.T) {
 	waitFor(t, "the budget to be released", func() bool { return b.inUse() == 0 })
 }
 
-func TestBufferOverflow(t *testing.T) {
+func TestWatchBufferOverflow(t *testing.T) {
 	dir := t.TempDir()
 	w, err := Start(context.Background(), dir, Options{Debounce: 10 * time.Millisecond, Buffer: 50})
 	if err != nil {
@@ -438,7 +438,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // TestCancelCleansUp starts watches, cancels them (by context and by
 // Close) and checks that no goroutine, inotify instance or watch is left.
-func TestCancelCleansUp(t *testing.T) {
+func TestWatchCancelCleansUp(t *testing.T) {
 	dir := t.TempDir()
 	for i := range 20 {
 		if err := os.MkdirAll(filepath.Join(dir, fmt.Sprint(i), "x"), 0o755); err != nil {
@@ -485,7 +485,7 @@ func TestCancelCleansUp(t *testing.T) {
 // 600 files (300 changed, 150 only on one branch, 150 only on the other,
 // some in new directories) and expects an event for every changed path
 // within a bounded time, or an overflow event.
-func TestGitCheckout(t *testing.T) {
+func TestWatchGitCheckout(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git is not installed")
 	}
@@ -600,7 +600,7 @@ func TestGitCheckout(t *testing.T) {
 	}
 }
 
-func TestStartErrors(t *testing.T) {
+func TestWatchStartErrors(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "f"), "f")
 	_, err := Start(context.Background(), filepath.Join(dir, "f"), Options{})
