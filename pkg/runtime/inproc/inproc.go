@@ -14,13 +14,11 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/berth-dev/berth/pkg/agent"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
@@ -78,27 +76,18 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("inproc: workspace: %w", err)
 	}
-	srv, err := agent.New(agent.Config{Token: spec.AgentToken, WorkDir: dir, Logger: r.log.With("sandbox", id)})
+	endpoint, cancel, done, err := r.serve(id, spec.AgentToken, dir)
 	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("inproc: agent: %w", err)
+		return runtime.Sandbox{}, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("inproc: listen: %w", err)
-	}
-	sctx, cancel := context.WithCancel(context.Background())
-	bx := &box{cancel: cancel, done: make(chan struct{}), dir: dir, token: spec.AgentToken, sb: runtime.Sandbox{
+	bx := &box{cancel: cancel, done: done, dir: dir, token: spec.AgentToken, sb: runtime.Sandbox{
 		ID: id, Name: "berth-" + spec.LeaseID, Image: spec.Image, State: runtime.StateRunning,
-		Endpoint: ln.Addr().String(), CreatedAt: time.Now(),
+		Endpoint: endpoint, CreatedAt: time.Now(),
 	}}
 	bx.sb.SetLabels(runtime.SandboxLabels(spec, ""))
 	if spec.Resources.DiskBytes > 0 {
 		bx.sb.DiskEnforcement = runtime.DiskEnforcementBerth
 	}
-	go func() {
-		defer close(bx.done)
-		_ = srv.Serve(sctx, ln)
-	}()
 	r.mu.Lock()
 	r.boxes[id] = bx
 	r.mu.Unlock()

@@ -24,21 +24,33 @@ func (r *Runtime) Restart(_ context.Context, id string) (runtime.Sandbox, error)
 	if bx.sb.State == runtime.StateRunning {
 		return bx.sb, nil
 	}
-	srv, err := agent.New(agent.Config{Token: bx.token, WorkDir: bx.dir, Logger: r.log.With("sandbox", id)})
+	endpoint, cancel, done, err := r.serve(id, bx.token, bx.dir)
 	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("inproc: agent: %w", err)
+		return runtime.Sandbox{}, err
+	}
+	bx.cancel, bx.done = cancel, done
+	bx.sb.State, bx.sb.ExitCode, bx.sb.Endpoint = runtime.StateRunning, 0, endpoint
+	return bx.sb, nil
+}
+
+// serve starts the agent of sandbox id, with token and the workspace dir,
+// on a new loopback port: Create and Restart start it alike. It returns the
+// agent's endpoint, and cancel, which stops it, and done, closed once it
+// stopped.
+func (r *Runtime) serve(id, token, dir string) (endpoint string, cancel context.CancelFunc, done chan struct{}, err error) {
+	srv, err := agent.New(agent.Config{Token: token, WorkDir: dir, Logger: r.log.With("sandbox", id)})
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("inproc: agent: %w", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("inproc: listen: %w", err)
+		return "", nil, nil, fmt.Errorf("inproc: listen: %w", err)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	done = make(chan struct{})
 	go func() {
 		defer close(done)
 		_ = srv.Serve(sctx, ln)
 	}()
-	bx.cancel, bx.done = cancel, done
-	bx.sb.State, bx.sb.ExitCode, bx.sb.Endpoint = runtime.StateRunning, 0, ln.Addr().String()
-	return bx.sb, nil
+	return ln.Addr().String(), cancel, done, nil
 }
