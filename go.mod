@@ -20,7 +20,7 @@ require (
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/sasha-s/go-deadlock v0.3.5
 	go.etcd.io/bbolt v1.5.0
-	golang.org/x/sys v0.49.0
+	golang.org/x/sys v0.50.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc
 	google.golang.org/grpc v1.83.2
 	google.golang.org/protobuf v1.36.12
@@ -34,6 +34,7 @@ require (
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
+	golang.org/x/term v0.48.0 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
