@@ -673,13 +673,7 @@ func (s *suite) testIsolation(t *testing.T) {
 	b := s.create(t, specB)
 
 	// Control: from A, A's own agent is reachable (so the tool works).
-	switch code := s.probe(t, a, specA.AgentToken, net.JoinHostPort("127.0.0.1", strconv.Itoa(runtime.AgentPort))); code {
-	case 0:
-	case 77:
-		testenv.SkipOrFail(t, "the shell image has none of bash, python3 or nc to test connectivity with")
-	default:
-		t.Fatalf("control probe of the sandbox's own agent failed (exit %d)", code)
-	}
+	s.controlProbe(t, a, specA.AgentToken)
 	// From the host, B is reachable…
 	if err := s.healthz(b, 5*time.Second); err != nil {
 		t.Fatalf("host cannot reach sandbox B: %v", err)
@@ -721,13 +715,7 @@ func (s *suite) testHostListeners(t *testing.T) {
 	s.needShell(t)
 	spec := s.spec(s.images.Shell)
 	sb := s.create(t, spec)
-	switch code := s.probe(t, sb, spec.AgentToken, net.JoinHostPort("127.0.0.1", strconv.Itoa(runtime.AgentPort))); code {
-	case 0:
-	case 77:
-		testenv.SkipOrFail(t, "the shell image has none of bash, python3 or nc to test connectivity with")
-	default:
-		t.Fatalf("control probe of the sandbox's own agent failed (exit %d)", code)
-	}
+	s.controlProbe(t, sb, spec.AgentToken)
 	host, _, err := net.SplitHostPort(sb.Endpoint)
 	if err != nil {
 		t.Fatal(err)
@@ -1008,4 +996,17 @@ func (s *suite) testBadUser(t *testing.T) {
 	}
 	t.Logf("Create failed as expected in %s: %v", time.Since(began).Round(time.Millisecond), err)
 	s.assertNothingLeft(t, spec.LeaseID)
+}
+
+// controlProbe checks that sb reaches its own agent with s.probe, so the
+// probing tool works there; a shell image without one skips.
+func (s *suite) controlProbe(t *testing.T, sb runtime.Sandbox, token string) {
+	t.Helper()
+	switch code := s.probe(t, sb, token, net.JoinHostPort("127.0.0.1", strconv.Itoa(runtime.AgentPort))); code {
+	case 0:
+	case 77:
+		testenv.SkipOrFail(t, "the shell image has none of bash, python3 or nc to test connectivity with")
+	default:
+		t.Fatalf("control probe of the sandbox's own agent failed (exit %d)", code)
+	}
 }

@@ -8,21 +8,11 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
-// engine is containerd for runtime.Engine.Err: unreachable when its
-// category is Unavailable, and then the hint names its address.
-func (r *Runtime) engine() runtime.Engine {
-	return runtime.Engine{
-		Name: "containerd",
-		Down: cerrdefs.IsUnavailable,
-		Hint: func() string { return "is containerd running at " + r.cfg.Address + "?" },
-	}
-}
-
 // mapErr wraps a containerd error with the berth errdefs category that
 // matches it and with what was being done (op) to which object (id); see
 // runtime.Engine.Err. gRPC status errors are converted to containerd's
 // error types first, so the original containerd category stays matchable
-// with errors.Is too.
+// with errors.Is too. containerd is down when its error says Unavailable.
 func (r *Runtime) mapErr(err error, op, id string) error {
 	if err == nil {
 		return nil
@@ -32,5 +22,6 @@ func (r *Runtime) mapErr(err error, op, id string) error {
 		// are converted already, and converting twice loses the category.
 		err = errgrpc.ToNative(err)
 	}
-	return r.engine().Err(err, op, id)
+	hint := func() string { return "is containerd running at " + r.cfg.Address + "?" }
+	return runtime.Engine{Name: "containerd", Down: cerrdefs.IsUnavailable, Hint: hint}.Err(err, op, id)
 }

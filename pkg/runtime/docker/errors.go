@@ -6,21 +6,16 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
-// engine is the Docker Engine for runtime.Engine.Err: unreachable when the
-// client cannot connect, and then the hint names DOCKER_HOST.
-func (r *Runtime) engine() runtime.Engine {
-	return runtime.Engine{
-		Name: "docker",
-		Down: client.IsErrConnectionFailed,
-		Hint: func() string { return "is the Docker Engine running? DOCKER_HOST=" + r.daemonHost() },
-	}
-}
-
 // mapErr wraps a Docker client error with the berth errdefs category that
 // matches it and with what was being done (op) to which object (id); see
-// runtime.Engine.Err.
+// runtime.Engine.Err. The engine is down when the client cannot connect.
 func (r *Runtime) mapErr(err error, op, id string) error {
-	return r.engine().Err(err, op, id)
+	return runtime.Engine{Name: "docker", Down: client.IsErrConnectionFailed, Hint: r.downHint}.Err(err, op, id)
+}
+
+// downHint is what an unreachable engine's error suggests.
+func (r *Runtime) downHint() string {
+	return "is the Docker Engine running? DOCKER_HOST=" + r.daemonHost()
 }
 
 func (r *Runtime) daemonHost() string {
