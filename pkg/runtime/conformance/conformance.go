@@ -19,7 +19,7 @@
 // removes them all in t.Cleanup, even when a test fails.
 //
 // A check whose optional input was not given (Images.Shell, Images.BadUser,
-// WithKill) skips, or fails when BERTH_REQUIRE_DOCKER=1 (see
+// WithKill, WithUnmanaged) skips, or fails when BERTH_REQUIRE_DOCKER=1 (see
 // internal/testsupport/testenv): every caller in this repository gives them all.
 package conformance
 
@@ -67,6 +67,7 @@ type options struct {
 	kill          func(ctx context.Context, id string) error
 	readyTimeout  time.Duration
 	failureOutput bool
+	unmanaged     func(t *testing.T, image string) (id string, exists func() bool)
 }
 
 // WithKill gives the suite a way to SIGKILL a sandbox's container behind the
@@ -156,6 +157,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, images Ima
 		t.Run("ReadyTimeoutError", s.testReadyTimeoutError)
 		t.Run("EarlyExit", s.testEarlyExit)
 		t.Run("BadUser", s.testBadUser)
+		t.Run("Unmanaged", s.testUnmanaged)
 	})
 }
 

@@ -195,6 +195,23 @@ func kill(ctx context.Context, id string) error {
 	return err
 }
 
+// unmanaged creates a container of image without berth's labels in the
+// runtime's namespace.
+func unmanaged(t *testing.T, image string) (string, func() bool) {
+	ctx := namespaces.WithNamespace(context.Background(), testRT.Namespace())
+	img, err := testRT.Client().GetImage(ctx, "docker.io/"+image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("berth-unmanaged-%d", time.Now().UnixNano())
+	c, err := testRT.Client().NewContainer(ctx, id, ctdWithImage(img)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(ctx) })
+	return id, func() bool { _, err := testRT.Client().ContainerService().Get(ctx, id); return err == nil }
+}
+
 func TestConformance(t *testing.T) {
 	requireContainerd(t)
 	images := conformance.Images{Empty: emptyImage, BadUser: badUserImage}
@@ -203,7 +220,7 @@ func TestConformance(t *testing.T) {
 	} else {
 		testenv.LogOrFail(t, fmt.Sprintf("%s is not present (make images, with Docker running to import it); shell-based checks are skipped", shellImage))
 	}
-	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) }, images, conformance.WithKill(kill))
+	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) }, images, conformance.WithKill(kill), conformance.WithUnmanaged(unmanaged))
 }
 
 // TestConformanceBase runs the shell-based checks against berth/base too
@@ -217,7 +234,7 @@ func TestConformanceBase(t *testing.T) {
 		testenv.SkipOrFailf(t, "%s is not present (make images, with Docker running to import it)", baseImage)
 	}
 	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) },
-		conformance.Images{Empty: emptyImage, Shell: baseImage, BadUser: badUserImage}, conformance.WithKill(kill))
+		conformance.Images{Empty: emptyImage, Shell: baseImage, BadUser: badUserImage}, conformance.WithKill(kill), conformance.WithUnmanaged(unmanaged))
 }
 
 var leaseSeq int
@@ -546,36 +563,6 @@ func TestPingUnavailable(t *testing.T) {
 	defer cancel()
 	if err := rt.Ping(ctx); !errdefs.IsUnavailable(err) {
 		t.Errorf("Ping of a missing socket: %v, want ErrUnavailable", err)
-	}
-}
-
-func TestUnmanagedContainerUntouched(t *testing.T) {
-	rt := newRuntime(t)
-	ctx := namespaces.WithNamespace(context.Background(), rt.Namespace())
-	img, err := rt.Client().GetImage(ctx, "docker.io/"+emptyImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := fmt.Sprintf("berth-unmanaged-%d", time.Now().UnixNano())
-	c, err := rt.Client().NewContainer(ctx, id, ctdWithImage(img)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Delete(ctx)
-	if _, err := rt.Get(ctx, id); !errdefs.IsNotFound(err) {
-		t.Errorf("Get of an unmanaged container: %v, want NotFound", err)
-	}
-	if err := rt.Remove(ctx, id); !errdefs.IsFailedPrecondition(err) {
-		t.Errorf("Remove of an unmanaged container: %v, want FailedPrecondition", err)
-	}
-	list, err := rt.List(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sb := range list {
-		if sb.ID == id {
-			t.Errorf("List includes the unmanaged container %s", id)
-		}
 	}
 }
 

@@ -175,5 +175,5 @@ func TestConformanceUserNS(t *testing.T) {
 		rt := newRuntime(t, func(c *containerd.Config) { c.UserNamespaces, c.UserNSBase = true, base })
 		t.Cleanup(func() { removeRemappedSnapshots(t, rt, base) })
 		return rt
-	}, images, conformance.WithKill(kill))
+	}, images, conformance.WithKill(kill), conformance.WithUnmanaged(unmanaged))
 }

@@ -146,6 +146,27 @@ func newRuntime(tb testing.TB, mutate ...func(*docker.Config)) *docker.Runtime {
 	return rt
 }
 
+// suiteOptions are the conformance suite's hooks into the engine: kill
+// (docker kill), unmanaged containers, and the output lines a failed Create
+// always has on Docker.
+func suiteOptions() []conformance.Option {
+	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
+	return []conformance.Option{conformance.WithKill(kill), conformance.WithFailureOutput(), conformance.WithUnmanaged(unmanaged)}
+}
+
+// unmanaged creates a container of image without berth's labels.
+func unmanaged(t *testing.T, image string) (string, func() bool) {
+	ctx := context.Background()
+	c, err := dockerCli.ContainerCreate(ctx, &container.Config{Image: image, Entrypoint: []string{"/nothing"}}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = dockerCli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+	})
+	return c.ID, func() bool { _, err := dockerCli.ContainerInspect(ctx, c.ID); return err == nil }
+}
+
 func TestConformance(t *testing.T) {
 	requireDocker(t)
 	images := conformance.Images{Empty: emptyImage, BadUser: badUserImage}
@@ -158,8 +179,7 @@ func TestConformance(t *testing.T) {
 	if images.Shell == "" {
 		testenv.LogOrFail(t, fmt.Sprintf("neither %s nor %s is present (make images); shell-based checks are skipped", shellImage, baseImage))
 	}
-	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
-	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) }, images, conformance.WithKill(kill), conformance.WithFailureOutput())
+	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) }, images, suiteOptions()...)
 }
 
 // TestConformanceBase runs the shell-based checks against berth/base too
@@ -172,9 +192,8 @@ func TestConformanceBase(t *testing.T) {
 	if !imagePresent(t, baseImage) || !imagePresent(t, shellImage) {
 		testenv.SkipOrFailf(t, "needs both %s and %s (make images)", shellImage, baseImage)
 	}
-	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
 	conformance.Run(t, func(t *testing.T) runtime.Runtime { return newRuntime(t) },
-		conformance.Images{Empty: emptyImage, Shell: baseImage, BadUser: badUserImage}, conformance.WithKill(kill), conformance.WithFailureOutput())
+		conformance.Images{Empty: emptyImage, Shell: baseImage, BadUser: badUserImage}, suiteOptions()...)
 }
 
 // TestConformanceVolume runs the suite with the agent in a shared read-only
@@ -187,10 +206,9 @@ func TestConformanceVolume(t *testing.T) {
 	} else {
 		testenv.LogOrFail(t, fmt.Sprintf("%s is not present (make images); shell-based checks are skipped", shellImage))
 	}
-	kill := func(ctx context.Context, id string) error { return dockerCli.ContainerKill(ctx, id, "KILL") }
 	conformance.Run(t, func(t *testing.T) runtime.Runtime {
 		return newRuntime(t, func(c *docker.Config) { c.Injection = docker.InjectVolume })
-	}, images, conformance.WithKill(kill), conformance.WithFailureOutput())
+	}, images, suiteOptions()...)
 }
 
 func TestAgentVolume(t *testing.T) {
@@ -527,28 +545,6 @@ func TestPingUnavailable(t *testing.T) {
 	}
 	if _, err := rt.Get(context.Background(), "x"); !errdefs.IsUnavailable(err) {
 		t.Errorf("Get: %v; want Unavailable", err)
-	}
-}
-
-func TestUnmanagedContainerUntouched(t *testing.T) {
-	requireDocker(t)
-	rt := newRuntime(t)
-	ctx := context.Background()
-	c, err := dockerCli.ContainerCreate(ctx, &container.Config{Image: emptyImage, Entrypoint: []string{"/nothing"}}, nil, nil, nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = dockerCli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
-	})
-	if _, err := rt.Get(ctx, c.ID); !errdefs.IsNotFound(err) {
-		t.Errorf("Get of an unmanaged container: %v, want NotFound", err)
-	}
-	if err := rt.Remove(ctx, c.ID); !errdefs.IsFailedPrecondition(err) {
-		t.Errorf("Remove of an unmanaged container: %v, want FailedPrecondition", err)
-	}
-	if _, err := dockerCli.ContainerInspect(ctx, c.ID); err != nil {
-		t.Errorf("the unmanaged container is gone: %v", err)
 	}
 }
 
