@@ -13,46 +13,52 @@ type entry struct {
 	kind  Kind
 	old   string
 	isDir bool
-	t     time.Time
+	first time.Time // when the path's first held change was seen
+	t     time.Time // when its last one was seen
 }
 
-// burst holds the changes of one burst, merged per path, and the events
-// ready for the reader. It is used by one goroutine.
+// burst holds the changes of recent bursts, merged per path, and the
+// events ready for the reader. A path's change is due Debounce after the
+// last change of that path, and at most maxWait after its first. It is
+// used by one goroutine.
 type burst struct {
-	pending map[string]*entry
-	seq     uint64
-	first   time.Time // when the oldest held change was seen
-	last    time.Time // when the newest was seen
-	queue   []Event   // reported, waiting for the reader
-	max     int       // bound of len(pending)+len(queue)
+	debounce, maxWait time.Duration
+	pending           map[string]*entry
+	seq               uint64
+	// next is no later than the earliest due time of a held change (a
+	// change of a held path only delays that path), zero when none is.
+	next  time.Time
+	queue []Event // reported, waiting for the reader
+	max   int     // bound of len(pending)+len(queue)
 }
 
-func newBurst(max int) *burst {
-	return &burst{pending: map[string]*entry{}, max: max}
+func newBurst(max int, debounce, maxWait time.Duration) *burst {
+	return &burst{pending: map[string]*entry{}, max: max, debounce: debounce, maxWait: maxWait}
 }
 
-// due returns when the held changes must be reported: debounce after the
-// last change, at most maxWait after the first. ok is false when nothing
-// is held.
-func (b *burst) due(debounce, maxWait time.Duration) (t time.Time, ok bool) {
-	if len(b.pending) == 0 {
-		return time.Time{}, false
+// due returns when the next held change may be due; ok is false when
+// nothing is held.
+func (b *burst) due() (t time.Time, ok bool) {
+	return b.next, len(b.pending) > 0
+}
+
+// dueAt returns when e is due.
+func (b *burst) dueAt(e *entry) time.Time {
+	t := e.t.Add(b.debounce)
+	if limit := e.first.Add(b.maxWait); limit.Before(t) {
+		return limit
 	}
-	t = b.last.Add(debounce)
-	if limit := b.first.Add(maxWait); limit.Before(t) {
-		t = limit
-	}
-	return t, true
+	return t
 }
 
 // put holds a new change of p, replacing what was held for it.
 func (b *burst) put(p string, e *entry, now time.Time) {
 	if len(b.pending) == 0 {
-		b.first = now
+		// Any later change is due no earlier than this one.
+		b.next = now.Add(min(b.debounce, b.maxWait))
 	}
-	b.last = now
 	b.seq++
-	e.seq, e.t = b.seq, now
+	e.seq, e.first, e.t = b.seq, now, now
 	b.pending[p] = e
 	b.checkOverflow(now)
 }
@@ -90,7 +96,7 @@ func (b *burst) record(p string, k Kind, isDir bool, now time.Time) {
 	if k != KindRemoved {
 		e.isDir = isDir
 	}
-	e.t, b.last = now, now
+	e.t = now
 }
 
 // rename merges a move of old to p, both under the watched directory.
@@ -148,12 +154,44 @@ func (b *burst) flush() {
 	for p := range b.pending {
 		paths = append(paths, p)
 	}
+	b.report(paths)
+}
+
+// flushDue reports the held changes due at now, with their held parent
+// directories (so a directory's creation comes before its entries'), in
+// the order the paths first changed.
+func (b *burst) flushDue(now time.Time) {
+	var paths []string
+	b.next = time.Time{}
+	for p, e := range b.pending {
+		due := b.dueAt(e)
+		if !due.After(now) {
+			paths = append(paths, p)
+		} else if b.next.IsZero() || due.Before(b.next) {
+			b.next = due
+		}
+	}
+	taken := map[string]bool{}
+	for _, p := range paths {
+		for d := parent(p); d != "" && b.pending[d] != nil && !taken[d] && b.dueAt(b.pending[d]).After(now); d = parent(d) {
+			taken[d] = true
+			paths = append(paths, d)
+		}
+	}
+	b.report(paths)
+}
+
+// report queues the events of the held paths, in seq order, and forgets
+// them.
+func (b *burst) report(paths []string) {
 	slices.SortFunc(paths, func(x, y string) int { return cmp.Compare(b.pending[x].seq, b.pending[y].seq) })
 	for _, p := range paths {
 		e := b.pending[p]
 		b.queue = append(b.queue, Event{Kind: e.kind, Path: p, OldPath: e.old, IsDir: e.isDir, Time: e.t})
 	}
-	clear(b.pending)
+	for _, p := range paths {
+		delete(b.pending, p)
+	}
 }
 
 // emit reports ev now, after what is held.

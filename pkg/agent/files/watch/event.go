@@ -18,14 +18,17 @@
 //
 // # Debounce
 //
-// Raw changes are held for Options.Debounce (default 50 ms) of quiet, and
-// for at most 20 times that while changes keep coming, then reported in
-// the order their paths first changed, one event per path: created then
-// written is created; written, removed and written again is modified;
-// created then removed is nothing; a file written under a temporary name
-// and renamed over its target (an editor's save) is the target created.
-// A change the merge cannot express (a renamed path written again) first
-// reports what was held.
+// The changes of a path are held until the path has been quiet for
+// Options.Debounce (default 50 ms), and for at most 20 times that (at most
+// 1 s, or Debounce when that is longer) while they keep coming; then they
+// are reported as one event. Each path has its own clock, so a file
+// written without pause delays only its own events. Events come in the
+// order their paths first changed, and a directory's creation before its
+// entries'. Merging: created then written is created; written, removed
+// and written again is modified; created then removed is nothing; a file
+// written under a temporary name and renamed over its target (an editor's
+// save) is the target created. A change the merge cannot express (a
+// renamed path written again) first reports everything held.
 //
 // # Overflow
 //

@@ -204,6 +204,69 @@ func TestWatchEditorBurst(t *testing.T) {
 	wantEvents(t, collect(t, w, 500*time.Millisecond), "modified main.go")
 }
 
+// TestWatchBusyPathDelaysOnlyItself: a file written without pause is
+// reported about once per second, and the other paths' events are not
+// held back by it.
+func TestWatchBusyPathDelaysOnlyItself(t *testing.T) {
+	dir := t.TempDir()
+	w := start(t, dir, Options{Debounce: 50 * time.Millisecond})
+	stop := make(chan struct{})
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		f, err := os.Create(filepath.Join(dir, "busy.log"))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer f.Close()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+				fmt.Fprintln(f, "line")
+			}
+		}
+	}()
+	defer func() { close(stop); <-busy }()
+	time.Sleep(300 * time.Millisecond)
+	wrote := time.Now()
+	write(t, filepath.Join(dir, "other.txt"), "o")
+	busyEvents := 0
+	for {
+		ev := next(t, w, 3*time.Second)
+		if ev.Path == "busy.log" {
+			busyEvents++
+			continue
+		}
+		if ev.Path != "other.txt" {
+			t.Fatalf("unexpected %+v", ev)
+		}
+		if d := time.Since(wrote); d > 500*time.Millisecond {
+			t.Fatalf("other.txt came %v after it was written, held back by busy.log", d)
+		}
+		break
+	}
+	deadline := time.After(2500 * time.Millisecond)
+	for {
+		select {
+		case ev := <-w.Events():
+			if ev.Path == "busy.log" {
+				busyEvents++
+			}
+			continue
+		case <-deadline:
+		}
+		break
+	}
+	// About 3 s of writes: the first report after at most 1 s, then about
+	// one per second.
+	if busyEvents < 2 || busyEvents > 4 {
+		t.Fatalf("busy.log reported %d times in about 3 s, want 2 to 4", busyEvents)
+	}
+}
+
 func TestWatchRecursiveNewSubdirectories(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "src", "pkg"), 0o755); err != nil {

@@ -25,9 +25,11 @@ const (
 	MaxDebounce = 10 * time.Second
 	// DefaultBuffer is the default of Options.Buffer.
 	DefaultBuffer = 8192
-	// maxWaitFactor bounds how long changes are held while they keep
-	// coming: this many debounce periods.
+	// maxWaitFactor and maxWait bound how long the changes of a path are
+	// held while they keep coming: this many debounce periods, at most
+	// maxWait (or the debounce, when that is longer).
 	maxWaitFactor = 20
+	maxWait       = time.Second
 )
 
 // Budget bounds the directories that watches may watch together.
@@ -109,8 +111,9 @@ func Start(ctx context.Context, root string, opts Options) (*Watcher, error) {
 	}
 	w := &Watcher{
 		opts: opts, log: opts.Logger, tree: newDirTree(),
-		b: newBurst(opts.Buffer), moved: map[string]bool{},
-		out: make(chan Event), done: make(chan struct{}),
+		b:     newBurst(opts.Buffer, opts.Debounce, max(opts.Debounce, min(maxWaitFactor*opts.Debounce, maxWait))),
+		moved: map[string]bool{},
+		out:   make(chan Event), done: make(chan struct{}),
 	}
 	err := opts.As(func() error {
 		real, err := filepath.EvalSymlinks(root)
@@ -184,11 +187,10 @@ func (w *Watcher) run(ctx context.Context) {
 			w.opts.OnEnd()
 		}
 	}()
-	maxWait := maxWaitFactor * w.opts.Debounce
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		due, held := w.b.due(w.opts.Debounce, maxWait)
+		due, held := w.b.due()
 		if w.held != nil && !held {
 			due, held = time.Now().Add(w.opts.Debounce), true
 		}
@@ -227,8 +229,8 @@ func (w *Watcher) run(ctx context.Context) {
 		case <-timer.C:
 			now := time.Now()
 			w.resolveHeld(now)
-			if due, ok := w.b.due(w.opts.Debounce, maxWait); ok && !now.Before(due) {
-				w.b.flush()
+			if due, ok := w.b.due(); ok && !now.Before(due) {
+				w.b.flushDue(now)
 				clear(w.moved)
 			}
 		case send <- next:
