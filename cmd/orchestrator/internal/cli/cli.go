@@ -103,7 +103,7 @@ command's own code.`,
 		}
 	}
 	add(groupLeases, newLeaseCommand(env))
-	add(groupSandbox, newExecCommand(env), newCpCommand(env), newGitCommand(env))
+	add(groupSandbox, newExecCommand(env), newShellCommand(env), newCpCommand(env), newGitCommand(env))
 	add(groupOther, newVersionCommand(env))
 	// cobra's completion command, made now rather than at Execute so that
 	// it carries examples like the others.
