@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -272,7 +273,8 @@ func TestWatchRecursiveNewSubdirectories(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "src", "pkg"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	w := start(t, dir, Options{Recursive: true, Debounce: 30 * time.Millisecond})
+	budget := &countingBudget{max: 100}
+	w := start(t, dir, Options{Recursive: true, Debounce: 30 * time.Millisecond, Dirs: budget})
 
 	write(t, filepath.Join(dir, "src", "pkg", "a.go"), "a")
 	wantEvents(t, collect(t, w, 300*time.Millisecond), "created src/pkg/a.go")
@@ -311,8 +313,24 @@ func TestWatchRecursiveNewSubdirectories(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantEvents(t, collect(t, w, 300*time.Millisecond), "removed moved/")
-	if n := w.tree.watched; n != 6 { // root, src, src/pkg, t, t/u ... and none of moved's
-		t.Logf("watched directories: %d", n)
+	// A directory moved over an empty one: the new one is watched.
+	if err := os.MkdirAll(filepath.Join(dir, "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "created empty/")
+	if err := syscall.Rename(filepath.Join(dir, "t"), filepath.Join(dir, "empty")); err != nil {
+		t.Fatal(err)
+	}
+	// The replaced directory's own last change (its link count) may come
+	// as a modification.
+	if evs := short(collect(t, w, 300*time.Millisecond)); len(evs) == 0 || evs[0] != "renamed empty<-t/" ||
+		len(evs) > 1 && (len(evs) > 2 || evs[1] != "modified empty/") {
+		t.Fatalf("moving t over empty: %q", evs)
+	}
+	write(t, filepath.Join(dir, "empty", "u", "w.txt"), "w")
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "created empty/u/w.txt")
+	if got, want := budget.inUse(), 5; got != want { // root, src, src/pkg, empty, empty/u
+		t.Fatalf("%d directories watched, want %d", got, want)
 	}
 	write(t, filepath.Join(outside, "gone", "b", "c", "z.txt"), "z")
 	if evs := collect(t, w, 300*time.Millisecond); len(evs) != 0 {

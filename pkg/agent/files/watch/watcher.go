@@ -342,6 +342,9 @@ func (w *Watcher) onCreate(rel string, now time.Time) {
 		return nil
 	})
 	w.b.record(rel, KindCreated, isDir, now)
+	if w.tree.isDir(rel) {
+		w.forget(rel) // replaced (moved over): the kernel dropped its watch
+	}
 	if !isDir {
 		return
 	}
@@ -385,6 +388,9 @@ func (w *Watcher) onRename(oldName, newName string, now time.Time) {
 	w.b.rename(oldRel, newRel, isDir, now)
 	if !isDir {
 		return
+	}
+	if w.tree.isDir(newRel) {
+		w.forget(newRel) // an empty directory replaced by the move
 	}
 	w.forget(oldRel)
 	delete(w.moved, newRel)
