@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/pkg/agent/files/watch"
+	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -15,6 +16,9 @@ import (
 // stream ends when the client goes away, the directory goes (after its
 // removed event, with OK) or a limit is reached (RESOURCE_EXHAUSTED).
 func (s *Server) Watch(req *agentv1.WatchRequest, stream agentv1.FileService_WatchServer) error {
+	if ms := req.GetDebounceMs(); time.Duration(ms)*time.Millisecond > watch.MaxDebounce {
+		return errgrpc.ToGRPC(errdefs.InvalidArgument("debounce_ms", "must be at most %d, got %d", watch.MaxDebounce.Milliseconds(), ms))
+	}
 	opts := WatchOptions{Recursive: req.GetRecursive(), Debounce: time.Duration(req.GetDebounceMs()) * time.Millisecond}
 	w, err := s.fs.Watch(stream.Context(), req.GetPath(), opts)
 	if err != nil {
