@@ -28,6 +28,16 @@
 // workspace). GitDiff's file argument is the exception: like the paths
 // GitChanges returns, it is relative to the repository's top level.
 //
+// # Watching
+//
+// Watch reports the changes under a directory as a sequence of
+// WatchEvents (created, modified, removed, renamed, overflow), one per
+// changed path per burst, with paths relative to the watched directory.
+// Local watches the host with the agent's own watcher (package
+// agent/files/watch, over fsnotify), Remote streams the agent's
+// FileService.Watch (gRPC, or newline-delimited JSON over REST), so the
+// events are the same on every implementation.
+//
 // # Errors
 //
 // Errors carry the categories of package errdefs on every implementation:
