@@ -11,6 +11,7 @@
 #
 #   git                          agent and workspace git tests, `git describe`
 #   python3                      upload tests with a whole-body-first client (urllib)
+#   tmux                         shell e2e tests (drive the CLI in a terminal)
 #   util-linux                   unshare, nsenter, flock (images/build.sh)
 #   iproute2                     ip, bridge (containerd backend, e2e checks)
 #   iptables                     sandbox network rules (containerd backend)
@@ -59,6 +60,7 @@ want() { # want PKG PROBE...: PKG is needed unless every probe succeeds
 }
 want git 'has git'
 want python3 'has python3'
+want tmux 'has tmux'
 want util-linux 'has unshare' 'has nsenter' 'has flock'
 want iproute2 'has ip' 'has bridge'
 want iptables 'has iptables'

@@ -21,8 +21,12 @@
 //
 // The agent API routes accept the lease's token as "Authorization: Bearer
 // TOKEN" or "X-Berth-Token: TOKEN" (gRPC: metadata authorization or
-// x-berth-token). Preview ports also accept a berth_token cookie and, to
-// bootstrap a browser, a ?berth_token=TOKEN query parameter: a GET with it
+// x-berth-token); a WebSocket upgrade may instead offer it as the
+// subprotocol "berth.token.TOKEN" (browsers cannot set headers on a
+// WebSocket), which is removed before forwarding and is refused when the
+// upgrade's Origin is a page of another host. Preview ports also accept a
+// berth_token cookie and, to bootstrap a browser, a ?berth_token=TOKEN
+// query parameter: a GET with it
 // sets an HttpOnly, SameSite=Lax cookie scoped to that preview host (or path
 // prefix) and redirects to the same URL without the parameter, always to a
 // path on the same host: leading slashes, backslashes and white space (raw

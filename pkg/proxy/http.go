@@ -33,6 +33,9 @@ type target struct {
 	status     int         // final status, for metrics
 	upload     *budgetBody // an upload held to the lease's disk limit (disk.go)
 	uploadMsg  string      // the 507's message should it pass the limit
+	// wsProtocols, when set, replaces the upgrade's subprotocols: those
+	// offered without the tokens (websocket.go).
+	wsProtocols *[]string
 }
 
 type targetKey struct{}
@@ -52,6 +55,16 @@ func targetFrom(ctx context.Context) *target {
 func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath string) {
 	var ts tokens
 	ts.addAll(r.Header.Values(bearer.Header), r.Header.Values(TokenHeader))
+	wt, wsToken := protocolTokens(r)
+	if wsToken {
+		if rerr := checkOrigin(r); rerr != nil {
+			p.fail(w, r, false, id, rerr)
+			return
+		}
+		for _, tok := range wt.tokens {
+			ts.add(tok)
+		}
+	}
 	op, rerr := p.open(id, &ts, 0, origin{"http", r.Method, r.URL.Path, r.RemoteAddr})
 	if rerr != nil {
 		p.fail(w, r, false, id, rerr)
@@ -66,6 +79,9 @@ func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath s
 	t := &target{
 		leaseID: id, host: rt.Endpoint, path: path, rawPath: rawPath, rawQuery: r.URL.RawQuery,
 		agentToken: p.leases.AgentToken(id), stripAuth: true,
+	}
+	if wsToken {
+		t.wsProtocols = &wt.rest
 	}
 	if !p.limitUpload(w, r, t, rt) {
 		p.metrics.http(t.status)
@@ -153,6 +169,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	tokenCookies(h, true)
 	if t.stripAuth {
 		h.Del("Authorization")
+	}
+	if t.wsProtocols != nil {
+		forwardProtocols(h, *t.wsProtocols)
 	}
 	if t.agentToken != "" {
 		h.Set("Authorization", "Bearer "+t.agentToken)

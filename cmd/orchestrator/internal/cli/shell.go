@@ -192,7 +192,7 @@ func (o *shellOptions) run(ctx context.Context, env Env, lease string, argv []st
 		return fail(errors.New("the terminal stream did not start with its session"))
 	}
 	id := safe(info.GetId())
-	fmt.Fprintf(env.Stderr, "orchestrator: session %s%s (re-attach with --attach %s)\n", id, detachHint(keys), id)
+	fmt.Fprintf(env.Stderr, "orchestrator: session %s (re-attach with --attach %s%s)\n", id, id, detachHint(keys))
 
 	restore, err := lt.makeRaw()
 	if err != nil {
@@ -241,7 +241,7 @@ func detachHint(keys []byte) string {
 	if len(keys) == 0 {
 		return ""
 	}
-	return " (detach with " + describeKeys(keys) + ")"
+	return "; detach with " + describeKeys(keys)
 }
 
 // recvErr returns the stream's real error when a Send failed with io.EOF

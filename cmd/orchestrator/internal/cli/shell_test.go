@@ -12,7 +12,7 @@ import (
 )
 
 // shellSession matches the session line shell prints on stderr.
-var shellSession = regexp.MustCompile(`session (t-[0-9a-f]{16}) \(re-attach with --attach t-[0-9a-f]{16}\)`)
+var shellSession = regexp.MustCompile(`session (t-[0-9a-f]{16}) \(re-attach with --attach t-[0-9a-f]{16}\)\n`)
 
 // The shell command against a real orchestrator with in-process agents,
 // stdin piped (no terminal): input typed into the session, output, the
