@@ -206,13 +206,7 @@ func (s *suite) create(t *testing.T, spec runtime.Spec) runtime.Sandbox {
 		t.Fatalf("Create(%s): %v", spec.Image, err)
 	}
 	t.Logf("Create(%s) = %s at %s in %s", spec.Image, shortID(sb.ID), sb.Endpoint, time.Since(began).Round(time.Millisecond))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.rt.Remove(ctx, sb.ID); err != nil {
-			t.Errorf("cleanup: Remove %s: %v", sb.ID, err)
-		}
-	})
+	s.removeOnCleanup(t, sb.ID)
 	return sb
 }
 
@@ -464,13 +458,7 @@ func (s *suite) createNoFatal(t *testing.T, spec runtime.Spec) runtime.Sandbox {
 		t.Errorf("Create(%s): %v", spec.LeaseID, err)
 		return runtime.Sandbox{}
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.rt.Remove(ctx, sb.ID); err != nil {
-			t.Errorf("cleanup: Remove %s: %v", sb.ID, err)
-		}
-	})
+	s.removeOnCleanup(t, sb.ID)
 	return sb
 }
 
@@ -1011,4 +999,15 @@ func (s *suite) controlProbe(t *testing.T, sb runtime.Sandbox, token string) {
 	default:
 		t.Fatalf("control probe of the sandbox's own agent failed (exit %d)", code)
 	}
+}
+
+// removeOnCleanup removes sandbox id when t ends.
+func (s *suite) removeOnCleanup(t *testing.T, id string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.rt.Remove(ctx, id); err != nil {
+			t.Errorf("cleanup: Remove %s: %v", id, err)
+		}
+	})
 }
