@@ -105,6 +105,7 @@ func (c *Creation) Err(err error) error {
 // ctx's own deadline caused it. Other errors, and all of them once parent
 // is done (the caller gave up), pass through unchanged.
 func (b Backend) TimeoutErr(parent, ctx context.Context, timeout time.Duration, err error) error {
+	waitOwnDeadline(ctx, err)
 	if err == nil || parent.Err() != nil || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return err
 	}
