@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/berth-dev/berth/pkg/agent/files/watch"
 	"github.com/berth-dev/berth/pkg/agent/validate"
 	"github.com/berth-dev/berth/pkg/errdefs"
 )
@@ -58,7 +59,7 @@ type FS struct {
 	syncData bool
 	chownFn  func(path string) error
 	asUser   *Identity
-	watches  *watchLimits
+	watches  *watch.Limits
 }
 
 // New returns an FS configured by cfg.
@@ -77,7 +78,7 @@ func New(cfg Config) *FS {
 	}
 	return &FS{
 		log: cfg.Logger, maxList: cfg.MaxListEntries, syncData: cfg.Sync, chownFn: cfg.Chown, asUser: cfg.AsUser,
-		watches: &watchLimits{maxWatches: cfg.MaxWatches, maxDirs: cfg.MaxWatchDirs},
+		watches: watch.NewLimits(cfg.MaxWatches, cfg.MaxWatchDirs),
 	}
 }
 

@@ -2,7 +2,6 @@ package files
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/agent/files/watch"
@@ -44,7 +43,7 @@ func (f *FS) Watch(ctx context.Context, path string, opts WatchOptions) (*watch.
 		return nil, errdefs.InvalidArgument("debounce", "must be between 0 and %v, got %v", watch.MaxDebounce, opts.Debounce)
 	}
 	lim := f.watches
-	if err := lim.startWatch(); err != nil {
+	if err := lim.StartWatch(); err != nil {
 		return nil, err
 	}
 	w, err := watch.Start(ctx, p, watch.Options{
@@ -54,61 +53,11 @@ func (f *FS) Watch(ctx context.Context, path string, opts WatchOptions) (*watch.
 		As:        f.as,
 		MapErr:    osError,
 		Logger:    f.log,
-		OnEnd:     lim.endWatch,
+		OnEnd:     lim.EndWatch,
 	})
 	if err != nil {
-		lim.endWatch()
+		lim.EndWatch()
 		return nil, err
 	}
 	return w, nil
-}
-
-// watchLimits bounds the watches of one FS (one sandbox): how many run at
-// once and how many directories they watch together. It is the
-// watch.Budget of the directories.
-type watchLimits struct {
-	mu                  sync.Mutex
-	watches, dirs       int
-	maxWatches, maxDirs int
-}
-
-func (l *watchLimits) startWatch() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.watches >= l.maxWatches {
-		return errdefs.ResourceExhausted("watch: %d watches are running, the most this sandbox allows", l.watches)
-	}
-	l.watches++
-	return nil
-}
-
-func (l *watchLimits) endWatch() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.watches--
-}
-
-// Acquire takes n watched directories from the budget.
-func (l *watchLimits) Acquire(n int) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.dirs+n > l.maxDirs {
-		return errdefs.ResourceExhausted("more than %d directories watched in this sandbox", l.maxDirs)
-	}
-	l.dirs += n
-	return nil
-}
-
-// Release gives n watched directories back.
-func (l *watchLimits) Release(n int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.dirs -= n
-}
-
-// inUse returns the running watches and the watched directories.
-func (l *watchLimits) inUse() (watches, dirs int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.watches, l.dirs
 }

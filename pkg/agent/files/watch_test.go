@@ -73,12 +73,12 @@ func TestWatchGRPC(t *testing.T) {
 	if ev := recvWatch(t, st); ev.GetKind() != agentv1.WatchEventKind_WATCH_EVENT_KIND_RENAMED || ev.GetPath() != "b.txt" || ev.GetOldPath() != "sub/a.txt" {
 		t.Fatalf("rename event %v", ev)
 	}
-	if w, d := fsys.watches.inUse(); w != 1 || d != 2 {
+	if w, d := fsys.watches.InUse(); w != 1 || d != 2 {
 		t.Fatalf("in use: %d watches, %d directories; want 1 and 2", w, d)
 	}
 	// The client goes away: the watch ends and gives its budget back.
 	cancel()
-	waitFor(t, "the watch to end", func() bool { w, d := fsys.watches.inUse(); return w == 0 && d == 0 })
+	waitFor(t, "the watch to end", func() bool { w, d := fsys.watches.InUse(); return w == 0 && d == 0 })
 
 	// The watched directory goes: a removed event for it, then the end.
 	ctx2, cancel2 := context.WithCancel(context.Background())
@@ -150,7 +150,7 @@ func TestWatchRefused(t *testing.T) {
 		t.Fatalf("a third watch: %v, want RESOURCE_EXHAUSTED", err)
 	}
 	cancel()
-	waitFor(t, "the watches to end", func() bool { w, d := fsys.watches.inUse(); return w == 0 && d == 0 })
+	waitFor(t, "the watches to end", func() bool { w, d := fsys.watches.InUse(); return w == 0 && d == 0 })
 }
 
 // TestWatchAsUser: with Config.AsUser a watch sees only what the user may
@@ -191,7 +191,7 @@ func TestWatchAsUser(t *testing.T) {
 	if ev := <-w.Events(); ev.Kind.String() != "ready" {
 		t.Fatalf("first event %v", ev)
 	}
-	if _, d := fsys.watches.inUse(); d != 1 {
+	if _, d := fsys.watches.InUse(); d != 1 {
 		t.Fatalf("%d directories watched, want 1 (private skipped)", d)
 	}
 	writeFile(t, filepath.Join(mine, "x"), "x")

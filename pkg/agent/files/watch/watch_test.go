@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -273,7 +272,7 @@ func TestWatchRecursiveNewSubdirectories(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "src", "pkg"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	budget := &countingBudget{max: 100}
+	budget := newBudget(100)
 	w := start(t, dir, Options{Recursive: true, Debounce: 30 * time.Millisecond, Dirs: budget})
 
 	write(t, filepath.Join(dir, "src", "pkg", "a.go"), "a")
@@ -329,7 +328,7 @@ func TestWatchRecursiveNewSubdirectories(t *testing.T) {
 	}
 	write(t, filepath.Join(dir, "empty", "u", "w.txt"), "w")
 	wantEvents(t, collect(t, w, 300*time.Millisecond), "created empty/u/w.txt")
-	if got, want := budget.inUse(), 5; got != want { // root, src, src/pkg, empty, empty/u
+	if got, want := inUse(budget), 5; got != want { // root, src, src/pkg, empty, empty/u
 		t.Fatalf("%d directories watched, want %d", got, want)
 	}
 	write(t, filepath.Join(outside, "gone", "b", "c", "z.txt"), "z")
@@ -398,35 +397,13 @@ func TestWatchSymlinksAreNotFollowed(t *testing.T) {
 	}
 }
 
-// countingBudget is a Budget with a maximum.
-type countingBudget struct {
-	mu       sync.Mutex
-	used     int
-	max      int
-	released int
-}
+// newBudget returns Limits used as the directory budget only.
+func newBudget(maxDirs int) *Limits { return NewLimits(0, maxDirs) }
 
-func (b *countingBudget) Acquire(n int) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used+n > b.max {
-		return errdefs.ResourceExhausted("more than %d watched directories", b.max)
-	}
-	b.used += n
-	return nil
-}
-
-func (b *countingBudget) Release(n int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.used -= n
-	b.released += n
-}
-
-func (b *countingBudget) inUse() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
+// inUse returns the directories taken from b.
+func inUse(b *Limits) int {
+	_, d := b.InUse()
+	return d
 }
 
 func TestWatchDirectoryBudget(t *testing.T) {
@@ -436,17 +413,17 @@ func TestWatchDirectoryBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := &countingBudget{max: 3}
+	b := newBudget(3)
 	if _, err := Start(context.Background(), dir, Options{Recursive: true, Dirs: b}); !errdefs.IsResourceExhausted(err) {
 		t.Fatalf("Start over budget: %v, want resource exhausted", err)
 	}
-	if b.inUse() != 0 {
-		t.Fatalf("a failed start kept %d directories of the budget", b.inUse())
+	if inUse(b) != 0 {
+		t.Fatalf("a failed start kept %d directories of the budget", inUse(b))
 	}
-	b.max = 5
+	b = newBudget(5)
 	w := start(t, dir, Options{Recursive: true, Dirs: b, Debounce: 10 * time.Millisecond})
-	if b.inUse() != 4 {
-		t.Fatalf("budget in use %d, want 4", b.inUse())
+	if inUse(b) != 4 {
+		t.Fatalf("budget in use %d, want 4", inUse(b))
 	}
 	if err := os.Mkdir(filepath.Join(dir, "3"), 0o755); err != nil {
 		t.Fatal(err)
@@ -458,7 +435,7 @@ func TestWatchDirectoryBudget(t *testing.T) {
 	if !errdefs.IsResourceExhausted(w.Err()) {
 		t.Fatalf("Err() = %v, want resource exhausted", w.Err())
 	}
-	waitFor(t, "the budget to be released", func() bool { return b.inUse() == 0 })
+	waitFor(t, "the budget to be released", func() bool { return inUse(b) == 0 })
 }
 
 func TestWatchBufferOverflow(t *testing.T) {
@@ -528,7 +505,7 @@ func TestWatchCancelCleansUp(t *testing.T) {
 	}
 	baseG := runtime.NumGoroutine()
 	baseI, baseW := inotifyState(t)
-	b := &countingBudget{max: 1000}
+	b := newBudget(1000)
 	for range 10 {
 		ctx, cancel := context.WithCancel(context.Background())
 		w1, err := Start(ctx, dir, Options{Recursive: true, Dirs: b})
@@ -557,8 +534,8 @@ func TestWatchCancelCleansUp(t *testing.T) {
 	if i, n := inotifyState(t); i != baseI || n != baseW {
 		t.Fatalf("left behind: inotify instances %d (was %d), watches %d (was %d)", i, baseI, n, baseW)
 	}
-	if b.inUse() != 0 {
-		t.Fatalf("budget in use after cancel: %d", b.inUse())
+	if inUse(b) != 0 {
+		t.Fatalf("budget in use after cancel: %d", inUse(b))
 	}
 }
 
@@ -691,5 +668,24 @@ func TestWatchStartErrors(t *testing.T) {
 	_, err = Start(context.Background(), filepath.Join(dir, "missing"), Options{})
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("watching a missing directory: %v, want not exist", err)
+	}
+}
+
+func TestWatchLimitsCountWatches(t *testing.T) {
+	l := NewLimits(2, 10)
+	for range 2 {
+		if err := l.StartWatch(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.StartWatch(); !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("a third watch: %v, want resource exhausted", err)
+	}
+	l.EndWatch()
+	if err := l.StartWatch(); err != nil {
+		t.Fatalf("after one ended: %v", err)
+	}
+	if w, d := l.InUse(); w != 2 || d != 0 {
+		t.Fatalf("InUse() = %d, %d; want 2, 0", w, d)
 	}
 }
