@@ -689,3 +689,43 @@ func TestWatchLimitsCountWatches(t *testing.T) {
 		t.Fatalf("InUse() = %d, %d; want 2, 0", w, d)
 	}
 }
+
+// TestWatchKernelOverflowRescans: after the kernel's queue overflowed (the
+// error is injected: max_queued_events is machine-wide), the watch reports
+// one overflow, watches the directories created meanwhile and forgets the
+// ones that went.
+func TestWatchKernelOverflowRescans(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "old", "deep"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	budget := newBudget(100)
+	w, err := newWatcher(dir, Options{Recursive: true, Debounce: 10 * time.Millisecond, Dirs: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Changes the watch would have lost, while its goroutine is not
+	// running: a new tree, and a watched tree gone.
+	if err := os.MkdirAll(filepath.Join(dir, "new", "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "old")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // fsnotify has read the kernel's queue
+	for len(w.fsw.Events) > 0 { // what the kernel did queue is lost with the overflow
+		<-w.fsw.Events
+	}
+	w.handleErr(fsnotify.ErrEventOverflow, time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	w.stop = cancel
+	go w.run(ctx)
+	defer w.Close()
+
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "ready /", "overflow ")
+	if got := inUse(budget); got != 4 { // root, new, new/a, new/a/b
+		t.Fatalf("%d directories watched after the rescan, want 4", got)
+	}
+	write(t, filepath.Join(dir, "new", "a", "b", "f"), "f")
+	wantEvents(t, collect(t, w, 300*time.Millisecond), "created new/a/b/f")
+}

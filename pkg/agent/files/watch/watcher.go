@@ -93,6 +93,18 @@ type Watcher struct {
 // directory is resolved) until ctx ends or Close is called. It returns
 // once every directory is watched; the first event is then KindReady.
 func Start(ctx context.Context, root string, opts Options) (*Watcher, error) {
+	w, err := newWatcher(root, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, w.stop = context.WithCancel(ctx)
+	go w.run(ctx)
+	return w, nil
+}
+
+// newWatcher sets a watch up (every directory watched, the ready event
+// queued) without starting its goroutine.
+func newWatcher(root string, opts Options) (*Watcher, error) {
 	if opts.Debounce <= 0 {
 		opts.Debounce = DefaultDebounce
 	}
@@ -142,8 +154,6 @@ func Start(ctx context.Context, root string, opts Options) (*Watcher, error) {
 		return nil, err
 	}
 	w.b.queue = append(w.b.queue, Event{Kind: KindReady, IsDir: true, Time: time.Now()})
-	ctx, w.stop = context.WithCancel(ctx)
-	go w.run(ctx)
 	return w, nil
 }
 
