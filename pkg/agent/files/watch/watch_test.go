@@ -712,8 +712,10 @@ func TestWatchKernelOverflowRescans(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "old")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // fsnotify has read the kernel's queue
-	for len(w.fsw.Events) > 0 { // what the kernel did queue is lost with the overflow
+	// Once fsnotify has read the kernel's queue, what it held is dropped:
+	// lost with the overflow.
+	time.Sleep(200 * time.Millisecond)
+	for len(w.fsw.Events) > 0 {
 		<-w.fsw.Events
 	}
 	w.handleErr(fsnotify.ErrEventOverflow, time.Now())
