@@ -35,8 +35,9 @@ func (e watchEv) String() string {
 }
 
 // watchREST opens GET /v1/sandboxes/{id}/v1/files:watch through the proxy
-// and returns its events, read line by line (newline-delimited JSON).
-func watchREST(t *testing.T, o *orch, id, tok string, query url.Values) <-chan watchEv {
+// and returns its events, read line by line (newline-delimited JSON), and
+// what closes it (the test's end does too).
+func watchREST(t *testing.T, o *orch, id, tok string, query url.Values) (<-chan watchEv, context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -77,12 +78,12 @@ func watchREST(t *testing.T, o *orch, id, tok string, query url.Values) <-chan w
 			out <- watchEv{kind: strings.TrimPrefix(r.Kind, "WATCH_EVENT_KIND_"), path: r.Path, isDir: r.IsDir, at: at}
 		}
 	}()
-	return out
+	return out, cancel
 }
 
 // watchGRPC opens FileService.Watch through the proxy (x-berth-lease) and
-// returns its events.
-func watchGRPC(t *testing.T, o *orch, id, tok string, req *agentv1.WatchRequest) <-chan watchEv {
+// returns its events and what cancels it (the test's end does too).
+func watchGRPC(t *testing.T, o *orch, id, tok string, req *agentv1.WatchRequest) (<-chan watchEv, context.CancelFunc) {
 	t.Helper()
 	conn := o.grpcConn(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -108,7 +109,7 @@ func watchGRPC(t *testing.T, o *orch, id, tok string, req *agentv1.WatchRequest)
 			}
 		}
 	}()
-	return out
+	return out, cancel
 }
 
 // expectWatch reads events until want (rendered by watchEv.String) have
@@ -150,7 +151,7 @@ func TestWatchThroughProxy(t *testing.T) {
 	t.Cleanup(func() { releaseAll(t, o, instance, id) })
 
 	t.Run("REST", func(t *testing.T) {
-		evs := watchREST(t, o, id, tok, url.Values{"path": {"/workspace"}, "recursive": {"true"}, "debounce_ms": {"10"}})
+		evs, _ := watchREST(t, o, id, tok, url.Values{"path": {"/workspace"}, "recursive": {"true"}, "debounce_ms": {"10"}})
 		expectWatch(t, evs, "READY /")
 		o.mustProxyExec(t, id, tok, "sh", "-c", "mkdir -p /workspace/rest/sub && echo hi > /workspace/rest/sub/hello.txt")
 		expectWatch(t, evs, "CREATED rest/", "CREATED rest/sub/", "CREATED rest/sub/hello.txt")
@@ -158,10 +159,44 @@ func TestWatchThroughProxy(t *testing.T) {
 		expectWatch(t, evs, "MODIFIED rest/sub/hello.txt", "RENAMED rest/bye.txt")
 	})
 	t.Run("gRPC", func(t *testing.T) {
-		evs := watchGRPC(t, o, id, tok, &agentv1.WatchRequest{Path: "/workspace", Recursive: true, DebounceMs: 10})
+		evs, _ := watchGRPC(t, o, id, tok, &agentv1.WatchRequest{Path: "/workspace", Recursive: true, DebounceMs: 10})
 		expectWatch(t, evs, "READY /")
 		o.mustProxyExec(t, id, tok, "sh", "-c", "echo hi > /workspace/grpc.txt && rm -r /workspace/rest")
 		expectWatch(t, evs, "CREATED grpc.txt", "REMOVED rest/")
+	})
+
+	// The streams of the subtests above are closed; the sandbox's
+	// processes (the agent's) hold one inotify instance per open watch, and
+	// none once the clients went. They are counted from the host, whose
+	// root may read any process's descriptors.
+	t.Run("CancelReleases", func(t *testing.T) {
+		pid1 := mustDocker(t, "inspect", "-f", "{{.State.Pid}}", o.mustGet(t, id).GetContainerId())
+		if _, err := os.ReadDir("/proc/" + pid1 + "/fd"); err != nil {
+			t.Skipf("the sandbox's processes are not readable from here (%v): is the Docker Engine remote or rootless?", err)
+		}
+		inotifies := func() string { return strconv.Itoa(inotifyInstances(t, pid1)) }
+		var cancels []context.CancelFunc
+		for i := range 4 {
+			var evs <-chan watchEv
+			var cancel context.CancelFunc
+			if i%2 == 0 {
+				evs, cancel = watchREST(t, o, id, tok, url.Values{"path": {"/workspace"}, "recursive": {"true"}})
+			} else {
+				evs, cancel = watchGRPC(t, o, id, tok, &agentv1.WatchRequest{Path: "/workspace", Recursive: true})
+			}
+			expectWatch(t, evs, "READY /")
+			cancels = append(cancels, cancel)
+		}
+		var n string
+		if !eventually(10*time.Second, 100*time.Millisecond, func() bool { n = inotifies(); return n == "4" }) {
+			t.Fatalf("%s inotify instances in the agent with 4 watches open, want 4", n)
+		}
+		for _, cancel := range cancels {
+			cancel()
+		}
+		if !eventually(10*time.Second, 100*time.Millisecond, func() bool { n = inotifies(); return n == "0" }) {
+			t.Fatalf("%s inotify instances in the agent after the clients went, want 0", n)
+		}
 	})
 
 	var report []string
@@ -179,9 +214,9 @@ func TestWatchThroughProxy(t *testing.T) {
 				if tc.debounce != 0 {
 					q.Set("debounce_ms", strconv.Itoa(int(tc.debounce)))
 				}
-				evs = watchREST(t, o, id, tok, q)
+				evs, _ = watchREST(t, o, id, tok, q)
 			} else {
-				evs = watchGRPC(t, o, id, tok, &agentv1.WatchRequest{Path: sub, DebounceMs: tc.debounce})
+				evs, _ = watchGRPC(t, o, id, tok, &agentv1.WatchRequest{Path: sub, DebounceMs: tc.debounce})
 			}
 			expectWatch(t, evs, "READY /")
 			const n = 200
@@ -231,4 +266,29 @@ func TestWatchThroughProxy(t *testing.T) {
 		defer f.Close()
 		fmt.Fprintf(f, "%s\n%s\n", time.Now().UTC().Format(time.RFC3339), strings.Join(report, "\n"))
 	}
+}
+
+// inotifyInstances counts the inotify instances open in process pid and its
+// descendants (host pids; /proc of the host).
+func inotifyInstances(t *testing.T, pid string) int {
+	t.Helper()
+	n := 0
+	pids := []string{pid}
+	for len(pids) > 0 {
+		p := pids[0]
+		pids = pids[1:]
+		fds, _ := os.ReadDir("/proc/" + p + "/fd")
+		for _, fd := range fds {
+			if target, err := os.Readlink("/proc/" + p + "/fd/" + fd.Name()); err == nil && target == "anon_inode:inotify" {
+				n++
+			}
+		}
+		tasks, _ := os.ReadDir("/proc/" + p + "/task")
+		for _, task := range tasks {
+			if b, err := os.ReadFile("/proc/" + p + "/task/" + task.Name() + "/children"); err == nil {
+				pids = append(pids, strings.Fields(string(b))...)
+			}
+		}
+	}
+	return n
 }
