@@ -76,7 +76,8 @@ type Workspace interface {
 	// Watch watches the directory path (empty: Root) and returns once it
 	// is watched, so every change made after Watch returns is reported.
 	// The events come from the returned sequence, one per changed path
-	// per burst (see WatchEvent): range over it once. It ends when ctx
+	// per burst (see WatchEvent): range over it once (a sequence never
+	// ranged over holds its watch until ctx ends). It ends when ctx
 	// ends or the loop stops (either releases the watch), after the
 	// WatchRemoved event of the directory itself, or with an error (a
 	// broken connection, a limit outgrown: errdefs categories). A missing
