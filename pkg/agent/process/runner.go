@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/pkg/agent/internal/retain"
 	"github.com/berth-dev/berth/pkg/agent/users"
 	"github.com/berth-dev/berth/pkg/errdefs"
 )
@@ -94,11 +94,10 @@ type Runner struct {
 
 	mu       sync.Mutex
 	closed   bool
-	running  int                   // commands holding a slot
-	procs    map[*proc]struct{}    // every live command, for Close
-	bg       map[string]*proc      // background processes, running and retained
-	exited   []*proc               // retained exited background processes, oldest first
-	timers   map[*proc]*time.Timer // retention timers
+	running  int                 // commands holding a slot
+	procs    map[*proc]struct{}  // every live command, for Close
+	bg       map[string]*proc    // background processes, running and retained
+	exited   *retain.List[*proc] // retained exited background processes, oldest first
 	seq      uint64
 	closedCh chan struct{}
 }
@@ -130,14 +129,16 @@ func NewRunner(cfg Config) *Runner {
 	if cfg.OOMKills == nil {
 		cfg.OOMKills = CgroupOOMKills()
 	}
-	return &Runner{
+	r := &Runner{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		procs:    make(map[*proc]struct{}),
 		bg:       make(map[string]*proc),
-		timers:   make(map[*proc]*time.Timer),
 		closedCh: make(chan struct{}),
 	}
+	r.exited = retain.New(&r.mu, cfg.MaxRetained, cfg.ExitedRetention, r.forgetLocked,
+		func(a, b *proc) int { return cmp.Compare(a.seq, b.seq) })
+	return r
 }
 
 // Close stops every command still running (SIGTERM to its group, SIGKILL
@@ -164,12 +165,8 @@ func (r *Runner) Close() {
 	}
 
 	r.mu.Lock()
-	for p, t := range r.timers {
-		t.Stop()
-		delete(r.timers, p)
-	}
+	r.exited.Clear()
 	clear(r.bg)
-	r.exited = nil
 	r.mu.Unlock()
 }
 
@@ -210,29 +207,14 @@ func (r *Runner) release(p *proc, started bool) {
 		delete(r.bg, p.id)
 		return
 	}
-	i, _ := slices.BinarySearchFunc(r.exited, p, func(a, b *proc) int { return cmp.Compare(a.seq, b.seq) })
-	r.exited = slices.Insert(r.exited, i, p)
-	for len(r.exited) > r.cfg.MaxRetained {
-		r.forgetLocked(r.exited[0])
-	}
-	r.timers[p] = time.AfterFunc(r.cfg.ExitedRetention, func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.forgetLocked(p)
-	})
+	r.exited.Add(p)
 }
 
-// forgetLocked drops an exited background process. r.mu must be held.
+// forgetLocked drops an exited background process from the index; the
+// retention list calls it with r.mu held.
 func (r *Runner) forgetLocked(p *proc) {
 	if r.bg[p.id] == p {
 		delete(r.bg, p.id)
-	}
-	if t, ok := r.timers[p]; ok {
-		t.Stop()
-		delete(r.timers, p)
-	}
-	if i := slices.Index(r.exited, p); i >= 0 {
-		r.exited = slices.Delete(r.exited, i, i+1)
 	}
 }
 

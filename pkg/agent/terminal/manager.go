@@ -21,6 +21,7 @@ import (
 	"github.com/creack/pty"
 	"github.com/moby/sys/user"
 
+	"github.com/berth-dev/berth/pkg/agent/internal/retain"
 	"github.com/berth-dev/berth/pkg/agent/process"
 	"github.com/berth-dev/berth/pkg/errdefs"
 )
@@ -113,8 +114,7 @@ type Manager struct {
 	closed   bool
 	running  int
 	sessions map[string]*Session
-	retired  []*Session // ended sessions kept, oldest first
-	timers   map[*Session]*time.Timer
+	retired  *retain.List[*Session] // ended sessions kept, oldest first
 }
 
 // New returns a Manager configured by cfg, with defaults applied.
@@ -140,12 +140,13 @@ func New(cfg Config) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Manager{
+	m := &Manager{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		sessions: make(map[string]*Session),
-		timers:   make(map[*Session]*time.Timer),
 	}
+	m.retired = retain.New(&m.mu, cfg.MaxSessions, cfg.EndedRetention, m.forgetLocked, nil)
+	return m
 }
 
 // checkSize validates a terminal size.
@@ -399,28 +400,14 @@ func (m *Manager) ended(s *Session) {
 		delete(m.sessions, s.id)
 		return
 	}
-	m.retired = append(m.retired, s)
-	for len(m.retired) > m.cfg.MaxSessions {
-		m.forgetLocked(m.retired[0])
-	}
-	m.timers[s] = time.AfterFunc(m.cfg.EndedRetention, func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		m.forgetLocked(s)
-	})
+	m.retired.Add(s)
 }
 
-// forgetLocked drops an ended session. m.mu must be held.
+// forgetLocked drops an ended session from the index; the retention list
+// calls it with m.mu held.
 func (m *Manager) forgetLocked(s *Session) {
 	if m.sessions[s.id] == s {
 		delete(m.sessions, s.id)
-	}
-	if t, ok := m.timers[s]; ok {
-		t.Stop()
-		delete(m.timers, s)
-	}
-	if i := slices.Index(m.retired, s); i >= 0 {
-		m.retired = slices.Delete(m.retired, i, i+1)
 	}
 }
 
@@ -434,11 +421,7 @@ func (m *Manager) Close() {
 	for _, s := range m.sessions {
 		live = append(live, s)
 	}
-	for s, t := range m.timers {
-		t.Stop()
-		delete(m.timers, s)
-	}
-	m.retired = nil
+	m.retired.Clear()
 	m.mu.Unlock()
 	for _, s := range live {
 		s.stop()
