@@ -56,17 +56,13 @@ const (
 // Watch consumes).
 var watchKinds = [...]WatchKind{"", "ready", WatchCreated, WatchModified, WatchRemoved, WatchRenamed, WatchOverflow}
 
-func watchKindOf(k int) WatchKind {
-	if k >= 0 && k < len(watchKinds) {
-		return watchKinds[k]
-	}
-	return WatchKind(fmt.Sprintf("kind(%d)", k))
-}
+func watchKindOf(k int) WatchKind { return kindOf(watchKinds[:], k) }
 
-// WatchEvent is one change under a watched directory. Changes of one path
-// within a burst (Debounce of quiet, or at most 20 times that) are merged
-// into one event: created then written is created, written then removed is
-// removed, created then removed is nothing.
+// WatchEvent is one change under a watched directory. The changes of one
+// path are held until it has been quiet for WatchOptions.Debounce (at most
+// 20 times that, and 1s unless Debounce is longer, while they keep coming)
+// and merged into one event: created then written is created, written
+// then removed is removed, created then removed is nothing.
 type WatchEvent struct {
 	// Kind says what happened.
 	Kind WatchKind

@@ -290,11 +290,15 @@ var changeKinds = [...]ChangeKind{
 	ChangeCopied, ChangeUntracked, ChangeConflicted, ChangeTypeChanged,
 }
 
-func changeKindOf(k int) ChangeKind {
-	if k >= 0 && k < len(changeKinds) {
-		return changeKinds[k]
+func changeKindOf(k int) ChangeKind { return kindOf(changeKinds[:], k) }
+
+// kindOf returns table[k], or "kind(K)" for a value the table does not
+// know (an agent newer than this client).
+func kindOf[K ~string](table []K, k int) K {
+	if k >= 0 && k < len(table) {
+		return table[k]
 	}
-	return ChangeKind(fmt.Sprintf("kind(%d)", k))
+	return K(fmt.Sprintf("kind(%d)", k))
 }
 
 // GitChange is one changed path of a git work tree.

@@ -84,21 +84,15 @@ const (
 // String returns "ready", "created", "modified", "removed", "renamed" or
 // "overflow".
 func (k Kind) String() string {
-	switch k {
-	case KindReady:
-		return "ready"
-	case KindCreated:
-		return "created"
-	case KindModified:
-		return "modified"
-	case KindRemoved:
-		return "removed"
-	case KindRenamed:
-		return "renamed"
-	case KindOverflow:
-		return "overflow"
+	if k >= KindReady && int(k) < len(kindNames) {
+		return kindNames[k]
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+var kindNames = [...]string{
+	KindReady: "ready", KindCreated: "created", KindModified: "modified",
+	KindRemoved: "removed", KindRenamed: "renamed", KindOverflow: "overflow",
 }
 
 // Event is one change under the watched directory.
