@@ -57,6 +57,42 @@ func (e *plainError) Error() string { return e.msg }
 
 func (e *plainError) Unwrap() error { return e.cat }
 
+// WithReason returns err with a machine-readable reason: a word in
+// UPPER_SNAKE_CASE ("COMMAND_NOT_FOUND") that tells a client more than the
+// category, for it to act on (a command line chooses its exit code by it).
+// The message and the category (errors.Is) stay err's. The gRPC edge
+// (errgrpc) sends the reason as an ErrorInfo detail and clients read it
+// back with Reason. A nil err stays nil.
+func WithReason(err error, reason string) error {
+	if err == nil {
+		return nil
+	}
+	return &reasonError{err: err, reason: reason}
+}
+
+// Reason returns the reason WithReason attached to err (on either side of
+// the wire), or "" when there is none.
+func Reason(err error) string {
+	var r interface{ Reason() string }
+	if errors.As(err, &r) {
+		return r.Reason()
+	}
+	return ""
+}
+
+// reasonError is an error with a reason.
+type reasonError struct {
+	err    error
+	reason string
+}
+
+func (e *reasonError) Error() string { return e.err.Error() }
+
+func (e *reasonError) Unwrap() error { return e.err }
+
+// Reason is the machine-readable reason.
+func (e *reasonError) Reason() string { return e.reason }
+
 // InvalidArgument returns an ErrInvalidArgument naming field.
 func InvalidArgument(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalidArgument, field, fmt.Sprintf(format, args...))

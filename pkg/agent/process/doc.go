@@ -33,7 +33,10 @@
 // field (argv, command, cwd, env, stdin, timeout, kill_grace, output_limit,
 // and id, data, signal for background processes); a missing or non-executable program, a missing shell and a
 // missing or non-directory cwd are ErrFailedPrecondition naming the field
-// (argv[0], command, cwd); an unknown background process is ErrNotFound; the
+// (argv[0], command, cwd), and a program that cannot start carries a reason
+// (errdefs.Reason, an ErrorInfo detail on the wire) telling a missing
+// program (ReasonCommandNotFound, a shell's 127) from one that cannot be
+// executed (ReasonCommandNotExecutable, 126); an unknown background process is ErrNotFound; the
 // MaxProcesses limit, and the kernel refusing to fork (EAGAIN, ENOMEM), are
 // ErrResourceExhausted; a closed Runner answers ErrUnavailable. A command
 // that runs and fails is not an error: its exit code, signal and timed-out

@@ -86,8 +86,12 @@ func TestGRPCExec(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "argv")
 	_, err = c.Exec(ctx, &agentv1.ExecRequest{Argv: []string{"no-such-program-xyz"}})
 	wantCode(t, err, codes.FailedPrecondition, "argv[0]")
-	if !errors.Is(errgrpc.FromGRPC(err), errdefs.ErrFailedPrecondition) {
-		t.Errorf("FromGRPC(%v)", err)
+	if back := errgrpc.FromGRPC(err); !errors.Is(back, errdefs.ErrFailedPrecondition) || errdefs.Reason(back) != ReasonCommandNotFound {
+		t.Errorf("FromGRPC(%v): %v, reason %q", err, back, errdefs.Reason(back))
+	}
+	_, err = c.Exec(ctx, &agentv1.ExecRequest{Argv: []string{"/tmp"}})
+	if back := errgrpc.FromGRPC(err); errdefs.Reason(back) != ReasonCommandNotExecutable {
+		t.Errorf("exec of a directory: %v, reason %q", err, errdefs.Reason(back))
 	}
 }
 

@@ -706,6 +706,58 @@ func TestValidation(t *testing.T) {
 	}
 }
 
+// A command that cannot start says why, for clients that exit as a shell
+// does: 127 for a missing program, 126 for one that cannot be executed.
+func TestStartFailureReasons(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, Config{})
+	ctx := ctxTimeout(t, 30*time.Second)
+	dir := t.TempDir()
+	write := func(name, text string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	noExec := write("no-exec.sh", "#!/bin/sh\necho hi\n", 0o644)
+	badFormat := write("bad-format", "\x00\x01\x02 not a program\n", 0o755)
+	badInterp := write("bad-interp.sh", "#!/no/such/interpreter\n", 0o755)
+	for _, tc := range []struct {
+		spec   Spec
+		reason string
+	}{
+		{Spec{Argv: []string{"no-such-program-xyz"}}, ReasonCommandNotFound},
+		{Spec{Argv: []string{"/no/such/program"}}, ReasonCommandNotFound},
+		{Spec{Argv: []string{"./missing"}, Cwd: dir}, ReasonCommandNotFound},
+		{Spec{Argv: []string{"no-such-program-xyz"}, Env: map[string]string{"PATH": dir}}, ReasonCommandNotFound},
+		{Spec{Argv: []string{badInterp}}, ReasonCommandNotFound}, // as bash: ENOENT from execve
+		{Spec{Argv: []string{noExec}}, ReasonCommandNotExecutable},
+		{Spec{Argv: []string{"no-exec.sh"}, Env: map[string]string{"PATH": dir}}, ReasonCommandNotExecutable},
+		{Spec{Argv: []string{"/tmp"}}, ReasonCommandNotExecutable},
+		{Spec{Argv: []string{noExec + "/x"}}, ReasonCommandNotExecutable}, // ENOTDIR
+		{Spec{Argv: []string{badFormat}}, ReasonCommandNotExecutable},     // ENOEXEC
+	} {
+		for name, run := range map[string]func() error{
+			"Exec":   func() error { _, err := r.Exec(ctx, tc.spec); return err },
+			"Stream": func() error { _, err := r.Stream(ctx, tc.spec, func(Event) error { return nil }); return err },
+			"Start":  func() error { _, err := r.Start(ctx, tc.spec); return err },
+		} {
+			err := run()
+			if got := errdefs.Reason(err); got != tc.reason || !errdefs.IsFailedPrecondition(err) {
+				t.Errorf("%s %v: reason %q (%v), want %s", name, tc.spec.Argv, got, err, tc.reason)
+			}
+		}
+	}
+	noShell := newRunner(t, Config{Shell: "/no/such/sh"})
+	if _, err := noShell.Exec(ctx, Spec{Command: "true"}); errdefs.Reason(err) != ReasonCommandNotFound {
+		t.Errorf("missing shell: %v (reason %q)", err, errdefs.Reason(err))
+	}
+	if _, err := r.Exec(ctx, Spec{Argv: []string{"true"}, Cwd: "/no/such/dir"}); errdefs.Reason(err) != "" {
+		t.Errorf("a missing cwd has reason %q", errdefs.Reason(err))
+	}
+}
+
 func TestCloseKillsEverything(t *testing.T) {
 	t.Parallel()
 	r := NewRunner(Config{})

@@ -131,13 +131,13 @@ func (r *Runner) prepare(s Spec, defTimeout time.Duration) (plan, error) {
 	if s.Command != "" {
 		pl.args = []string{r.cfg.Shell, "-c", s.Command}
 		if pl.path, err = lookPath(r.cfg.Shell, dir, pl.env); err != nil {
-			return plan{}, errdefs.FailedPrecondition("command: shell %v; pass argv instead", err)
+			return plan{}, cannotRun(err, "command: shell %v; pass argv instead", err)
 		}
 		return pl, nil
 	}
 	pl.args = s.Argv
 	if pl.path, err = lookPath(s.Argv[0], dir, pl.env); err != nil {
-		return plan{}, errdefs.FailedPrecondition("argv[0]: %v", err)
+		return plan{}, cannotRun(err, "argv[0]: %v", err)
 	}
 	return pl, nil
 }
@@ -242,13 +242,37 @@ func lookPath(name, dir string, env []string) (string, error) {
 	if firstErr != nil {
 		return "", fmt.Errorf("%s: %w", name, firstErr)
 	}
-	return "", fmt.Errorf("executable %q not found in PATH", name)
+	return "", fmt.Errorf("executable %q %w", name, errNotInPath)
 }
 
 var (
 	errNoFile        = errors.New("no such file")
+	errNotInPath     = errors.New("not found in PATH")
 	errNotExecutable = errors.New("not executable")
 )
+
+// Reasons (errdefs.Reason) of the errors of a command that could not
+// start, which a client turns into a shell's exit code.
+const (
+	// ReasonCommandNotFound: the program (or its interpreter) does not
+	// exist; a shell exits 127.
+	ReasonCommandNotFound = "COMMAND_NOT_FOUND"
+	// ReasonCommandNotExecutable: the program exists but cannot be run
+	// (no execute permission, a directory, an unknown format); a shell
+	// exits 126.
+	ReasonCommandNotExecutable = "COMMAND_NOT_EXECUTABLE"
+)
+
+// cannotRun returns an ErrFailedPrecondition with the formatted message,
+// whose reason says whether cause (from lookPath or exec) means the
+// program is missing or cannot be executed.
+func cannotRun(cause error, format string, args ...any) error {
+	reason := ReasonCommandNotExecutable
+	if errors.Is(cause, errNoFile) || errors.Is(cause, errNotInPath) || errors.Is(cause, fs.ErrNotExist) {
+		reason = ReasonCommandNotFound
+	}
+	return errdefs.WithReason(errdefs.FailedPrecondition(format, args...), reason)
+}
 
 func checkExecutable(p string) error {
 	fi, err := os.Stat(p)
@@ -278,8 +302,8 @@ func startError(args []string, err error) error {
 	case errors.As(err, &errno) && (errno == syscall.EAGAIN || errno == syscall.ENOMEM):
 		return errdefs.ResourceExhausted("cannot start %s: %v", args[0], err)
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission),
-		errors.As(err, &errno) && (errno == syscall.ENOEXEC || errno == syscall.ENOTDIR):
-		return errdefs.FailedPrecondition("argv[0]: cannot start %s: %v", args[0], err)
+		errors.As(err, &errno) && (errno == syscall.ENOEXEC || errno == syscall.ENOTDIR || errno == syscall.EISDIR):
+		return cannotRun(err, "argv[0]: cannot start %s: %v", args[0], err)
 	default:
 		return fmt.Errorf("%w: cannot start %s: %w", errdefs.ErrInternal, args[0], err)
 	}

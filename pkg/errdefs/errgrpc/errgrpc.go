@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -34,8 +35,10 @@ var codeOf = []struct {
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 }
 
-// ToGRPC converts err to a gRPC status error whose code matches its category.
-// Errors that already carry a status pass through; unknown errors are Unknown.
+// ToGRPC converts err to a gRPC status error whose code matches its category,
+// with its reason (errdefs.Reason), if any, as an ErrorInfo detail of
+// Domain. Errors that already carry a status pass through; unknown errors
+// are Unknown.
 func ToGRPC(err error) error {
 	if err == nil {
 		return nil
@@ -43,16 +46,40 @@ func ToGRPC(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
+	code := codes.Unknown
 	for _, c := range codeOf {
 		if errors.Is(err, c.err) {
-			return status.Error(c.code, err.Error())
+			code = c.code
+			break
 		}
 	}
-	return status.Error(codes.Unknown, err.Error())
+	st := status.New(code, err.Error())
+	if reason := errdefs.Reason(err); reason != "" {
+		if withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: Domain}); derr == nil {
+			st = withInfo
+		}
+	}
+	return st.Err()
+}
+
+// Domain is the ErrorInfo domain of the reasons berth sends
+// (errdefs.WithReason).
+const Domain = "berth.dev"
+
+// reasonOf returns the reason of st's ErrorInfo detail from berth's
+// domain, or "".
+func reasonOf(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == Domain {
+			return info.GetReason()
+		}
+	}
+	return ""
 }
 
 // FromGRPC converts a gRPC status error back into an error wrapping the
-// matching sentinel, so callers can use errors.Is across the wire.
+// matching sentinel, so callers can use errors.Is across the wire, and
+// carrying the server's reason for errdefs.Reason.
 func FromGRPC(err error) error {
 	if err == nil {
 		return nil
@@ -66,7 +93,7 @@ func FromGRPC(err error) error {
 			msg := st.Message()
 			// Avoid "not found: not found: x" after a round trip.
 			msg = strings.TrimPrefix(msg, c.err.Error()+": ")
-			return &wireError{sentinel: c.err, msg: msg, st: err}
+			return &wireError{sentinel: c.err, msg: msg, st: err, reason: reasonOf(st)}
 		}
 	}
 	return err
@@ -76,7 +103,11 @@ type wireError struct {
 	sentinel error
 	msg      string
 	st       error
+	reason   string
 }
+
+// Reason is the reason the server attached (errdefs.Reason), or "".
+func (e *wireError) Reason() string { return e.reason }
 
 func (e *wireError) Error() string { return e.sentinel.Error() + ": " + e.msg }
 

@@ -97,3 +97,26 @@ func TestNewfMessage(t *testing.T) {
 		t.Errorf("round trip = %q", got)
 	}
 }
+
+// A reason (errdefs.WithReason) crosses the wire as an ErrorInfo detail and
+// comes back for errdefs.Reason, through a wrapping error on both sides.
+func TestReasonRoundTrip(t *testing.T) {
+	err := fmt.Errorf("exec: %w", errdefs.WithReason(errdefs.FailedPrecondition("argv[0]: x not found"), "COMMAND_NOT_FOUND"))
+	if got := errdefs.Reason(err); got != "COMMAND_NOT_FOUND" || !errdefs.IsFailedPrecondition(err) || err.Error() != "exec: failed precondition: argv[0]: x not found" {
+		t.Fatalf("WithReason: reason %q, %v", got, err)
+	}
+	wire := errgrpc.ToGRPC(err)
+	if status.Code(wire) != codes.FailedPrecondition {
+		t.Fatalf("code %v", status.Code(wire))
+	}
+	back := errgrpc.FromGRPC(fmt.Errorf("client: %w", wire))
+	if got := errdefs.Reason(back); got != "COMMAND_NOT_FOUND" || !errdefs.IsFailedPrecondition(back) {
+		t.Errorf("after the round trip: reason %q, %v", got, back)
+	}
+	if got := errdefs.Reason(errgrpc.FromGRPC(errgrpc.ToGRPC(errdefs.NotFound("x")))); got != "" {
+		t.Errorf("an error without a reason has %q", got)
+	}
+	if errdefs.WithReason(nil, "X") != nil {
+		t.Error("WithReason(nil) is not nil")
+	}
+}
