@@ -17,8 +17,11 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/creack/pty"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/berth-dev/berth/internal/testsupport/testenv"
+	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 )
 
 // screenTimeout bounds every wait for the screen: generous, for a loaded
@@ -307,8 +310,10 @@ func TestTerminalBrowserToken(t *testing.T) {
 // `cat` session in a Docker sandbox, through the orchestrator's proxy; a
 // byte written to the host terminal goes through the CLI, the gRPC stream,
 // the proxy and the agent to the sandbox's terminal, whose echo comes back
-// the same way to the host terminal. It logs p50 and p99 over
-// BERTH_TERMINAL_KEYS (default 200) keystrokes; run with -v to see them.
+// the same way to the host terminal. For comparison it measures the gRPC
+// stream through the proxy alone (this process as the client, no CLI, no
+// host terminal). It logs p50 and p99 over BERTH_TERMINAL_KEYS (default
+// 200) keystrokes; run with -v to see them.
 func TestShellKeystrokeLatency(t *testing.T) {
 	requireImage(t, baseImage)
 	dir, _ := newDataDir(t)
@@ -326,59 +331,145 @@ func TestShellKeystrokeLatency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = ptmx.Close()
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 	})
-	chunks := make(chan []byte, 1024)
+	echo := newEchoes(t, func(b []byte) (int, error) { return ptmx.Read(b) })
+	echo.wait(")\r\n", echo.wait("orchestrator: session t-", 0))
+	write := func(s string) {
+		if _, err := ptmx.Write([]byte(s)); err != nil {
+			t.Fatalf("write %q: %v", s, err)
+		}
+	}
+	lat := echo.measure(keys, write)
+	t.Logf("keystroke round trip through orchestrator shell (host pty, CLI, proxy, agent, sandbox pty and back) over %d keys: p50 %v p99 %v max %v",
+		keys, percentile(lat, 50), percentile(lat, 99), slices.Max(lat))
+	write("\x04") // the line so far goes to cat
+	write("\x04") // at the start of a line: cat ends, so does the CLI
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Errorf("the CLI after cat ended: %v", waitErr)
+		}
+	case <-time.After(screenTimeout):
+		t.Errorf("the CLI did not exit after cat ended")
+	}
+
+	// The gRPC stream alone, through the proxy and straight to the agent.
+	direct, err := grpc.NewClient(l.GetLease().GetEndpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, path := range []struct {
+		name string
+		conn *grpc.ClientConn
+		ctx  context.Context
+	}{
+		{"through the proxy", o.grpcConn(t), leaseCtx(ctx, id, tok)},
+		{"straight to the agent", direct, withToken(ctx, o.agentToken(id))},
+	} {
+		lat := grpcEchoes(t, path.ctx, path.conn, keys)
+		t.Logf("keystroke round trip over the gRPC stream %s (no CLI, no host pty) over %d keys: p50 %v p99 %v max %v",
+			path.name, keys, percentile(lat, 50), percentile(lat, 99), slices.Max(lat))
+	}
+}
+
+// grpcEchoes opens a cat session over conn's TerminalService and measures
+// keys round trips.
+func grpcEchoes(t *testing.T, ctx context.Context, conn *grpc.ClientConn, keys int) []time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // detaches; the sandbox goes with the test
+	stream, err := agentv1.NewTerminalServiceClient(conn).Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&agentv1.TerminalClientMessage{Msg: &agentv1.TerminalClientMessage_Open{Open: &agentv1.TerminalOpen{Argv: []string{"cat"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := stream.Recv(); err != nil || m.GetSession() == nil {
+		t.Fatalf("first message %v %v", m, err)
+	}
+	echo := newEchoes(t, func(b []byte) (int, error) {
+		m, err := stream.Recv()
+		return copy(b, m.GetOutput()), err
+	})
+	return echo.measure(keys, func(s string) {
+		if err := stream.Send(&agentv1.TerminalClientMessage{Msg: &agentv1.TerminalClientMessage_Input{Input: []byte(s)}}); err != nil {
+			t.Fatalf("send %q: %v", s, err)
+		}
+	})
+}
+
+// echoes collects a terminal's output read by a goroutine.
+type echoes struct {
+	tb     testing.TB
+	chunks chan []byte
+	out    []byte
+	n      int // the output before n has been waited for
+}
+
+func newEchoes(tb testing.TB, read func([]byte) (int, error)) *echoes {
+	e := &echoes{tb: tb, chunks: make(chan []byte, 1024)}
 	go func() {
-		defer close(chunks)
+		defer close(e.chunks)
 		for {
-			b := make([]byte, 4096)
-			n, err := ptmx.Read(b)
+			b := make([]byte, 64<<10)
+			n, err := read(b)
 			if n > 0 {
-				chunks <- b[:n]
+				e.chunks <- b[:n]
 			}
 			if err != nil {
 				return
 			}
 		}
 	}()
-	var out []byte
-	// waitFor reads until out[from:] holds want and returns the end of it.
-	waitFor := func(want string, from int) int {
-		t.Helper()
-		timeout := time.After(screenTimeout)
-		for {
-			if i := bytes.Index(out[from:], []byte(want)); i >= 0 {
-				return from + i + len(want)
+	return e
+}
+
+// wait reads until the output after from holds want; it returns the end of
+// want in the output.
+func (e *echoes) wait(want string, from int) int {
+	e.tb.Helper()
+	timeout := time.After(screenTimeout)
+	for {
+		if i := bytes.Index(e.out[from:], []byte(want)); i >= 0 {
+			return from + i + len(want)
+		}
+		select {
+		case b, ok := <-e.chunks:
+			if !ok {
+				e.tb.Fatalf("the terminal closed while waiting for %q; output %q", want, e.out)
 			}
-			select {
-			case b, ok := <-chunks:
-				if !ok {
-					t.Fatalf("the CLI's terminal closed while waiting for %q; output %q", want, out)
-				}
-				out = append(out, b...)
-			case <-timeout:
-				t.Fatalf("waiting for %q; output %q", want, out)
-			}
+			e.out = append(e.out, b...)
+		case <-timeout:
+			e.tb.Fatalf("waiting for %q; output %q", want, e.out)
 		}
 	}
-	n := waitFor(")\r\n", waitFor("orchestrator: session t-", 0))
-	write := func(s string) {
-		if _, err := ptmx.Write([]byte(s)); err != nil {
-			t.Fatalf("write %q: %v", s, err)
-		}
-	}
-	write("w") // warm up, and make sure the sandbox's terminal echoes
-	n = waitFor("w", n)
+}
+
+// measure types keys letters with write, one at a time, each after the
+// previous one's echo, and returns the round trips. The sandbox's terminal
+// must echo (cat on a terminal does).
+func (e *echoes) measure(keys int, write func(string)) []time.Duration {
+	e.tb.Helper()
+	n := len(e.out)
+	write("w") // warm up, and make sure the terminal echoes
+	n = e.wait("w", n)
 	lat := make([]time.Duration, 0, keys)
 	for i := range keys {
 		b := string(rune('a' + i%26))
 		t0 := time.Now()
 		write(b)
-		n = waitFor(b, n)
+		n = e.wait(b, n)
 		lat = append(lat, time.Since(t0))
 		if i%64 == 63 {
 			// Keep the sandbox's line short: Ctrl-U erases it, echoed as
@@ -387,18 +478,5 @@ func TestShellKeystrokeLatency(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	t.Logf("keystroke round trip through orchestrator shell (host pty → CLI → proxy → agent → sandbox pty and back) over %d keys: p50 %v p99 %v max %v",
-		keys, percentile(lat, 50), percentile(lat, 99), slices.Max(lat))
-	write("\x04") // Ctrl-D at the start of a line: cat ends, so does the CLI
-	write("\x04")
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("the CLI after cat ended: %v", err)
-		}
-	case <-time.After(screenTimeout):
-		t.Errorf("the CLI did not exit after cat ended")
-	}
+	return lat
 }
