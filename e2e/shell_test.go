@@ -22,6 +22,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
 // screenTimeout bounds every wait for the screen: generous, for a loaded
@@ -144,16 +145,23 @@ func hasLine(screen, line string) bool {
 
 var sessionLine = regexp.MustCompile(`orchestrator: session (t-[0-9a-f]{16})`)
 
+// baseLease starts an in-process orchestrator and acquires a lease on
+// berth/base for conversation conv.
+func baseLease(t *testing.T, conv string) (*orch, *orchv1.AcquireResponse) {
+	t.Helper()
+	requireImage(t, baseImage)
+	dir, _ := newDataDir(t)
+	o := startOrch(t, dir)
+	return o, o.mustAcquire(t, conv, baseImage, "900s")
+}
+
 // TestShellInTmux drives the real `orchestrator shell` binary inside tmux
 // against a Docker sandbox, through the orchestrator's proxy with the
 // lease's token, the way a person uses it: an interactive python3 REPL
 // (output, Ctrl-C, the exit code), a full-screen program (less), a resize
 // of the window, and detaching and re-attaching with the earlier output.
 func TestShellInTmux(t *testing.T) {
-	requireImage(t, baseImage)
-	dir, _ := newDataDir(t)
-	o := startOrch(t, dir)
-	l := o.mustAcquire(t, "c-shell-tmux", baseImage, "900s")
+	o, l := baseLease(t, "c-shell-tmux")
 	id, tok := l.GetLease().GetId(), l.GetToken()
 	x := newTmux(t, "BERTH_ADDR=http://"+o.addr, "BERTH_TOKEN="+tok)
 	shell := orchBin + " shell"
@@ -248,10 +256,7 @@ func TestShellInTmux(t *testing.T) {
 // offered as the subprotocol "berth.token.TOKEN" beside berth.terminal.v1;
 // and a foreign page's Origin is refused.
 func TestTerminalBrowserToken(t *testing.T) {
-	requireImage(t, baseImage)
-	dir, _ := newDataDir(t)
-	o := startOrch(t, dir)
-	l := o.mustAcquire(t, "c-terminal-browser", baseImage, "600s")
+	o, l := baseLease(t, "c-terminal-browser")
 	id, tok := l.GetLease().GetId(), l.GetToken()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -315,10 +320,7 @@ func TestTerminalBrowserToken(t *testing.T) {
 // host terminal). It logs p50 and p99 over BERTH_TERMINAL_KEYS (default
 // 200) keystrokes; run with -v to see them.
 func TestShellKeystrokeLatency(t *testing.T) {
-	requireImage(t, baseImage)
-	dir, _ := newDataDir(t)
-	o := startOrch(t, dir)
-	l := o.mustAcquire(t, "c-shell-latency", baseImage, "600s")
+	o, l := baseLease(t, "c-shell-latency")
 	id, tok := l.GetLease().GetId(), l.GetToken()
 	keys := 200
 	if v, err := strconv.Atoi(os.Getenv("BERTH_TERMINAL_KEYS")); err == nil && v > 0 {
