@@ -1,7 +1,11 @@
 package testenv
 
 import (
+	"os/exec"
+	"slices"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // recorder is a testing.TB that records instead of stopping the goroutine
@@ -48,5 +52,28 @@ func TestSkipOrFail(t *testing.T) {
 	LogOrFail(r, "no shell image")
 	if r.fatal != "" || r.logged == "" {
 		t.Errorf("LogOrFail with %s=0: logged %q fatal %q, want a log line", RequireEnv, r.logged, r.fatal)
+	}
+}
+
+func TestLiveChildren(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	want := strconv.Itoa(cmd.Process.Pid) + "(sleep 30)"
+	if got := LiveChildren(); !slices.Contains(got, want) {
+		t.Fatalf("LiveChildren() = %v, want it to contain %q", got, want)
+	}
+	if code := NoChildrenLeft(0, 50*time.Millisecond); code != 1 {
+		t.Fatalf("NoChildrenLeft with a live child = %d, want 1", code)
+	}
+	if code := NoChildrenLeft(3, time.Millisecond); code != 3 {
+		t.Fatalf("NoChildrenLeft(3) = %d, want the failing code kept", code)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if code := NoChildrenLeft(0, 5*time.Second); code != 0 {
+		t.Fatalf("NoChildrenLeft after the child ended = %d, want 0", code)
 	}
 }

@@ -14,27 +14,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		// Every test cleans up what it starts: no child may be left.
-		deadline := time.Now().Add(3 * time.Second)
-		for {
-			left := liveProcs(func(_, ppid, _ int) bool { return ppid == os.Getpid() })
-			if len(left) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				fmt.Fprintf(os.Stderr, "child processes left behind: %v\n", left)
-				code = 1
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	os.Exit(code)
+	// Every test cleans up what it starts: no child may be left.
+	os.Exit(testenv.NoChildrenLeft(m.Run(), 3*time.Second))
 }
 
 // newRunner returns a Runner that is closed when the test ends.

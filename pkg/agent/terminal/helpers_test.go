@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -13,39 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/agent/process"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		// Every test ends what it starts: no child may be left.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			left := children()
-			if len(left) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				fmt.Fprintf(os.Stderr, "child processes left behind: %v\n", left)
-				code = 1
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	os.Exit(code)
-}
-
-// children lists the live (non-zombie) children of the test process.
-func children() []int {
-	var out []int
-	for _, pid := range pids() {
-		if st, ok := readStat(pid); ok && st.live() && st.ppid == os.Getpid() {
-			out = append(out, pid)
-		}
-	}
-	return out
+	// Every test ends what it starts: no child may be left.
+	os.Exit(testenv.NoChildrenLeft(m.Run(), 5*time.Second))
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
