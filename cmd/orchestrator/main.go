@@ -11,7 +11,8 @@
 // Client commands take --addr (BERTH_ADDR, default http://127.0.0.1:7070)
 // and --token (BERTH_TOKEN, else BERTH_OPERATOR_TOKEN). Every command has
 // --help with examples; docs/cli.md describes them all. Exit codes: 0
-// success, 1 error, 2 usage mistake; exec exits with the command's code.
+// success, 1 error, 2 usage mistake; exec exits with the command's code
+// (124 timed out, 125 exec failed, 126 cannot execute, 127 not found).
 package main
 
 import (
@@ -22,6 +23,6 @@ import (
 )
 
 func main() {
-	env := cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	env := cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, LookupEnv: os.LookupEnv}
 	os.Exit(cli.Execute(context.Background(), cli.NewRoot(env, newServeCommand()), os.Args[1:], env))
 }

@@ -5,7 +5,8 @@
 // human table by default, or -o wide|json|yaml. Exit codes: 0 success, 1 an
 // error (a one-line message on stderr with its category in words), 2 a
 // usage mistake (unknown command or flag, bad argument); exec exits with
-// the command's own code.
+// the command's own code, or 124 to 127 as docker exec, a shell and GNU
+// timeout do (see ExitTimedOut and the following constants).
 package cli
 
 import (
@@ -43,6 +44,9 @@ type Env struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
+	// LookupEnv tells a variable set to "" from an unset one (exec -e
+	// KEY); when nil, a variable is set when Getenv returns non-empty.
+	LookupEnv func(string) (string, bool)
 }
 
 // getenv reads the environment, or nothing when Getenv is unset.
@@ -51,6 +55,15 @@ func (e Env) getenv(k string) string {
 		return ""
 	}
 	return e.Getenv(k)
+}
+
+// lookupEnv reads a variable and whether it is set.
+func (e Env) lookupEnv(k string) (string, bool) {
+	if e.LookupEnv != nil {
+		return e.LookupEnv(k)
+	}
+	v := e.getenv(k)
+	return v, v != ""
 }
 
 // NewRoot returns the `orchestrator` command with the client commands
@@ -66,7 +79,8 @@ default ` + DefaultAddr + `) and --token (env BERTH_TOKEN, else
 BERTH_OPERATOR_TOKEN).
 
 Exit codes: 0 success, 1 error, 2 usage mistake; exec exits with the
-command's own code.`,
+command's own code (124 timed out, 125 exec failed, 126 cannot execute,
+127 not found).`,
 		Example: `  orchestrator serve --listen 127.0.0.1:7070
   orchestrator lease acquire --conversation ci-42 --memory 2Gi -o json
   orchestrator exec LEASE -- make test
@@ -142,6 +156,9 @@ func Execute(ctx context.Context, root *cobra.Command, args []string, env Env) i
 	var fe failure
 	if errors.As(err, &fe) {
 		printError(env.Stderr, fe.err)
+		if fe.code != 0 {
+			return fe.code
+		}
 		return ExitFailure
 	}
 	// Everything else comes from cobra (unknown command, bad flag, wrong
@@ -162,8 +179,12 @@ func (e usageError) Error() string { return e.msg }
 // usagef returns a usageError.
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
-// failure is an operation that failed (exit code 1); Execute prints it.
-type failure struct{ err error }
+// failure is an operation that failed; Execute prints it and exits with
+// code (ExitFailure when 0; exec sets its own, see execFailure).
+type failure struct {
+	err  error
+	code int
+}
 
 func (f failure) Error() string { return f.err.Error() }
 func (f failure) Unwrap() error { return f.err }
@@ -177,7 +198,7 @@ func fail(err error) error {
 	if errors.As(err, &ue) {
 		return err
 	}
-	return failure{err}
+	return failure{err: err}
 }
 
 // exitError is exec's command's exit status, passed through unprinted.

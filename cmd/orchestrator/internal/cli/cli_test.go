@@ -131,7 +131,7 @@ func TestExecCpGit(t *testing.T) {
 		t.Errorf("exec --stdin: %d %q", code, out)
 	}
 	code, _, errs = runTool(t, s, "wrong", exec, id, "--", "true")
-	if code != 1 || !strings.Contains(errs, "(unauthenticated)") {
+	if code != ExitExecFailed || !strings.Contains(errs, "(unauthenticated)") {
 		t.Errorf("exec with a wrong token: %d %q", code, errs)
 	}
 

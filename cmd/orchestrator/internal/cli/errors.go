@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"regexp"
 	"strings"
+	"syscall"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -37,8 +39,14 @@ func printError(w io.Writer, err error) {
 	if st, ok := status.FromError(err); ok {
 		msg = st.Message()
 	}
+	// A status wrapped in an error of ours is spelled "rpc error: code =
+	// Unavailable desc = …" inside the message: the category follows in
+	// words, the code's name goes.
+	msg = grpcPrefix.ReplaceAllString(msg, "")
 	cat := category(err)
-	msg = strings.TrimPrefix(msg, cat+": ")
+	for _, c := range categories { // the category is said at the end
+		msg = strings.TrimPrefix(msg, c.Error()+": ")
+	}
 	msg = safe(strings.ReplaceAll(msg, "\n", " "))
 	if cat == "" {
 		fmt.Fprintf(w, "orchestrator: %s\n", msg)
@@ -49,7 +57,10 @@ func printError(w io.Writer, err error) {
 
 // category names err's category in words: one of berth's categories (from
 // the gRPC status or the error chain), a context's end, a local file
-// error, another gRPC code in words, or "" when unknown.
+// error by its errno (a missing file is "not found", a directory where a
+// file was expected "failed precondition", a full disk "resource
+// exhausted"), another gRPC code in words, or "" when unknown: never a
+// code's Go name such as "Unknown".
 func category(err error) string {
 	st, isStatus := status.FromError(err)
 	if isStatus {
@@ -67,10 +78,19 @@ func category(err error) string {
 		return "canceled"
 	case errors.Is(err, fs.ErrNotExist):
 		return errdefs.ErrNotFound.Error()
-	case errors.Is(err, fs.ErrPermission):
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
 		return errdefs.ErrPermissionDenied.Error()
+	case errors.Is(err, fs.ErrExist):
+		return errdefs.ErrAlreadyExists.Error()
+	case errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ENOTEMPTY):
+		return errdefs.ErrFailedPrecondition.Error()
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EMFILE):
+		return errdefs.ErrResourceExhausted.Error()
 	case isStatus:
 		return otherCodes[st.Code()]
 	}
 	return ""
 }
+
+// grpcPrefix is how a gRPC status error spells its code in a message.
+var grpcPrefix = regexp.MustCompile(`rpc error: code = [A-Za-z]+ desc = `)

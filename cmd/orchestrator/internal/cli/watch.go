@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -16,21 +17,27 @@ import (
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
-// newWatchCommand is `lease watch`: one line per lease transition.
+// newWatchCommand is `lease watch`: the current leases' last transitions,
+// then one line per transition as it happens.
 func newWatchCommand(env Env, lf *leaseFlags) *cobra.Command {
-	var owner, id string
+	var (
+		owner, id   string
+		changesOnly bool
+	)
 	cmd := &cobra.Command{
 		Use:   "watch [--owner O] [--lease ID]",
-		Short: "Print lease transitions as they happen (until interrupted)",
-		Long: `Print one line per lease transition (time, lease, from -> to, reason) as it
-happens, until interrupted. -o json prints one LeaseEvent object per line,
--o yaml one document per event. To see the current leases first, use
-"lease list --watch".`,
+		Short: "Print the live leases' last transitions, then each transition as it happens",
+		Long: `Print one line per lease transition (time, lease, from -> to, reason): first
+the transition that brought each live lease to its current state (oldest
+first), then every transition as it happens, until interrupted (exit 0), as
+"kubectl get -w" does. --changes-only skips the current leases. -o json
+prints one LeaseEvent object per line, -o yaml one document per event.`,
 		Example: `  orchestrator lease watch
-  orchestrator lease watch --lease LEASE -o json`,
+  orchestrator lease watch --lease LEASE -o json
+  orchestrator lease watch --changes-only --owner team-a`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return lf.watch(cmd.Context(), &orchv1.WatchRequest{Owner: owner, LeaseId: id}, nil, func(ev *orchv1.LeaseEvent) error {
+			show := func(ev *orchv1.LeaseEvent) error {
 				if lf.output == outJSON || lf.output == outYAML {
 					return printStreamed(env.Stdout, lf.output, ev)
 				}
@@ -38,12 +45,60 @@ happens, until interrupted. -o json prints one LeaseEvent object per line,
 				_, err := fmt.Fprintf(env.Stdout, "%s\t%s\t%s -> %s\t%s\n", tr.GetAt().AsTime().Format(time.RFC3339), safe(ev.GetLease().GetId()),
 					stateName(tr.GetFrom()), stateName(tr.GetTo()), safe(tr.GetReason()))
 				return err
-			})
+			}
+			var before func(context.Context, orchv1.LeaseServiceClient) error
+			if !changesOnly {
+				before = func(ctx context.Context, c orchv1.LeaseServiceClient) error {
+					return showCurrent(ctx, c, owner, id, show)
+				}
+			}
+			return lf.watch(cmd.Context(), &orchv1.WatchRequest{Owner: owner, LeaseId: id}, before, show)
 		},
 	}
 	cmd.Flags().StringVar(&owner, "owner", "", "only this owner's leases")
 	cmd.Flags().StringVar(&id, "lease", "", "only this lease")
+	cmd.Flags().BoolVar(&changesOnly, "changes-only", false, "print only the transitions from now on, not the current leases first")
 	return cmd
+}
+
+// showCurrent passes show, for each live lease (of owner, or the lease
+// id, live or not), the event of its last transition, oldest first.
+func showCurrent(ctx context.Context, c orchv1.LeaseServiceClient, owner, id string, show func(*orchv1.LeaseEvent) error) error {
+	var leases []*orchv1.Lease
+	if id != "" {
+		l, err := c.Get(ctx, &orchv1.GetLeaseRequest{Id: id})
+		if err != nil {
+			return err
+		}
+		leases = []*orchv1.Lease{l}
+	} else {
+		var err error
+		if leases, err = listAll(ctx, c, &orchv1.ListLeasesRequest{Owner: owner, PageSize: 1000}); err != nil {
+			return err
+		}
+	}
+	events := make([]*orchv1.LeaseEvent, len(leases))
+	for i, l := range leases {
+		events[i] = &orchv1.LeaseEvent{Lease: l, Transition: lastTransition(l)}
+	}
+	slices.SortStableFunc(events, func(a, b *orchv1.LeaseEvent) int {
+		return a.GetTransition().GetAt().AsTime().Compare(b.GetTransition().GetAt().AsTime())
+	})
+	for _, ev := range events {
+		if err := show(ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lastTransition is the transition that brought l to its state (one made
+// up of its state, reason and update time if it has none recorded).
+func lastTransition(l *orchv1.Lease) *orchv1.Transition {
+	if trs := l.GetTransitions(); len(trs) > 0 {
+		return trs[len(trs)-1]
+	}
+	return &orchv1.Transition{To: l.GetState(), Reason: l.GetReason(), At: l.GetUpdatedAt()}
 }
 
 // addWatchFlag adds --watch/-w to a get or list command; what names what
