@@ -159,6 +159,7 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.Handle("/v1/files/", raw)
+	mux.Handle(files.ArchiveRoutePrefix+"/", raw)
 	mux.Handle("/v1/terminals/ws", terminal.WebSocket(terms))
 	mux.Handle("/", limitBody(gw))
 

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -18,17 +19,56 @@ import (
 // refused — REST with 507 Insufficient Storage, gRPC with
 // RESOURCE_EXHAUSTED — before or while its body is forwarded. The agent's
 // uploads are atomic (a temporary file renamed into place), so an upload cut
-// off leaves no partial file.
+// off leaves no partial file. Archive uploads (PUT /v1/archive/..., the
+// UploadArchive RPC) are held to the same budget; a gzip-compressed one is
+// decompressed here and forwarded as plain tar, so that what is counted is
+// what the disk receives.
 
 // StatusInsufficientStorage is the HTTP status of an upload refused for the
 // lease's disk limit.
 const StatusInsufficientStorage = http.StatusInsufficientStorage // 507
 
-// uploadMethod is the agent's streaming upload RPC.
-const uploadMethod = "/berth.agent.v1.FileService/Upload"
+// uploadMethods are the agent's streaming upload RPCs: files and tar
+// archives.
+var uploadMethods = map[string]bool{
+	"/berth.agent.v1.FileService/Upload":        true,
+	"/berth.agent.v1.FileService/UploadArchive": true,
+}
 
-// filesPrefix is the agent's REST file route; PUT under it is an upload.
-const filesPrefix = "/v1/files/"
+// filesPrefix and archivePrefix are the agent's raw REST routes; PUT under
+// them is an upload (of a file, of a tar archive).
+const (
+	filesPrefix   = "/v1/files/"
+	archivePrefix = "/v1/archive/"
+)
+
+// isUpload reports whether a REST request is an upload.
+func isUpload(r *http.Request, path string) bool {
+	return r.Method == http.MethodPut && (strings.HasPrefix(path, filesPrefix) || strings.HasPrefix(path, archivePrefix))
+}
+
+// gunzipArchive replaces the body of a gzip-compressed archive upload with
+// its decompressed stream (and drops the encoding), so that the budget
+// counts the bytes that reach the disk, not the compressed ones. It reports
+// false for a body that is not gzip.
+func gunzipArchive(r *http.Request, path string) bool {
+	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
+	if !strings.HasPrefix(path, archivePrefix) || (enc != "gzip" && enc != "x-gzip") {
+		return true
+	}
+	zr, err := gzip.NewReader(r.Body)
+	if err != nil {
+		return false
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{zr, r.Body}
+	r.Header.Del("Content-Encoding")
+	r.Header.Del("Content-Length")
+	r.ContentLength = -1
+	return true
+}
 
 // diskCharger is implemented by a LeaseRouter that wants to hear of the
 // bytes a successful upload wrote (lease.Manager.ChargeDisk).
@@ -99,8 +139,14 @@ func (b *budgetBody) Close() error { return nil }
 // whether the request may go on.
 func (p *Proxy) limitUpload(w http.ResponseWriter, r *http.Request, t *target, rt lease.Route) bool {
 	left, limited := diskLeft(rt)
-	if !limited || r.Method != http.MethodPut || !strings.HasPrefix(t.path, filesPrefix) {
+	if !limited || !isUpload(r, t.path) {
 		return true
+	}
+	if left > 0 && !gunzipArchive(r, t.path) {
+		edge.DrainBody(w, r, true)
+		t.status = http.StatusBadRequest
+		edge.WriteErrorStatus(w, t.status, errdefs.InvalidArgument("Content-Encoding", "the body is not gzip"))
+		return false
 	}
 	if left <= 0 || r.ContentLength > left {
 		p.refuseUpload(w, r, t, diskMessage(t.leaseID, rt, r.ContentLength), false)
@@ -142,7 +188,7 @@ type grpcUploadBudget struct {
 // nothing is left.
 func limitGRPCUpload(method, id string, rt lease.Route) (*grpcUploadBudget, error) {
 	left, limited := diskLeft(rt)
-	if !limited || method != uploadMethod {
+	if !limited || !uploadMethods[method] {
 		return nil, nil
 	}
 	if left <= 0 {

@@ -56,30 +56,41 @@ func (s *Server) Upload(stream agentv1.FileService_UploadServer) error {
 	default:
 		return errgrpc.ToGRPC(errdefs.InvalidArgument("header.overwrite", "unknown policy %d", h.GetOverwrite()))
 	}
-	res, err := s.fs.Upload(stream.Context(), opts, &uploadStream{stream: stream})
+	res, err := s.fs.Upload(stream.Context(), opts, fileUploadStream(stream))
 	if err != nil {
 		return errgrpc.ToGRPC(err)
 	}
 	return stream.SendAndClose(&agentv1.UploadResponse{Path: res.Path, Size: res.Size, Sha256: res.SHA256})
 }
 
-// uploadStream reads the chunks of an upload stream as an io.Reader (and,
-// without copying, as an io.WriterTo).
+// fileUploadStream reads the chunks of an Upload stream.
+func fileUploadStream(stream interface {
+	Recv() (*agentv1.UploadRequest, error)
+}) *uploadStream {
+	return &uploadStream{recv: func() ([]byte, bool, error) {
+		msg, err := stream.Recv()
+		return msg.GetChunk(), msg.GetHeader() != nil, err
+	}}
+}
+
+// uploadStream reads the chunks of an upload stream (Upload,
+// UploadArchive) as an io.Reader (and, without copying, as an io.WriterTo).
 type uploadStream struct {
-	stream  agentv1.FileService_UploadServer
+	// recv returns the next message's chunk and whether it was a header.
+	recv    func() (chunk []byte, header bool, err error)
 	pending []byte
 }
 
 func (u *uploadStream) next() ([]byte, error) {
 	for {
-		msg, err := u.stream.Recv()
+		c, header, err := u.recv()
 		if err != nil {
 			return nil, err // io.EOF at the end
 		}
-		if msg.GetHeader() != nil {
+		if header {
 			return nil, errdefs.InvalidArgument("header", "sent more than once")
 		}
-		if c := msg.GetChunk(); len(c) > 0 {
+		if len(c) > 0 {
 			return c, nil
 		}
 	}

@@ -363,11 +363,11 @@ func TestUploadStreamReader(t *testing.T) {
 		want = append(want, c...)
 		msgs = append(msgs, &agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Chunk{Chunk: c}})
 	}
-	if err := iotest.TestReader(&uploadStream{stream: &fakeUploadStream{msgs: msgs}}, want); err != nil {
+	if err := iotest.TestReader(fileUploadStream(&fakeUploadStream{msgs: msgs}), want); err != nil {
 		t.Fatal(err)
 	}
 	// WriteTo after a partial Read delivers the rest.
-	u := &uploadStream{stream: &fakeUploadStream{msgs: msgs}}
+	u := fileUploadStream(&fakeUploadStream{msgs: msgs})
 	head := make([]byte, 10)
 	if _, err := io.ReadFull(u, head); err != nil {
 		t.Fatal(err)
@@ -378,10 +378,10 @@ func TestUploadStreamReader(t *testing.T) {
 	}
 	// A second header is an error from both.
 	bad := []*agentv1.UploadRequest{msgs[3], {Msg: &agentv1.UploadRequest_Header{Header: &agentv1.UploadHeader{}}}}
-	if _, err := io.ReadAll(&uploadStream{stream: &fakeUploadStream{msgs: bad}}); !errdefs.IsInvalidArgument(err) {
+	if _, err := io.ReadAll(fileUploadStream(&fakeUploadStream{msgs: bad})); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("Read: %v", err)
 	}
-	if _, err := (&uploadStream{stream: &fakeUploadStream{msgs: bad}}).WriteTo(io.Discard); !errdefs.IsInvalidArgument(err) {
+	if _, err := (fileUploadStream(&fakeUploadStream{msgs: bad})).WriteTo(io.Discard); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("WriteTo: %v", err)
 	}
 }

@@ -27,10 +27,13 @@ const RoutePrefix = "/v1/files"
 // "/v1/files/workspace/a.txt" is "/workspace/a.txt", and "/v1/files/" is "/".
 // A URL path outside RoutePrefix, or naming an invalid path, is
 // InvalidArgument("path").
-func PathFromURL(urlPath string) (string, error) {
-	rest, ok := strings.CutPrefix(urlPath, RoutePrefix)
+func PathFromURL(urlPath string) (string, error) { return pathUnder(RoutePrefix, urlPath) }
+
+// pathUnder is PathFromURL for the routes under prefix.
+func pathUnder(prefix, urlPath string) (string, error) {
+	rest, ok := strings.CutPrefix(urlPath, prefix)
 	if !ok || (rest != "" && rest[0] != '/') {
-		return "", errdefs.InvalidArgument("path", "URL path %q is not under %s/", urlPath, RoutePrefix)
+		return "", errdefs.InvalidArgument("path", "URL path %q is not under %s/", urlPath, prefix)
 	}
 	if rest == "" {
 		rest = "/"
@@ -59,7 +62,8 @@ func PathFromURL(urlPath string) (string, error) {
 // grpc-gateway uses for that code. Neither route buffers the file.
 //
 // ServeHTTP takes the file path from the URL path (see PathFromURL), so mount
-// the handler at RoutePrefix + "/" on an http.ServeMux; Put and Get take an
+// the handler at RoutePrefix + "/" (and ArchiveRoutePrefix + "/" for the
+// archive routes) on an http.ServeMux; Put and Get take an
 // already extracted path, for other routers.
 type HTTPHandler struct {
 	fs *FS
@@ -69,8 +73,13 @@ type HTTPHandler struct {
 func NewHTTPHandler(fsys *FS) *HTTPHandler { return &HTTPHandler{fs: fsys} }
 
 // ServeHTTP dispatches PUT to Put and GET and HEAD to Get, with the path
-// taken from r.URL.Path; other methods get 405.
+// taken from r.URL.Path; other methods get 405. URL paths under
+// ArchiveRoutePrefix go to the archive routes (see ServeArchive).
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, ArchiveRoutePrefix+"/") {
+		h.ServeArchive(w, r)
+		return
+	}
 	switch r.Method {
 	case http.MethodPut, http.MethodGet, http.MethodHead:
 	default:

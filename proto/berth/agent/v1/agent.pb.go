@@ -1796,6 +1796,329 @@ func (x *DownloadResponse) GetChunk() []byte {
 	return nil
 }
 
+// UploadArchiveHeader is the first message of an archive upload.
+type UploadArchiveHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is the absolute target directory.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// no_create_parents refuses (NOT_FOUND) a missing parent of a missing
+	// target instead of creating it (mode 0755).
+	NoCreateParents bool `protobuf:"varint,2,opt,name=no_create_parents,json=noCreateParents,proto3" json:"no_create_parents,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *UploadArchiveHeader) Reset() {
+	*x = UploadArchiveHeader{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadArchiveHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadArchiveHeader) ProtoMessage() {}
+
+func (x *UploadArchiveHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadArchiveHeader.ProtoReflect.Descriptor instead.
+func (*UploadArchiveHeader) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *UploadArchiveHeader) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *UploadArchiveHeader) GetNoCreateParents() bool {
+	if x != nil {
+		return x.NoCreateParents
+	}
+	return false
+}
+
+// UploadArchiveRequest is one message of an archive upload: the header
+// first, then the tar stream in chunks.
+type UploadArchiveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*UploadArchiveRequest_Header
+	//	*UploadArchiveRequest_Chunk
+	Msg           isUploadArchiveRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadArchiveRequest) Reset() {
+	*x = UploadArchiveRequest{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadArchiveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadArchiveRequest) ProtoMessage() {}
+
+func (x *UploadArchiveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadArchiveRequest.ProtoReflect.Descriptor instead.
+func (*UploadArchiveRequest) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *UploadArchiveRequest) GetMsg() isUploadArchiveRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *UploadArchiveRequest) GetHeader() *UploadArchiveHeader {
+	if x != nil {
+		if x, ok := x.Msg.(*UploadArchiveRequest_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *UploadArchiveRequest) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*UploadArchiveRequest_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+type isUploadArchiveRequest_Msg interface {
+	isUploadArchiveRequest_Msg()
+}
+
+type UploadArchiveRequest_Header struct {
+	Header *UploadArchiveHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type UploadArchiveRequest_Chunk struct {
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+func (*UploadArchiveRequest_Header) isUploadArchiveRequest_Msg() {}
+
+func (*UploadArchiveRequest_Chunk) isUploadArchiveRequest_Msg() {}
+
+// UploadArchiveResponse reports an extracted archive.
+type UploadArchiveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is the target directory.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// entries counts the entries extracted.
+	Entries int64 `protobuf:"varint,2,opt,name=entries,proto3" json:"entries,omitempty"`
+	// bytes counts the bytes of the regular files written.
+	Bytes int64 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// created is true when the target did not exist before.
+	Created       bool `protobuf:"varint,4,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadArchiveResponse) Reset() {
+	*x = UploadArchiveResponse{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadArchiveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadArchiveResponse) ProtoMessage() {}
+
+func (x *UploadArchiveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadArchiveResponse.ProtoReflect.Descriptor instead.
+func (*UploadArchiveResponse) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *UploadArchiveResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *UploadArchiveResponse) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *UploadArchiveResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *UploadArchiveResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+// DownloadArchiveRequest names the file or directory to archive.
+type DownloadArchiveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// gzip compresses the stream.
+	Gzip bool `protobuf:"varint,2,opt,name=gzip,proto3" json:"gzip,omitempty"`
+	// follow_link archives what path points to when it is a symlink (symlinks
+	// below it are never followed).
+	FollowLink    bool `protobuf:"varint,3,opt,name=follow_link,json=followLink,proto3" json:"follow_link,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadArchiveRequest) Reset() {
+	*x = DownloadArchiveRequest{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadArchiveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadArchiveRequest) ProtoMessage() {}
+
+func (x *DownloadArchiveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadArchiveRequest.ProtoReflect.Descriptor instead.
+func (*DownloadArchiveRequest) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DownloadArchiveRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *DownloadArchiveRequest) GetGzip() bool {
+	if x != nil {
+		return x.Gzip
+	}
+	return false
+}
+
+func (x *DownloadArchiveRequest) GetFollowLink() bool {
+	if x != nil {
+		return x.FollowLink
+	}
+	return false
+}
+
+// DownloadArchiveResponse is one chunk of the archive. Entry names start
+// with the base name of the path ("src/", "src/a", ...).
+type DownloadArchiveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunk         []byte                 `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadArchiveResponse) Reset() {
+	*x = DownloadArchiveResponse{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadArchiveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadArchiveResponse) ProtoMessage() {}
+
+func (x *DownloadArchiveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadArchiveResponse.ProtoReflect.Descriptor instead.
+func (*DownloadArchiveResponse) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DownloadArchiveResponse) GetChunk() []byte {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
 // FileInfo describes a file.
 type FileInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1814,7 +2137,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +2149,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +2162,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -1901,7 +2224,7 @@ type StatRequest struct {
 
 func (x *StatRequest) Reset() {
 	*x = StatRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2236,7 @@ func (x *StatRequest) String() string {
 func (*StatRequest) ProtoMessage() {}
 
 func (x *StatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2249,7 @@ func (x *StatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
 func (*StatRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatRequest) GetPath() string {
@@ -1948,7 +2271,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2283,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2296,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListRequest) GetPath() string {
@@ -2002,7 +2325,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2337,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2350,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListResponse) GetEntries() []*FileInfo {
@@ -2058,7 +2381,7 @@ type MakeDirRequest struct {
 
 func (x *MakeDirRequest) Reset() {
 	*x = MakeDirRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2393,7 @@ func (x *MakeDirRequest) String() string {
 func (*MakeDirRequest) ProtoMessage() {}
 
 func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2406,7 @@ func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MakeDirRequest) GetPath() string {
@@ -2116,7 +2439,7 @@ type MakeDirResponse struct {
 
 func (x *MakeDirResponse) Reset() {
 	*x = MakeDirResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2451,7 @@ func (x *MakeDirResponse) String() string {
 func (*MakeDirResponse) ProtoMessage() {}
 
 func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2464,7 @@ func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 // MoveRequest renames source to destination.
@@ -2157,7 +2480,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2492,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2505,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MoveRequest) GetSource() string {
@@ -2215,7 +2538,7 @@ type MoveResponse struct {
 
 func (x *MoveResponse) Reset() {
 	*x = MoveResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2550,7 @@ func (x *MoveResponse) String() string {
 func (*MoveResponse) ProtoMessage() {}
 
 func (x *MoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2563,7 @@ func (x *MoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveResponse.ProtoReflect.Descriptor instead.
 func (*MoveResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 // RemoveRequest deletes a path.
@@ -2255,7 +2578,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2590,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2603,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemoveRequest) GetPath() string {
@@ -2306,7 +2629,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2641,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2654,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 // WatchRequest names a directory to watch.
@@ -2352,7 +2675,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2687,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2700,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchRequest) GetPath() string {
@@ -2420,7 +2743,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2755,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2768,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchEvent) GetKind() WatchEventKind {
@@ -2493,7 +2816,7 @@ type GitStatusRequest struct {
 
 func (x *GitStatusRequest) Reset() {
 	*x = GitStatusRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2505,7 +2828,7 @@ func (x *GitStatusRequest) String() string {
 func (*GitStatusRequest) ProtoMessage() {}
 
 func (x *GitStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2518,7 +2841,7 @@ func (x *GitStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitStatusRequest.ProtoReflect.Descriptor instead.
 func (*GitStatusRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GitStatusRequest) GetRepo() string {
@@ -2545,7 +2868,7 @@ type GitFileChange struct {
 
 func (x *GitFileChange) Reset() {
 	*x = GitFileChange{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2880,7 @@ func (x *GitFileChange) String() string {
 func (*GitFileChange) ProtoMessage() {}
 
 func (x *GitFileChange) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2893,7 @@ func (x *GitFileChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitFileChange.ProtoReflect.Descriptor instead.
 func (*GitFileChange) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GitFileChange) GetPath() string {
@@ -2624,7 +2947,7 @@ type GitStatusResponse struct {
 
 func (x *GitStatusResponse) Reset() {
 	*x = GitStatusResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2959,7 @@ func (x *GitStatusResponse) String() string {
 func (*GitStatusResponse) ProtoMessage() {}
 
 func (x *GitStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2972,7 @@ func (x *GitStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitStatusResponse.ProtoReflect.Descriptor instead.
 func (*GitStatusResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GitStatusResponse) GetBranch() string {
@@ -2715,7 +3038,7 @@ type GitDiffRequest struct {
 
 func (x *GitDiffRequest) Reset() {
 	*x = GitDiffRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +3050,7 @@ func (x *GitDiffRequest) String() string {
 func (*GitDiffRequest) ProtoMessage() {}
 
 func (x *GitDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +3063,7 @@ func (x *GitDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitDiffRequest.ProtoReflect.Descriptor instead.
 func (*GitDiffRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GitDiffRequest) GetRepo() string {
@@ -2780,7 +3103,7 @@ type GitDiffResponse struct {
 
 func (x *GitDiffResponse) Reset() {
 	*x = GitDiffResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +3115,7 @@ func (x *GitDiffResponse) String() string {
 func (*GitDiffResponse) ProtoMessage() {}
 
 func (x *GitDiffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +3128,7 @@ func (x *GitDiffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitDiffResponse.ProtoReflect.Descriptor instead.
 func (*GitDiffResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GitDiffResponse) GetUnified() string {
@@ -2870,7 +3193,7 @@ type GitCloneRequest struct {
 
 func (x *GitCloneRequest) Reset() {
 	*x = GitCloneRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2882,7 +3205,7 @@ func (x *GitCloneRequest) String() string {
 func (*GitCloneRequest) ProtoMessage() {}
 
 func (x *GitCloneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2895,7 +3218,7 @@ func (x *GitCloneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCloneRequest.ProtoReflect.Descriptor instead.
 func (*GitCloneRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GitCloneRequest) GetUrl() string {
@@ -2938,7 +3261,7 @@ type GitCloneResponse struct {
 
 func (x *GitCloneResponse) Reset() {
 	*x = GitCloneResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2950,7 +3273,7 @@ func (x *GitCloneResponse) String() string {
 func (*GitCloneResponse) ProtoMessage() {}
 
 func (x *GitCloneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2963,7 +3286,7 @@ func (x *GitCloneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCloneResponse.ProtoReflect.Descriptor instead.
 func (*GitCloneResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GitCloneResponse) GetDir() string {
@@ -3001,7 +3324,7 @@ type GitCheckoutRequest struct {
 
 func (x *GitCheckoutRequest) Reset() {
 	*x = GitCheckoutRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3336,7 @@ func (x *GitCheckoutRequest) String() string {
 func (*GitCheckoutRequest) ProtoMessage() {}
 
 func (x *GitCheckoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3349,7 @@ func (x *GitCheckoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCheckoutRequest.ProtoReflect.Descriptor instead.
 func (*GitCheckoutRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GitCheckoutRequest) GetRepo() string {
@@ -3068,7 +3391,7 @@ type GitCheckoutResponse struct {
 
 func (x *GitCheckoutResponse) Reset() {
 	*x = GitCheckoutResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3080,7 +3403,7 @@ func (x *GitCheckoutResponse) String() string {
 func (*GitCheckoutResponse) ProtoMessage() {}
 
 func (x *GitCheckoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3093,7 +3416,7 @@ func (x *GitCheckoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCheckoutResponse.ProtoReflect.Descriptor instead.
 func (*GitCheckoutResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GitCheckoutResponse) GetBranch() string {
@@ -3128,7 +3451,7 @@ type GitCommitRequest struct {
 
 func (x *GitCommitRequest) Reset() {
 	*x = GitCommitRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3140,7 +3463,7 @@ func (x *GitCommitRequest) String() string {
 func (*GitCommitRequest) ProtoMessage() {}
 
 func (x *GitCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3153,7 +3476,7 @@ func (x *GitCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCommitRequest.ProtoReflect.Descriptor instead.
 func (*GitCommitRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GitCommitRequest) GetRepo() string {
@@ -3215,7 +3538,7 @@ type GitCommitResponse struct {
 
 func (x *GitCommitResponse) Reset() {
 	*x = GitCommitResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3227,7 +3550,7 @@ func (x *GitCommitResponse) String() string {
 func (*GitCommitResponse) ProtoMessage() {}
 
 func (x *GitCommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3240,7 +3563,7 @@ func (x *GitCommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCommitResponse.ProtoReflect.Descriptor instead.
 func (*GitCommitResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GitCommitResponse) GetHash() string {
@@ -3263,7 +3586,7 @@ type GitLogRequest struct {
 
 func (x *GitLogRequest) Reset() {
 	*x = GitLogRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3598,7 @@ func (x *GitLogRequest) String() string {
 func (*GitLogRequest) ProtoMessage() {}
 
 func (x *GitLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3611,7 @@ func (x *GitLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitLogRequest.ProtoReflect.Descriptor instead.
 func (*GitLogRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GitLogRequest) GetRepo() string {
@@ -3327,7 +3650,7 @@ type GitCommit struct {
 
 func (x *GitCommit) Reset() {
 	*x = GitCommit{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3339,7 +3662,7 @@ func (x *GitCommit) String() string {
 func (*GitCommit) ProtoMessage() {}
 
 func (x *GitCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3352,7 +3675,7 @@ func (x *GitCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitCommit.ProtoReflect.Descriptor instead.
 func (*GitCommit) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GitCommit) GetHash() string {
@@ -3407,7 +3730,7 @@ type GitLogResponse struct {
 
 func (x *GitLogResponse) Reset() {
 	*x = GitLogResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3419,7 +3742,7 @@ func (x *GitLogResponse) String() string {
 func (*GitLogResponse) ProtoMessage() {}
 
 func (x *GitLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3432,7 +3755,7 @@ func (x *GitLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitLogResponse.ProtoReflect.Descriptor instead.
 func (*GitLogResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GitLogResponse) GetCommits() []*GitCommit {
@@ -3451,7 +3774,7 @@ type GetInfoRequest struct {
 
 func (x *GetInfoRequest) Reset() {
 	*x = GetInfoRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3786,7 @@ func (x *GetInfoRequest) String() string {
 func (*GetInfoRequest) ProtoMessage() {}
 
 func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3799,7 @@ func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetInfoRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 // Info describes the agent.
@@ -3497,7 +3820,7 @@ type Info struct {
 
 func (x *Info) Reset() {
 	*x = Info{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3509,7 +3832,7 @@ func (x *Info) String() string {
 func (*Info) ProtoMessage() {}
 
 func (x *Info) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3522,7 +3845,7 @@ func (x *Info) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Info.ProtoReflect.Descriptor instead.
 func (*Info) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Info) GetVersion() string {
@@ -3614,7 +3937,7 @@ type TerminalOpen struct {
 
 func (x *TerminalOpen) Reset() {
 	*x = TerminalOpen{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3626,7 +3949,7 @@ func (x *TerminalOpen) String() string {
 func (*TerminalOpen) ProtoMessage() {}
 
 func (x *TerminalOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3639,7 +3962,7 @@ func (x *TerminalOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalOpen.ProtoReflect.Descriptor instead.
 func (*TerminalOpen) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TerminalOpen) GetArgv() []string {
@@ -3711,7 +4034,7 @@ type TerminalAttach struct {
 
 func (x *TerminalAttach) Reset() {
 	*x = TerminalAttach{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +4046,7 @@ func (x *TerminalAttach) String() string {
 func (*TerminalAttach) ProtoMessage() {}
 
 func (x *TerminalAttach) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +4059,7 @@ func (x *TerminalAttach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalAttach.ProtoReflect.Descriptor instead.
 func (*TerminalAttach) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TerminalAttach) GetSessionId() string {
@@ -3764,7 +4087,7 @@ type TerminalResize struct {
 
 func (x *TerminalResize) Reset() {
 	*x = TerminalResize{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +4099,7 @@ func (x *TerminalResize) String() string {
 func (*TerminalResize) ProtoMessage() {}
 
 func (x *TerminalResize) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +4112,7 @@ func (x *TerminalResize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalResize.ProtoReflect.Descriptor instead.
 func (*TerminalResize) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TerminalResize) GetRows() uint32 {
@@ -3823,7 +4146,7 @@ type TerminalClientMessage struct {
 
 func (x *TerminalClientMessage) Reset() {
 	*x = TerminalClientMessage{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3835,7 +4158,7 @@ func (x *TerminalClientMessage) String() string {
 func (*TerminalClientMessage) ProtoMessage() {}
 
 func (x *TerminalClientMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3848,7 +4171,7 @@ func (x *TerminalClientMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalClientMessage.ProtoReflect.Descriptor instead.
 func (*TerminalClientMessage) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TerminalClientMessage) GetMsg() isTerminalClientMessage_Msg {
@@ -3958,7 +4281,7 @@ type TerminalServerMessage struct {
 
 func (x *TerminalServerMessage) Reset() {
 	*x = TerminalServerMessage{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3970,7 +4293,7 @@ func (x *TerminalServerMessage) String() string {
 func (*TerminalServerMessage) ProtoMessage() {}
 
 func (x *TerminalServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3983,7 +4306,7 @@ func (x *TerminalServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalServerMessage.ProtoReflect.Descriptor instead.
 func (*TerminalServerMessage) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TerminalServerMessage) GetMsg() isTerminalServerMessage_Msg {
@@ -4058,7 +4381,7 @@ type TerminalExit struct {
 
 func (x *TerminalExit) Reset() {
 	*x = TerminalExit{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4070,7 +4393,7 @@ func (x *TerminalExit) String() string {
 func (*TerminalExit) ProtoMessage() {}
 
 func (x *TerminalExit) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4083,7 +4406,7 @@ func (x *TerminalExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalExit.ProtoReflect.Descriptor instead.
 func (*TerminalExit) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TerminalExit) GetExitCode() int32 {
@@ -4126,7 +4449,7 @@ type TerminalInfo struct {
 
 func (x *TerminalInfo) Reset() {
 	*x = TerminalInfo{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4138,7 +4461,7 @@ func (x *TerminalInfo) String() string {
 func (*TerminalInfo) ProtoMessage() {}
 
 func (x *TerminalInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4151,7 +4474,7 @@ func (x *TerminalInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalInfo.ProtoReflect.Descriptor instead.
 func (*TerminalInfo) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TerminalInfo) GetId() string {
@@ -4261,7 +4584,7 @@ type ListTerminalsRequest struct {
 
 func (x *ListTerminalsRequest) Reset() {
 	*x = ListTerminalsRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4273,7 +4596,7 @@ func (x *ListTerminalsRequest) String() string {
 func (*ListTerminalsRequest) ProtoMessage() {}
 
 func (x *ListTerminalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4286,7 +4609,7 @@ func (x *ListTerminalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTerminalsRequest.ProtoReflect.Descriptor instead.
 func (*ListTerminalsRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 // ListTerminalsResponse holds the sessions, oldest first.
@@ -4299,7 +4622,7 @@ type ListTerminalsResponse struct {
 
 func (x *ListTerminalsResponse) Reset() {
 	*x = ListTerminalsResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4311,7 +4634,7 @@ func (x *ListTerminalsResponse) String() string {
 func (*ListTerminalsResponse) ProtoMessage() {}
 
 func (x *ListTerminalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4324,7 +4647,7 @@ func (x *ListTerminalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTerminalsResponse.ProtoReflect.Descriptor instead.
 func (*ListTerminalsResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListTerminalsResponse) GetSessions() []*TerminalInfo {
@@ -4347,7 +4670,7 @@ type KillTerminalRequest struct {
 
 func (x *KillTerminalRequest) Reset() {
 	*x = KillTerminalRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4359,7 +4682,7 @@ func (x *KillTerminalRequest) String() string {
 func (*KillTerminalRequest) ProtoMessage() {}
 
 func (x *KillTerminalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4372,7 +4695,7 @@ func (x *KillTerminalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTerminalRequest.ProtoReflect.Descriptor instead.
 func (*KillTerminalRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KillTerminalRequest) GetId() string {
@@ -4398,7 +4721,7 @@ type KillTerminalResponse struct {
 
 func (x *KillTerminalResponse) Reset() {
 	*x = KillTerminalResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4410,7 +4733,7 @@ func (x *KillTerminalResponse) String() string {
 func (*KillTerminalResponse) ProtoMessage() {}
 
 func (x *KillTerminalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4423,7 +4746,7 @@ func (x *KillTerminalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTerminalResponse.ProtoReflect.Descriptor instead.
 func (*KillTerminalResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 var File_berth_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -4540,7 +4863,26 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\x06length\x18\x03 \x01(\x03R\x06length\"V\n" +
 	"\x10DownloadResponse\x12,\n" +
 	"\x04info\x18\x01 \x01(\v2\x18.berth.agent.v1.FileInfoR\x04info\x12\x14\n" +
-	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"\xec\x01\n" +
+	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"U\n" +
+	"\x13UploadArchiveHeader\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12*\n" +
+	"\x11no_create_parents\x18\x02 \x01(\bR\x0fnoCreateParents\"t\n" +
+	"\x14UploadArchiveRequest\x12=\n" +
+	"\x06header\x18\x01 \x01(\v2#.berth.agent.v1.UploadArchiveHeaderH\x00R\x06header\x12\x16\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x05\n" +
+	"\x03msg\"u\n" +
+	"\x15UploadArchiveResponse\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\aentries\x18\x02 \x01(\x03R\aentries\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\x12\x18\n" +
+	"\acreated\x18\x04 \x01(\bR\acreated\"a\n" +
+	"\x16DownloadArchiveRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04gzip\x18\x02 \x01(\bR\x04gzip\x12\x1f\n" +
+	"\vfollow_link\x18\x03 \x01(\bR\n" +
+	"followLink\"/\n" +
+	"\x17DownloadArchiveResponse\x12\x14\n" +
+	"\x05chunk\x18\x01 \x01(\fR\x05chunk\"\xec\x01\n" +
 	"\bFileInfo\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12,\n" +
@@ -4770,7 +5112,7 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\vProcessLogs\x12\".berth.agent.v1.ProcessLogsRequest\x1a\x19.berth.agent.v1.ExecEvent0\x01\x12S\n" +
 	"\n" +
 	"WriteStdin\x12!.berth.agent.v1.WriteStdinRequest\x1a\".berth.agent.v1.WriteStdinResponse\x12\\\n" +
-	"\rSignalProcess\x12$.berth.agent.v1.SignalProcessRequest\x1a%.berth.agent.v1.SignalProcessResponse2\xc8\x04\n" +
+	"\rSignalProcess\x12$.berth.agent.v1.SignalProcessRequest\x1a%.berth.agent.v1.SignalProcessResponse2\x8e\x06\n" +
 	"\vFileService\x12I\n" +
 	"\x06Upload\x12\x1d.berth.agent.v1.UploadRequest\x1a\x1e.berth.agent.v1.UploadResponse(\x01\x12O\n" +
 	"\bDownload\x12\x1f.berth.agent.v1.DownloadRequest\x1a .berth.agent.v1.DownloadResponse0\x01\x12=\n" +
@@ -4779,7 +5121,9 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\aMakeDir\x12\x1e.berth.agent.v1.MakeDirRequest\x1a\x1f.berth.agent.v1.MakeDirResponse\x12A\n" +
 	"\x04Move\x12\x1b.berth.agent.v1.MoveRequest\x1a\x1c.berth.agent.v1.MoveResponse\x12G\n" +
 	"\x06Remove\x12\x1d.berth.agent.v1.RemoveRequest\x1a\x1e.berth.agent.v1.RemoveResponse\x12C\n" +
-	"\x05Watch\x12\x1c.berth.agent.v1.WatchRequest\x1a\x1a.berth.agent.v1.WatchEvent0\x012\xda\x03\n" +
+	"\x05Watch\x12\x1c.berth.agent.v1.WatchRequest\x1a\x1a.berth.agent.v1.WatchEvent0\x01\x12^\n" +
+	"\rUploadArchive\x12$.berth.agent.v1.UploadArchiveRequest\x1a%.berth.agent.v1.UploadArchiveResponse(\x01\x12d\n" +
+	"\x0fDownloadArchive\x12&.berth.agent.v1.DownloadArchiveRequest\x1a'.berth.agent.v1.DownloadArchiveResponse0\x012\xda\x03\n" +
 	"\n" +
 	"GitService\x12M\n" +
 	"\x06Status\x12 .berth.agent.v1.GitStatusRequest\x1a!.berth.agent.v1.GitStatusResponse\x12G\n" +
@@ -4808,172 +5152,182 @@ func file_berth_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_berth_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_berth_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_berth_agent_v1_agent_proto_goTypes = []any{
-	(ProcessState)(0),             // 0: berth.agent.v1.ProcessState
-	(OverwritePolicy)(0),          // 1: berth.agent.v1.OverwritePolicy
-	(FileType)(0),                 // 2: berth.agent.v1.FileType
-	(WatchEventKind)(0),           // 3: berth.agent.v1.WatchEventKind
-	(ChangeKind)(0),               // 4: berth.agent.v1.ChangeKind
-	(*ExecRequest)(nil),           // 5: berth.agent.v1.ExecRequest
-	(*ExecResponse)(nil),          // 6: berth.agent.v1.ExecResponse
-	(*ExecEvent)(nil),             // 7: berth.agent.v1.ExecEvent
-	(*Started)(nil),               // 8: berth.agent.v1.Started
-	(*Exited)(nil),                // 9: berth.agent.v1.Exited
-	(*Gap)(nil),                   // 10: berth.agent.v1.Gap
-	(*ProcessInfo)(nil),           // 11: berth.agent.v1.ProcessInfo
-	(*GetProcessRequest)(nil),     // 12: berth.agent.v1.GetProcessRequest
-	(*ListProcessesRequest)(nil),  // 13: berth.agent.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil), // 14: berth.agent.v1.ListProcessesResponse
-	(*ProcessLogsRequest)(nil),    // 15: berth.agent.v1.ProcessLogsRequest
-	(*WriteStdinRequest)(nil),     // 16: berth.agent.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),    // 17: berth.agent.v1.WriteStdinResponse
-	(*SignalProcessRequest)(nil),  // 18: berth.agent.v1.SignalProcessRequest
-	(*SignalProcessResponse)(nil), // 19: berth.agent.v1.SignalProcessResponse
-	(*UploadHeader)(nil),          // 20: berth.agent.v1.UploadHeader
-	(*UploadRequest)(nil),         // 21: berth.agent.v1.UploadRequest
-	(*UploadResponse)(nil),        // 22: berth.agent.v1.UploadResponse
-	(*DownloadRequest)(nil),       // 23: berth.agent.v1.DownloadRequest
-	(*DownloadResponse)(nil),      // 24: berth.agent.v1.DownloadResponse
-	(*FileInfo)(nil),              // 25: berth.agent.v1.FileInfo
-	(*StatRequest)(nil),           // 26: berth.agent.v1.StatRequest
-	(*ListRequest)(nil),           // 27: berth.agent.v1.ListRequest
-	(*ListResponse)(nil),          // 28: berth.agent.v1.ListResponse
-	(*MakeDirRequest)(nil),        // 29: berth.agent.v1.MakeDirRequest
-	(*MakeDirResponse)(nil),       // 30: berth.agent.v1.MakeDirResponse
-	(*MoveRequest)(nil),           // 31: berth.agent.v1.MoveRequest
-	(*MoveResponse)(nil),          // 32: berth.agent.v1.MoveResponse
-	(*RemoveRequest)(nil),         // 33: berth.agent.v1.RemoveRequest
-	(*RemoveResponse)(nil),        // 34: berth.agent.v1.RemoveResponse
-	(*WatchRequest)(nil),          // 35: berth.agent.v1.WatchRequest
-	(*WatchEvent)(nil),            // 36: berth.agent.v1.WatchEvent
-	(*GitStatusRequest)(nil),      // 37: berth.agent.v1.GitStatusRequest
-	(*GitFileChange)(nil),         // 38: berth.agent.v1.GitFileChange
-	(*GitStatusResponse)(nil),     // 39: berth.agent.v1.GitStatusResponse
-	(*GitDiffRequest)(nil),        // 40: berth.agent.v1.GitDiffRequest
-	(*GitDiffResponse)(nil),       // 41: berth.agent.v1.GitDiffResponse
-	(*GitCloneRequest)(nil),       // 42: berth.agent.v1.GitCloneRequest
-	(*GitCloneResponse)(nil),      // 43: berth.agent.v1.GitCloneResponse
-	(*GitCheckoutRequest)(nil),    // 44: berth.agent.v1.GitCheckoutRequest
-	(*GitCheckoutResponse)(nil),   // 45: berth.agent.v1.GitCheckoutResponse
-	(*GitCommitRequest)(nil),      // 46: berth.agent.v1.GitCommitRequest
-	(*GitCommitResponse)(nil),     // 47: berth.agent.v1.GitCommitResponse
-	(*GitLogRequest)(nil),         // 48: berth.agent.v1.GitLogRequest
-	(*GitCommit)(nil),             // 49: berth.agent.v1.GitCommit
-	(*GitLogResponse)(nil),        // 50: berth.agent.v1.GitLogResponse
-	(*GetInfoRequest)(nil),        // 51: berth.agent.v1.GetInfoRequest
-	(*Info)(nil),                  // 52: berth.agent.v1.Info
-	(*TerminalOpen)(nil),          // 53: berth.agent.v1.TerminalOpen
-	(*TerminalAttach)(nil),        // 54: berth.agent.v1.TerminalAttach
-	(*TerminalResize)(nil),        // 55: berth.agent.v1.TerminalResize
-	(*TerminalClientMessage)(nil), // 56: berth.agent.v1.TerminalClientMessage
-	(*TerminalServerMessage)(nil), // 57: berth.agent.v1.TerminalServerMessage
-	(*TerminalExit)(nil),          // 58: berth.agent.v1.TerminalExit
-	(*TerminalInfo)(nil),          // 59: berth.agent.v1.TerminalInfo
-	(*ListTerminalsRequest)(nil),  // 60: berth.agent.v1.ListTerminalsRequest
-	(*ListTerminalsResponse)(nil), // 61: berth.agent.v1.ListTerminalsResponse
-	(*KillTerminalRequest)(nil),   // 62: berth.agent.v1.KillTerminalRequest
-	(*KillTerminalResponse)(nil),  // 63: berth.agent.v1.KillTerminalResponse
-	nil,                           // 64: berth.agent.v1.ExecRequest.EnvEntry
-	nil,                           // 65: berth.agent.v1.TerminalOpen.EnvEntry
-	(*durationpb.Duration)(nil),   // 66: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 67: google.protobuf.Timestamp
+	(ProcessState)(0),               // 0: berth.agent.v1.ProcessState
+	(OverwritePolicy)(0),            // 1: berth.agent.v1.OverwritePolicy
+	(FileType)(0),                   // 2: berth.agent.v1.FileType
+	(WatchEventKind)(0),             // 3: berth.agent.v1.WatchEventKind
+	(ChangeKind)(0),                 // 4: berth.agent.v1.ChangeKind
+	(*ExecRequest)(nil),             // 5: berth.agent.v1.ExecRequest
+	(*ExecResponse)(nil),            // 6: berth.agent.v1.ExecResponse
+	(*ExecEvent)(nil),               // 7: berth.agent.v1.ExecEvent
+	(*Started)(nil),                 // 8: berth.agent.v1.Started
+	(*Exited)(nil),                  // 9: berth.agent.v1.Exited
+	(*Gap)(nil),                     // 10: berth.agent.v1.Gap
+	(*ProcessInfo)(nil),             // 11: berth.agent.v1.ProcessInfo
+	(*GetProcessRequest)(nil),       // 12: berth.agent.v1.GetProcessRequest
+	(*ListProcessesRequest)(nil),    // 13: berth.agent.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),   // 14: berth.agent.v1.ListProcessesResponse
+	(*ProcessLogsRequest)(nil),      // 15: berth.agent.v1.ProcessLogsRequest
+	(*WriteStdinRequest)(nil),       // 16: berth.agent.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),      // 17: berth.agent.v1.WriteStdinResponse
+	(*SignalProcessRequest)(nil),    // 18: berth.agent.v1.SignalProcessRequest
+	(*SignalProcessResponse)(nil),   // 19: berth.agent.v1.SignalProcessResponse
+	(*UploadHeader)(nil),            // 20: berth.agent.v1.UploadHeader
+	(*UploadRequest)(nil),           // 21: berth.agent.v1.UploadRequest
+	(*UploadResponse)(nil),          // 22: berth.agent.v1.UploadResponse
+	(*DownloadRequest)(nil),         // 23: berth.agent.v1.DownloadRequest
+	(*DownloadResponse)(nil),        // 24: berth.agent.v1.DownloadResponse
+	(*UploadArchiveHeader)(nil),     // 25: berth.agent.v1.UploadArchiveHeader
+	(*UploadArchiveRequest)(nil),    // 26: berth.agent.v1.UploadArchiveRequest
+	(*UploadArchiveResponse)(nil),   // 27: berth.agent.v1.UploadArchiveResponse
+	(*DownloadArchiveRequest)(nil),  // 28: berth.agent.v1.DownloadArchiveRequest
+	(*DownloadArchiveResponse)(nil), // 29: berth.agent.v1.DownloadArchiveResponse
+	(*FileInfo)(nil),                // 30: berth.agent.v1.FileInfo
+	(*StatRequest)(nil),             // 31: berth.agent.v1.StatRequest
+	(*ListRequest)(nil),             // 32: berth.agent.v1.ListRequest
+	(*ListResponse)(nil),            // 33: berth.agent.v1.ListResponse
+	(*MakeDirRequest)(nil),          // 34: berth.agent.v1.MakeDirRequest
+	(*MakeDirResponse)(nil),         // 35: berth.agent.v1.MakeDirResponse
+	(*MoveRequest)(nil),             // 36: berth.agent.v1.MoveRequest
+	(*MoveResponse)(nil),            // 37: berth.agent.v1.MoveResponse
+	(*RemoveRequest)(nil),           // 38: berth.agent.v1.RemoveRequest
+	(*RemoveResponse)(nil),          // 39: berth.agent.v1.RemoveResponse
+	(*WatchRequest)(nil),            // 40: berth.agent.v1.WatchRequest
+	(*WatchEvent)(nil),              // 41: berth.agent.v1.WatchEvent
+	(*GitStatusRequest)(nil),        // 42: berth.agent.v1.GitStatusRequest
+	(*GitFileChange)(nil),           // 43: berth.agent.v1.GitFileChange
+	(*GitStatusResponse)(nil),       // 44: berth.agent.v1.GitStatusResponse
+	(*GitDiffRequest)(nil),          // 45: berth.agent.v1.GitDiffRequest
+	(*GitDiffResponse)(nil),         // 46: berth.agent.v1.GitDiffResponse
+	(*GitCloneRequest)(nil),         // 47: berth.agent.v1.GitCloneRequest
+	(*GitCloneResponse)(nil),        // 48: berth.agent.v1.GitCloneResponse
+	(*GitCheckoutRequest)(nil),      // 49: berth.agent.v1.GitCheckoutRequest
+	(*GitCheckoutResponse)(nil),     // 50: berth.agent.v1.GitCheckoutResponse
+	(*GitCommitRequest)(nil),        // 51: berth.agent.v1.GitCommitRequest
+	(*GitCommitResponse)(nil),       // 52: berth.agent.v1.GitCommitResponse
+	(*GitLogRequest)(nil),           // 53: berth.agent.v1.GitLogRequest
+	(*GitCommit)(nil),               // 54: berth.agent.v1.GitCommit
+	(*GitLogResponse)(nil),          // 55: berth.agent.v1.GitLogResponse
+	(*GetInfoRequest)(nil),          // 56: berth.agent.v1.GetInfoRequest
+	(*Info)(nil),                    // 57: berth.agent.v1.Info
+	(*TerminalOpen)(nil),            // 58: berth.agent.v1.TerminalOpen
+	(*TerminalAttach)(nil),          // 59: berth.agent.v1.TerminalAttach
+	(*TerminalResize)(nil),          // 60: berth.agent.v1.TerminalResize
+	(*TerminalClientMessage)(nil),   // 61: berth.agent.v1.TerminalClientMessage
+	(*TerminalServerMessage)(nil),   // 62: berth.agent.v1.TerminalServerMessage
+	(*TerminalExit)(nil),            // 63: berth.agent.v1.TerminalExit
+	(*TerminalInfo)(nil),            // 64: berth.agent.v1.TerminalInfo
+	(*ListTerminalsRequest)(nil),    // 65: berth.agent.v1.ListTerminalsRequest
+	(*ListTerminalsResponse)(nil),   // 66: berth.agent.v1.ListTerminalsResponse
+	(*KillTerminalRequest)(nil),     // 67: berth.agent.v1.KillTerminalRequest
+	(*KillTerminalResponse)(nil),    // 68: berth.agent.v1.KillTerminalResponse
+	nil,                             // 69: berth.agent.v1.ExecRequest.EnvEntry
+	nil,                             // 70: berth.agent.v1.TerminalOpen.EnvEntry
+	(*durationpb.Duration)(nil),     // 71: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 72: google.protobuf.Timestamp
 }
 var file_berth_agent_v1_agent_proto_depIdxs = []int32{
-	64, // 0: berth.agent.v1.ExecRequest.env:type_name -> berth.agent.v1.ExecRequest.EnvEntry
-	66, // 1: berth.agent.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	66, // 2: berth.agent.v1.ExecRequest.kill_grace:type_name -> google.protobuf.Duration
-	66, // 3: berth.agent.v1.ExecResponse.duration:type_name -> google.protobuf.Duration
+	69, // 0: berth.agent.v1.ExecRequest.env:type_name -> berth.agent.v1.ExecRequest.EnvEntry
+	71, // 1: berth.agent.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	71, // 2: berth.agent.v1.ExecRequest.kill_grace:type_name -> google.protobuf.Duration
+	71, // 3: berth.agent.v1.ExecResponse.duration:type_name -> google.protobuf.Duration
 	8,  // 4: berth.agent.v1.ExecEvent.started:type_name -> berth.agent.v1.Started
 	9,  // 5: berth.agent.v1.ExecEvent.exited:type_name -> berth.agent.v1.Exited
 	10, // 6: berth.agent.v1.ExecEvent.gap:type_name -> berth.agent.v1.Gap
-	66, // 7: berth.agent.v1.Exited.duration:type_name -> google.protobuf.Duration
+	71, // 7: berth.agent.v1.Exited.duration:type_name -> google.protobuf.Duration
 	0,  // 8: berth.agent.v1.ProcessInfo.state:type_name -> berth.agent.v1.ProcessState
-	67, // 9: berth.agent.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	67, // 10: berth.agent.v1.ProcessInfo.exited_at:type_name -> google.protobuf.Timestamp
+	72, // 9: berth.agent.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	72, // 10: berth.agent.v1.ProcessInfo.exited_at:type_name -> google.protobuf.Timestamp
 	11, // 11: berth.agent.v1.ListProcessesResponse.processes:type_name -> berth.agent.v1.ProcessInfo
 	1,  // 12: berth.agent.v1.UploadHeader.overwrite:type_name -> berth.agent.v1.OverwritePolicy
 	20, // 13: berth.agent.v1.UploadRequest.header:type_name -> berth.agent.v1.UploadHeader
-	25, // 14: berth.agent.v1.DownloadResponse.info:type_name -> berth.agent.v1.FileInfo
-	2,  // 15: berth.agent.v1.FileInfo.type:type_name -> berth.agent.v1.FileType
-	67, // 16: berth.agent.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	25, // 17: berth.agent.v1.ListResponse.entries:type_name -> berth.agent.v1.FileInfo
-	3,  // 18: berth.agent.v1.WatchEvent.kind:type_name -> berth.agent.v1.WatchEventKind
-	67, // 19: berth.agent.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	4,  // 20: berth.agent.v1.GitFileChange.kind:type_name -> berth.agent.v1.ChangeKind
-	38, // 21: berth.agent.v1.GitStatusResponse.files:type_name -> berth.agent.v1.GitFileChange
-	4,  // 22: berth.agent.v1.GitDiffResponse.kind:type_name -> berth.agent.v1.ChangeKind
-	67, // 23: berth.agent.v1.GitCommit.time:type_name -> google.protobuf.Timestamp
-	49, // 24: berth.agent.v1.GitLogResponse.commits:type_name -> berth.agent.v1.GitCommit
-	66, // 25: berth.agent.v1.Info.uptime:type_name -> google.protobuf.Duration
-	67, // 26: berth.agent.v1.Info.started_at:type_name -> google.protobuf.Timestamp
-	65, // 27: berth.agent.v1.TerminalOpen.env:type_name -> berth.agent.v1.TerminalOpen.EnvEntry
-	53, // 28: berth.agent.v1.TerminalClientMessage.open:type_name -> berth.agent.v1.TerminalOpen
-	54, // 29: berth.agent.v1.TerminalClientMessage.attach:type_name -> berth.agent.v1.TerminalAttach
-	55, // 30: berth.agent.v1.TerminalClientMessage.resize:type_name -> berth.agent.v1.TerminalResize
-	59, // 31: berth.agent.v1.TerminalServerMessage.session:type_name -> berth.agent.v1.TerminalInfo
-	58, // 32: berth.agent.v1.TerminalServerMessage.exit:type_name -> berth.agent.v1.TerminalExit
-	58, // 33: berth.agent.v1.TerminalInfo.exit:type_name -> berth.agent.v1.TerminalExit
-	67, // 34: berth.agent.v1.TerminalInfo.started_at:type_name -> google.protobuf.Timestamp
-	67, // 35: berth.agent.v1.TerminalInfo.exited_at:type_name -> google.protobuf.Timestamp
-	59, // 36: berth.agent.v1.ListTerminalsResponse.sessions:type_name -> berth.agent.v1.TerminalInfo
-	5,  // 37: berth.agent.v1.ProcessService.Exec:input_type -> berth.agent.v1.ExecRequest
-	5,  // 38: berth.agent.v1.ProcessService.ExecStream:input_type -> berth.agent.v1.ExecRequest
-	5,  // 39: berth.agent.v1.ProcessService.StartProcess:input_type -> berth.agent.v1.ExecRequest
-	12, // 40: berth.agent.v1.ProcessService.GetProcess:input_type -> berth.agent.v1.GetProcessRequest
-	13, // 41: berth.agent.v1.ProcessService.ListProcesses:input_type -> berth.agent.v1.ListProcessesRequest
-	15, // 42: berth.agent.v1.ProcessService.ProcessLogs:input_type -> berth.agent.v1.ProcessLogsRequest
-	16, // 43: berth.agent.v1.ProcessService.WriteStdin:input_type -> berth.agent.v1.WriteStdinRequest
-	18, // 44: berth.agent.v1.ProcessService.SignalProcess:input_type -> berth.agent.v1.SignalProcessRequest
-	21, // 45: berth.agent.v1.FileService.Upload:input_type -> berth.agent.v1.UploadRequest
-	23, // 46: berth.agent.v1.FileService.Download:input_type -> berth.agent.v1.DownloadRequest
-	26, // 47: berth.agent.v1.FileService.Stat:input_type -> berth.agent.v1.StatRequest
-	27, // 48: berth.agent.v1.FileService.List:input_type -> berth.agent.v1.ListRequest
-	29, // 49: berth.agent.v1.FileService.MakeDir:input_type -> berth.agent.v1.MakeDirRequest
-	31, // 50: berth.agent.v1.FileService.Move:input_type -> berth.agent.v1.MoveRequest
-	33, // 51: berth.agent.v1.FileService.Remove:input_type -> berth.agent.v1.RemoveRequest
-	35, // 52: berth.agent.v1.FileService.Watch:input_type -> berth.agent.v1.WatchRequest
-	37, // 53: berth.agent.v1.GitService.Status:input_type -> berth.agent.v1.GitStatusRequest
-	40, // 54: berth.agent.v1.GitService.Diff:input_type -> berth.agent.v1.GitDiffRequest
-	42, // 55: berth.agent.v1.GitService.Clone:input_type -> berth.agent.v1.GitCloneRequest
-	44, // 56: berth.agent.v1.GitService.Checkout:input_type -> berth.agent.v1.GitCheckoutRequest
-	46, // 57: berth.agent.v1.GitService.Commit:input_type -> berth.agent.v1.GitCommitRequest
-	48, // 58: berth.agent.v1.GitService.Log:input_type -> berth.agent.v1.GitLogRequest
-	51, // 59: berth.agent.v1.InfoService.GetInfo:input_type -> berth.agent.v1.GetInfoRequest
-	56, // 60: berth.agent.v1.TerminalService.Connect:input_type -> berth.agent.v1.TerminalClientMessage
-	60, // 61: berth.agent.v1.TerminalService.ListTerminals:input_type -> berth.agent.v1.ListTerminalsRequest
-	62, // 62: berth.agent.v1.TerminalService.KillTerminal:input_type -> berth.agent.v1.KillTerminalRequest
-	6,  // 63: berth.agent.v1.ProcessService.Exec:output_type -> berth.agent.v1.ExecResponse
-	7,  // 64: berth.agent.v1.ProcessService.ExecStream:output_type -> berth.agent.v1.ExecEvent
-	11, // 65: berth.agent.v1.ProcessService.StartProcess:output_type -> berth.agent.v1.ProcessInfo
-	11, // 66: berth.agent.v1.ProcessService.GetProcess:output_type -> berth.agent.v1.ProcessInfo
-	14, // 67: berth.agent.v1.ProcessService.ListProcesses:output_type -> berth.agent.v1.ListProcessesResponse
-	7,  // 68: berth.agent.v1.ProcessService.ProcessLogs:output_type -> berth.agent.v1.ExecEvent
-	17, // 69: berth.agent.v1.ProcessService.WriteStdin:output_type -> berth.agent.v1.WriteStdinResponse
-	19, // 70: berth.agent.v1.ProcessService.SignalProcess:output_type -> berth.agent.v1.SignalProcessResponse
-	22, // 71: berth.agent.v1.FileService.Upload:output_type -> berth.agent.v1.UploadResponse
-	24, // 72: berth.agent.v1.FileService.Download:output_type -> berth.agent.v1.DownloadResponse
-	25, // 73: berth.agent.v1.FileService.Stat:output_type -> berth.agent.v1.FileInfo
-	28, // 74: berth.agent.v1.FileService.List:output_type -> berth.agent.v1.ListResponse
-	30, // 75: berth.agent.v1.FileService.MakeDir:output_type -> berth.agent.v1.MakeDirResponse
-	32, // 76: berth.agent.v1.FileService.Move:output_type -> berth.agent.v1.MoveResponse
-	34, // 77: berth.agent.v1.FileService.Remove:output_type -> berth.agent.v1.RemoveResponse
-	36, // 78: berth.agent.v1.FileService.Watch:output_type -> berth.agent.v1.WatchEvent
-	39, // 79: berth.agent.v1.GitService.Status:output_type -> berth.agent.v1.GitStatusResponse
-	41, // 80: berth.agent.v1.GitService.Diff:output_type -> berth.agent.v1.GitDiffResponse
-	43, // 81: berth.agent.v1.GitService.Clone:output_type -> berth.agent.v1.GitCloneResponse
-	45, // 82: berth.agent.v1.GitService.Checkout:output_type -> berth.agent.v1.GitCheckoutResponse
-	47, // 83: berth.agent.v1.GitService.Commit:output_type -> berth.agent.v1.GitCommitResponse
-	50, // 84: berth.agent.v1.GitService.Log:output_type -> berth.agent.v1.GitLogResponse
-	52, // 85: berth.agent.v1.InfoService.GetInfo:output_type -> berth.agent.v1.Info
-	57, // 86: berth.agent.v1.TerminalService.Connect:output_type -> berth.agent.v1.TerminalServerMessage
-	61, // 87: berth.agent.v1.TerminalService.ListTerminals:output_type -> berth.agent.v1.ListTerminalsResponse
-	63, // 88: berth.agent.v1.TerminalService.KillTerminal:output_type -> berth.agent.v1.KillTerminalResponse
-	63, // [63:89] is the sub-list for method output_type
-	37, // [37:63] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	30, // 14: berth.agent.v1.DownloadResponse.info:type_name -> berth.agent.v1.FileInfo
+	25, // 15: berth.agent.v1.UploadArchiveRequest.header:type_name -> berth.agent.v1.UploadArchiveHeader
+	2,  // 16: berth.agent.v1.FileInfo.type:type_name -> berth.agent.v1.FileType
+	72, // 17: berth.agent.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	30, // 18: berth.agent.v1.ListResponse.entries:type_name -> berth.agent.v1.FileInfo
+	3,  // 19: berth.agent.v1.WatchEvent.kind:type_name -> berth.agent.v1.WatchEventKind
+	72, // 20: berth.agent.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	4,  // 21: berth.agent.v1.GitFileChange.kind:type_name -> berth.agent.v1.ChangeKind
+	43, // 22: berth.agent.v1.GitStatusResponse.files:type_name -> berth.agent.v1.GitFileChange
+	4,  // 23: berth.agent.v1.GitDiffResponse.kind:type_name -> berth.agent.v1.ChangeKind
+	72, // 24: berth.agent.v1.GitCommit.time:type_name -> google.protobuf.Timestamp
+	54, // 25: berth.agent.v1.GitLogResponse.commits:type_name -> berth.agent.v1.GitCommit
+	71, // 26: berth.agent.v1.Info.uptime:type_name -> google.protobuf.Duration
+	72, // 27: berth.agent.v1.Info.started_at:type_name -> google.protobuf.Timestamp
+	70, // 28: berth.agent.v1.TerminalOpen.env:type_name -> berth.agent.v1.TerminalOpen.EnvEntry
+	58, // 29: berth.agent.v1.TerminalClientMessage.open:type_name -> berth.agent.v1.TerminalOpen
+	59, // 30: berth.agent.v1.TerminalClientMessage.attach:type_name -> berth.agent.v1.TerminalAttach
+	60, // 31: berth.agent.v1.TerminalClientMessage.resize:type_name -> berth.agent.v1.TerminalResize
+	64, // 32: berth.agent.v1.TerminalServerMessage.session:type_name -> berth.agent.v1.TerminalInfo
+	63, // 33: berth.agent.v1.TerminalServerMessage.exit:type_name -> berth.agent.v1.TerminalExit
+	63, // 34: berth.agent.v1.TerminalInfo.exit:type_name -> berth.agent.v1.TerminalExit
+	72, // 35: berth.agent.v1.TerminalInfo.started_at:type_name -> google.protobuf.Timestamp
+	72, // 36: berth.agent.v1.TerminalInfo.exited_at:type_name -> google.protobuf.Timestamp
+	64, // 37: berth.agent.v1.ListTerminalsResponse.sessions:type_name -> berth.agent.v1.TerminalInfo
+	5,  // 38: berth.agent.v1.ProcessService.Exec:input_type -> berth.agent.v1.ExecRequest
+	5,  // 39: berth.agent.v1.ProcessService.ExecStream:input_type -> berth.agent.v1.ExecRequest
+	5,  // 40: berth.agent.v1.ProcessService.StartProcess:input_type -> berth.agent.v1.ExecRequest
+	12, // 41: berth.agent.v1.ProcessService.GetProcess:input_type -> berth.agent.v1.GetProcessRequest
+	13, // 42: berth.agent.v1.ProcessService.ListProcesses:input_type -> berth.agent.v1.ListProcessesRequest
+	15, // 43: berth.agent.v1.ProcessService.ProcessLogs:input_type -> berth.agent.v1.ProcessLogsRequest
+	16, // 44: berth.agent.v1.ProcessService.WriteStdin:input_type -> berth.agent.v1.WriteStdinRequest
+	18, // 45: berth.agent.v1.ProcessService.SignalProcess:input_type -> berth.agent.v1.SignalProcessRequest
+	21, // 46: berth.agent.v1.FileService.Upload:input_type -> berth.agent.v1.UploadRequest
+	23, // 47: berth.agent.v1.FileService.Download:input_type -> berth.agent.v1.DownloadRequest
+	31, // 48: berth.agent.v1.FileService.Stat:input_type -> berth.agent.v1.StatRequest
+	32, // 49: berth.agent.v1.FileService.List:input_type -> berth.agent.v1.ListRequest
+	34, // 50: berth.agent.v1.FileService.MakeDir:input_type -> berth.agent.v1.MakeDirRequest
+	36, // 51: berth.agent.v1.FileService.Move:input_type -> berth.agent.v1.MoveRequest
+	38, // 52: berth.agent.v1.FileService.Remove:input_type -> berth.agent.v1.RemoveRequest
+	40, // 53: berth.agent.v1.FileService.Watch:input_type -> berth.agent.v1.WatchRequest
+	26, // 54: berth.agent.v1.FileService.UploadArchive:input_type -> berth.agent.v1.UploadArchiveRequest
+	28, // 55: berth.agent.v1.FileService.DownloadArchive:input_type -> berth.agent.v1.DownloadArchiveRequest
+	42, // 56: berth.agent.v1.GitService.Status:input_type -> berth.agent.v1.GitStatusRequest
+	45, // 57: berth.agent.v1.GitService.Diff:input_type -> berth.agent.v1.GitDiffRequest
+	47, // 58: berth.agent.v1.GitService.Clone:input_type -> berth.agent.v1.GitCloneRequest
+	49, // 59: berth.agent.v1.GitService.Checkout:input_type -> berth.agent.v1.GitCheckoutRequest
+	51, // 60: berth.agent.v1.GitService.Commit:input_type -> berth.agent.v1.GitCommitRequest
+	53, // 61: berth.agent.v1.GitService.Log:input_type -> berth.agent.v1.GitLogRequest
+	56, // 62: berth.agent.v1.InfoService.GetInfo:input_type -> berth.agent.v1.GetInfoRequest
+	61, // 63: berth.agent.v1.TerminalService.Connect:input_type -> berth.agent.v1.TerminalClientMessage
+	65, // 64: berth.agent.v1.TerminalService.ListTerminals:input_type -> berth.agent.v1.ListTerminalsRequest
+	67, // 65: berth.agent.v1.TerminalService.KillTerminal:input_type -> berth.agent.v1.KillTerminalRequest
+	6,  // 66: berth.agent.v1.ProcessService.Exec:output_type -> berth.agent.v1.ExecResponse
+	7,  // 67: berth.agent.v1.ProcessService.ExecStream:output_type -> berth.agent.v1.ExecEvent
+	11, // 68: berth.agent.v1.ProcessService.StartProcess:output_type -> berth.agent.v1.ProcessInfo
+	11, // 69: berth.agent.v1.ProcessService.GetProcess:output_type -> berth.agent.v1.ProcessInfo
+	14, // 70: berth.agent.v1.ProcessService.ListProcesses:output_type -> berth.agent.v1.ListProcessesResponse
+	7,  // 71: berth.agent.v1.ProcessService.ProcessLogs:output_type -> berth.agent.v1.ExecEvent
+	17, // 72: berth.agent.v1.ProcessService.WriteStdin:output_type -> berth.agent.v1.WriteStdinResponse
+	19, // 73: berth.agent.v1.ProcessService.SignalProcess:output_type -> berth.agent.v1.SignalProcessResponse
+	22, // 74: berth.agent.v1.FileService.Upload:output_type -> berth.agent.v1.UploadResponse
+	24, // 75: berth.agent.v1.FileService.Download:output_type -> berth.agent.v1.DownloadResponse
+	30, // 76: berth.agent.v1.FileService.Stat:output_type -> berth.agent.v1.FileInfo
+	33, // 77: berth.agent.v1.FileService.List:output_type -> berth.agent.v1.ListResponse
+	35, // 78: berth.agent.v1.FileService.MakeDir:output_type -> berth.agent.v1.MakeDirResponse
+	37, // 79: berth.agent.v1.FileService.Move:output_type -> berth.agent.v1.MoveResponse
+	39, // 80: berth.agent.v1.FileService.Remove:output_type -> berth.agent.v1.RemoveResponse
+	41, // 81: berth.agent.v1.FileService.Watch:output_type -> berth.agent.v1.WatchEvent
+	27, // 82: berth.agent.v1.FileService.UploadArchive:output_type -> berth.agent.v1.UploadArchiveResponse
+	29, // 83: berth.agent.v1.FileService.DownloadArchive:output_type -> berth.agent.v1.DownloadArchiveResponse
+	44, // 84: berth.agent.v1.GitService.Status:output_type -> berth.agent.v1.GitStatusResponse
+	46, // 85: berth.agent.v1.GitService.Diff:output_type -> berth.agent.v1.GitDiffResponse
+	48, // 86: berth.agent.v1.GitService.Clone:output_type -> berth.agent.v1.GitCloneResponse
+	50, // 87: berth.agent.v1.GitService.Checkout:output_type -> berth.agent.v1.GitCheckoutResponse
+	52, // 88: berth.agent.v1.GitService.Commit:output_type -> berth.agent.v1.GitCommitResponse
+	55, // 89: berth.agent.v1.GitService.Log:output_type -> berth.agent.v1.GitLogResponse
+	57, // 90: berth.agent.v1.InfoService.GetInfo:output_type -> berth.agent.v1.Info
+	62, // 91: berth.agent.v1.TerminalService.Connect:output_type -> berth.agent.v1.TerminalServerMessage
+	66, // 92: berth.agent.v1.TerminalService.ListTerminals:output_type -> berth.agent.v1.ListTerminalsResponse
+	68, // 93: berth.agent.v1.TerminalService.KillTerminal:output_type -> berth.agent.v1.KillTerminalResponse
+	66, // [66:94] is the sub-list for method output_type
+	38, // [38:66] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_berth_agent_v1_agent_proto_init() }
@@ -4993,14 +5347,18 @@ func file_berth_agent_v1_agent_proto_init() {
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
-	file_berth_agent_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
+	file_berth_agent_v1_agent_proto_msgTypes[21].OneofWrappers = []any{
+		(*UploadArchiveRequest_Header)(nil),
+		(*UploadArchiveRequest_Chunk)(nil),
+	}
+	file_berth_agent_v1_agent_proto_msgTypes[56].OneofWrappers = []any{
 		(*TerminalClientMessage_Open)(nil),
 		(*TerminalClientMessage_Attach)(nil),
 		(*TerminalClientMessage_Input)(nil),
 		(*TerminalClientMessage_Resize)(nil),
 		(*TerminalClientMessage_Signal)(nil),
 	}
-	file_berth_agent_v1_agent_proto_msgTypes[52].OneofWrappers = []any{
+	file_berth_agent_v1_agent_proto_msgTypes[57].OneofWrappers = []any{
 		(*TerminalServerMessage_Session)(nil),
 		(*TerminalServerMessage_Output)(nil),
 		(*TerminalServerMessage_Exit)(nil),
@@ -5011,7 +5369,7 @@ func file_berth_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_agent_v1_agent_proto_rawDesc), len(file_berth_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   61,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -429,14 +429,16 @@ var ProcessService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	FileService_Upload_FullMethodName   = "/berth.agent.v1.FileService/Upload"
-	FileService_Download_FullMethodName = "/berth.agent.v1.FileService/Download"
-	FileService_Stat_FullMethodName     = "/berth.agent.v1.FileService/Stat"
-	FileService_List_FullMethodName     = "/berth.agent.v1.FileService/List"
-	FileService_MakeDir_FullMethodName  = "/berth.agent.v1.FileService/MakeDir"
-	FileService_Move_FullMethodName     = "/berth.agent.v1.FileService/Move"
-	FileService_Remove_FullMethodName   = "/berth.agent.v1.FileService/Remove"
-	FileService_Watch_FullMethodName    = "/berth.agent.v1.FileService/Watch"
+	FileService_Upload_FullMethodName          = "/berth.agent.v1.FileService/Upload"
+	FileService_Download_FullMethodName        = "/berth.agent.v1.FileService/Download"
+	FileService_Stat_FullMethodName            = "/berth.agent.v1.FileService/Stat"
+	FileService_List_FullMethodName            = "/berth.agent.v1.FileService/List"
+	FileService_MakeDir_FullMethodName         = "/berth.agent.v1.FileService/MakeDir"
+	FileService_Move_FullMethodName            = "/berth.agent.v1.FileService/Move"
+	FileService_Remove_FullMethodName          = "/berth.agent.v1.FileService/Remove"
+	FileService_Watch_FullMethodName           = "/berth.agent.v1.FileService/Watch"
+	FileService_UploadArchive_FullMethodName   = "/berth.agent.v1.FileService/UploadArchive"
+	FileService_DownloadArchive_FullMethodName = "/berth.agent.v1.FileService/DownloadArchive"
 )
 
 // FileServiceClient is the client API for FileService service.
@@ -467,6 +469,19 @@ type FileServiceClient interface {
 	// event when changes were lost (the client must list again). The stream
 	// ends when the client cancels or the directory itself goes away.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
+	// UploadArchive extracts a tar stream into a directory, atomically: a
+	// header, then chunks of the (uncompressed) tar. The entries go to a
+	// staging directory that is renamed to the target when it did not exist,
+	// or merged into it when it did (as docker cp and tar x do). Entries that
+	// are absolute, escape the target, go through a symlink or link outside
+	// it are INVALID_ARGUMENT naming the entry; a refused, broken or
+	// cancelled archive leaves nothing behind. REST: PUT /v1/archive/{path}
+	// (a raw route, body application/x-tar, optionally Content-Encoding: gzip).
+	UploadArchive(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadArchiveRequest, UploadArchiveResponse], error)
+	// DownloadArchive streams a directory tree (or one file) as a tar
+	// archive, optionally gzip-compressed, in chunks. REST: GET
+	// /v1/archive/{path}?gzip=true (a raw route).
+	DownloadArchive(ctx context.Context, in *DownloadArchiveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadArchiveResponse], error)
 }
 
 type fileServiceClient struct {
@@ -578,6 +593,38 @@ func (c *fileServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FileService_WatchClient = grpc.ServerStreamingClient[WatchEvent]
 
+func (c *fileServiceClient) UploadArchive(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadArchiveRequest, UploadArchiveResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FileService_ServiceDesc.Streams[3], FileService_UploadArchive_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UploadArchiveRequest, UploadArchiveResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FileService_UploadArchiveClient = grpc.ClientStreamingClient[UploadArchiveRequest, UploadArchiveResponse]
+
+func (c *fileServiceClient) DownloadArchive(ctx context.Context, in *DownloadArchiveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadArchiveResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FileService_ServiceDesc.Streams[4], FileService_DownloadArchive_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DownloadArchiveRequest, DownloadArchiveResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FileService_DownloadArchiveClient = grpc.ServerStreamingClient[DownloadArchiveResponse]
+
 // FileServiceServer is the server API for FileService service.
 // All implementations must embed UnimplementedFileServiceServer
 // for forward compatibility.
@@ -606,6 +653,19 @@ type FileServiceServer interface {
 	// event when changes were lost (the client must list again). The stream
 	// ends when the client cancels or the directory itself goes away.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
+	// UploadArchive extracts a tar stream into a directory, atomically: a
+	// header, then chunks of the (uncompressed) tar. The entries go to a
+	// staging directory that is renamed to the target when it did not exist,
+	// or merged into it when it did (as docker cp and tar x do). Entries that
+	// are absolute, escape the target, go through a symlink or link outside
+	// it are INVALID_ARGUMENT naming the entry; a refused, broken or
+	// cancelled archive leaves nothing behind. REST: PUT /v1/archive/{path}
+	// (a raw route, body application/x-tar, optionally Content-Encoding: gzip).
+	UploadArchive(grpc.ClientStreamingServer[UploadArchiveRequest, UploadArchiveResponse]) error
+	// DownloadArchive streams a directory tree (or one file) as a tar
+	// archive, optionally gzip-compressed, in chunks. REST: GET
+	// /v1/archive/{path}?gzip=true (a raw route).
+	DownloadArchive(*DownloadArchiveRequest, grpc.ServerStreamingServer[DownloadArchiveResponse]) error
 	mustEmbedUnimplementedFileServiceServer()
 }
 
@@ -639,6 +699,12 @@ func (UnimplementedFileServiceServer) Remove(context.Context, *RemoveRequest) (*
 }
 func (UnimplementedFileServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedFileServiceServer) UploadArchive(grpc.ClientStreamingServer[UploadArchiveRequest, UploadArchiveResponse]) error {
+	return status.Error(codes.Unimplemented, "method UploadArchive not implemented")
+}
+func (UnimplementedFileServiceServer) DownloadArchive(*DownloadArchiveRequest, grpc.ServerStreamingServer[DownloadArchiveResponse]) error {
+	return status.Error(codes.Unimplemented, "method DownloadArchive not implemented")
 }
 func (UnimplementedFileServiceServer) mustEmbedUnimplementedFileServiceServer() {}
 func (UnimplementedFileServiceServer) testEmbeddedByValue()                     {}
@@ -780,6 +846,24 @@ func _FileService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FileService_WatchServer = grpc.ServerStreamingServer[WatchEvent]
 
+func _FileService_UploadArchive_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(FileServiceServer).UploadArchive(&grpc.GenericServerStream[UploadArchiveRequest, UploadArchiveResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FileService_UploadArchiveServer = grpc.ClientStreamingServer[UploadArchiveRequest, UploadArchiveResponse]
+
+func _FileService_DownloadArchive_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(DownloadArchiveRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(FileServiceServer).DownloadArchive(m, &grpc.GenericServerStream[DownloadArchiveRequest, DownloadArchiveResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FileService_DownloadArchiveServer = grpc.ServerStreamingServer[DownloadArchiveResponse]
+
 // FileService_ServiceDesc is the grpc.ServiceDesc for FileService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -822,6 +906,16 @@ var FileService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Watch",
 			Handler:       _FileService_Watch_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "UploadArchive",
+			Handler:       _FileService_UploadArchive_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "DownloadArchive",
+			Handler:       _FileService_DownloadArchive_Handler,
 			ServerStreams: true,
 		},
 	},
