@@ -91,6 +91,24 @@ func (x *tmuxServer) typeLine(name, text string) {
 	x.must("send-keys", "-t", name, "Enter")
 }
 
+// retype types text, then again every few seconds, until a line that is
+// exactly line shows.
+func (x *tmuxServer) retype(name, text, line string) {
+	x.tb.Helper()
+	deadline := time.Now().Add(screenTimeout)
+	for {
+		x.typeLine(name, text)
+		for again := time.Now().Add(3 * time.Second); time.Now().Before(again); time.Sleep(100 * time.Millisecond) {
+			if hasLine(x.screen(name), line) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			x.tb.Fatalf("waited %s for a line %q after typing %q; the screen:\n%s", screenTimeout, line, text, x.screen(name))
+		}
+	}
+}
+
 // keys sends tmux key names (C-c, Enter, q).
 func (x *tmuxServer) keys(name string, keys ...string) {
 	x.tb.Helper()
@@ -221,9 +239,11 @@ func TestShellInTmux(t *testing.T) {
 		}
 		x.typeLine("sh", "stty size")
 		x.waitLine("sh", "40 120")
+		// The CLI learns of the resize by a signal, the keys come through
+		// the pane: on a loaded machine "stty size" may overtake the
+		// resize, so it is typed again until the new size shows.
 		x.must("resize-window", "-t", "sh", "-x", "100", "-y", "30")
-		x.typeLine("sh", "stty size")
-		x.waitLine("sh", "30 100")
+		x.retype("sh", "stty size", "30 100")
 		x.typeLine("sh", "echo marker-$((40+2))")
 		x.waitLine("sh", "marker-42")
 
