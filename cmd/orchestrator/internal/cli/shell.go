@@ -194,11 +194,6 @@ func (o *shellOptions) run(ctx context.Context, env Env, lease string, argv []st
 	id := safe(info.GetId())
 	fmt.Fprintf(env.Stderr, "orchestrator: session %s (re-attach with --attach %s%s)\n", id, id, detachHint(keys))
 
-	restore, err := lt.makeRaw()
-	if err != nil {
-		return fail(fmt.Errorf("raw mode on the local terminal: %w", err))
-	}
-	defer restore()
 	s := &termSender{stream: stream}
 	detached := make(chan struct{})
 	var detachOnce sync.Once
@@ -206,11 +201,18 @@ func (o *shellOptions) run(ctx context.Context, env Env, lease string, argv []st
 		detachOnce.Do(func() { close(detached) })
 		cancel()
 	}
+	// Signals are caught before the terminal goes raw, so that SIGTERM or
+	// SIGHUP never leaves it raw.
+	stopSignals := forwardSignals(callCtx, s, lt, detach)
+	defer stopSignals()
+	restore, err := lt.makeRaw()
+	if err != nil {
+		return fail(fmt.Errorf("raw mode on the local terminal: %w", err))
+	}
+	defer restore()
 	if lt.interactive() {
 		s.resize(lt) // the session may have another size (--attach)
 	}
-	stopSignals := o.forwardSignals(callCtx, s, lt, detach)
-	defer stopSignals()
 	go pumpInput(env.Stdin, s, keys, detach)
 
 	exit, err := copyOutput(stream, env.Stdout)
@@ -291,7 +293,7 @@ func terminalExitStatus(e *agentv1.TerminalExit) int {
 // only kill(1) or a non-terminal parent) is passed on as INT; SIGTERM and
 // SIGHUP detach, leaving the session running. It returns the function that
 // stops the handling.
-func (o *shellOptions) forwardSignals(ctx context.Context, s *termSender, lt localTerm, detach func()) func() {
+func forwardSignals(ctx context.Context, s *termSender, lt localTerm, detach func()) func() {
 	ch := make(chan os.Signal, 4)
 	signal.Notify(ch, syscall.SIGWINCH, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	done := make(chan struct{})
