@@ -131,6 +131,7 @@ type backend interface {
 	execStream(ctx context.Context, req *agentv1.ExecRequest, fn func(*agentv1.ExecEvent) error) error
 	upload(ctx context.Context, src io.Reader, dst string) error
 	download(ctx context.Context, src string, dst io.Writer) error
+	archiveBackend
 	stat(ctx context.Context, path string) (*agentv1.FileInfo, error)
 	list(ctx context.Context, path string, depth int) (*agentv1.ListResponse, error)
 	gitStatus(ctx context.Context, repo string) (*agentv1.GitStatusResponse, error)

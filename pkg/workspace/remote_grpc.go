@@ -140,20 +140,41 @@ func (b *grpcBackend) upload(ctx context.Context, src io.Reader, dst string) err
 	if err != nil {
 		return wireErr(err)
 	}
+	// Workspace.Upload requires the parent to exist (the agent would
+	// create it by default).
+	hdr := &agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Header{Header: &agentv1.UploadHeader{Path: dst, NoCreateParents: true}}}
+	return sendChunks(ctx, cancel, dst, src, upStream{
+		send: func(chunk []byte) error {
+			if chunk == nil {
+				return stream.Send(hdr)
+			}
+			return stream.Send(&agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Chunk{Chunk: chunk}})
+		},
+		closeAndRecv: func() error { _, err := stream.CloseAndRecv(); return err },
+	})
+}
+
+// upStream is a client stream of an upload: send(nil) sends the header,
+// send(chunk) a chunk.
+type upStream struct {
+	send         func(chunk []byte) error
+	closeAndRecv func() error
+}
+
+// sendChunks sends the header and then src in chunks on an upload stream,
+// and returns the agent's answer. A failure of src cancels the stream.
+func sendChunks(ctx context.Context, cancel context.CancelFunc, dst string, src io.Reader, st upStream) error {
 	// A send fails with io.EOF when the agent has already answered (for
 	// example, NotFound for a missing parent); the answer is then what
 	// CloseAndRecv returns.
 	answer := func() error {
-		_, err := stream.CloseAndRecv()
+		err := st.closeAndRecv()
 		if err == nil {
 			return fmt.Errorf("%w: upload %s: the agent ended the upload early", errdefs.ErrInternal, dst)
 		}
 		return wireErr(err)
 	}
-	// Workspace.Upload requires the parent to exist (the agent would
-	// create it by default).
-	hdr := &agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Header{Header: &agentv1.UploadHeader{Path: dst, NoCreateParents: true}}}
-	if err := stream.Send(hdr); err != nil {
+	if err := st.send(nil); err != nil {
 		if errors.Is(err, io.EOF) {
 			return answer()
 		}
@@ -163,8 +184,7 @@ func (b *grpcBackend) upload(ctx context.Context, src io.Reader, dst string) err
 	for {
 		n, rerr := io.ReadFull(src, buf)
 		if n > 0 {
-			msg := &agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Chunk{Chunk: buf[:n]}}
-			if err := stream.Send(msg); err != nil {
+			if err := st.send(buf[:n]); err != nil {
 				if errors.Is(err, io.EOF) {
 					return answer()
 				}
@@ -182,10 +202,7 @@ func (b *grpcBackend) upload(ctx context.Context, src io.Reader, dst string) err
 			return err
 		}
 	}
-	if _, err := stream.CloseAndRecv(); err != nil {
-		return wireErr(err)
-	}
-	return nil
+	return wireErr(st.closeAndRecv())
 }
 
 func (b *grpcBackend) download(ctx context.Context, src string, dst io.Writer) error {

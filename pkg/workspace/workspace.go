@@ -50,6 +50,31 @@ type Workspace interface {
 	// a failure in the middle leaves what was written so far in dst.
 	Download(ctx context.Context, src string, dst io.Writer) error
 
+	// UploadArchive extracts the tar stream src into the directory dir,
+	// atomically, as `docker cp` and `tar x` put a tree in place: when dir
+	// does not exist the entries go to a staging directory beside it that
+	// is renamed to dir at the end (its parent must exist, else
+	// errdefs.ErrNotFound); when it is a directory they are merged into it
+	// (new paths renamed into place, files replaced, directories merged,
+	// what the archive does not name kept; a directory over a file or the
+	// reverse is errdefs.ErrFailedPrecondition, found before anything
+	// moves). Modes, symlinks, hard links and modification times are kept;
+	// owners are the workspace's user. An entry that is absolute, escapes
+	// dir ("../x"), goes through a symlink or is a link pointing outside
+	// dir is errdefs.ErrInvalidArgument naming the entry, as is a stream
+	// that is not a complete tar; a refused, broken or cancelled archive
+	// leaves nothing behind.
+	UploadArchive(ctx context.Context, src io.Reader, dir string) error
+
+	// DownloadArchive writes the file or directory tree src as a tar
+	// stream to dst (gzip-compressed with opts.Gzip), entries named after
+	// src's base name ("src/", "src/a", ...) in lexical order, symlinks as
+	// symlinks, modes and times (whole seconds) kept; sockets, devices and
+	// FIFOs are skipped. A missing src is errdefs.ErrNotFound, reported
+	// before anything is written; a failure in the middle is an error
+	// (never a short archive without one).
+	DownloadArchive(ctx context.Context, src string, dst io.Writer, opts ArchiveOptions) error
+
 	// Stat describes path without following a final symlink.
 	Stat(ctx context.Context, path string) (FileInfo, error)
 

@@ -215,13 +215,19 @@ func refuse(name, format string, args ...any) error {
 // readAll extracts every entry of r into the staging directory and then
 // drains the padding after the end-of-archive marker.
 func (x *extractor) readAll(r io.Reader, res *Result) error {
-	tr := tar.NewReader(r)
+	zr := &zeroTail{r: r}
+	tr := tar.NewReader(zr)
 	for {
 		if err := x.ctx.Err(); err != nil {
 			return err
 		}
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
+			// The end-of-archive marker (two zero blocks) must be there:
+			// an archive cut at an entry boundary is still cut.
+			if zr.zeros < 2*512 {
+				return errdefs.InvalidArgument("archive", "not a complete tar stream: no end-of-archive marker")
+			}
 			break
 		}
 		if err != nil {
@@ -249,6 +255,24 @@ func (x *extractor) readAll(r io.Reader, res *Result) error {
 		}
 	}
 	return nil
+}
+
+// zeroTail counts the zero bytes at the end of what was read.
+type zeroTail struct {
+	r     io.Reader
+	zeros int64
+}
+
+func (z *zeroTail) Read(p []byte) (int, error) {
+	n, err := z.r.Read(p)
+	for i := n - 1; i >= 0; i-- {
+		if p[i] != 0 {
+			z.zeros = int64(n - 1 - i)
+			return n, err
+		}
+	}
+	z.zeros += int64(n)
+	return n, err
 }
 
 // readErr classifies an error of the tar reader: the context's, a
