@@ -51,7 +51,9 @@ func newTmux(tb testing.TB, env ...string) *tmuxServer {
 	if err := os.WriteFile(conf, []byte("set -g status off\nset -g history-limit 10000\n"), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	x := &tmuxServer{tb: tb, socket: "berth-test-" + randHex(6), conf: conf,
+	// A private server: its socket (berth-test-<random>) in the test's
+	// temporary directory, so that nothing is left behind in /tmp/tmux-UID.
+	x := &tmuxServer{tb: tb, socket: filepath.Join(filepath.Dir(conf), "berth-test-"+randHex(6)), conf: conf,
 		env: append(hermeticEnv(), append([]string{"ENV="}, env...)...)}
 	tb.Cleanup(func() { _, _ = x.run("kill-server") })
 	return x
@@ -60,7 +62,7 @@ func newTmux(tb testing.TB, env ...string) *tmuxServer {
 func (x *tmuxServer) run(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "tmux", append([]string{"-L", x.socket, "-f", x.conf}, args...)...)
+	cmd := exec.CommandContext(ctx, "tmux", append([]string{"-S", x.socket, "-f", x.conf}, args...)...)
 	cmd.Env = x.env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
