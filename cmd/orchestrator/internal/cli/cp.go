@@ -5,28 +5,64 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
+	"github.com/berth-dev/berth/pkg/agent/files/archive"
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 )
+
+// cpOptions are the flags of cp.
+type cpOptions struct {
+	parents    bool
+	followLink bool
+}
 
 // newCpCommand is `orchestrator cp SRC DST`.
 func newCpCommand(env Env) *cobra.Command {
 	sf := &sandboxFlags{}
-	var parents bool
+	o := &cpOptions{}
 	cmd := &cobra.Command{
 		Use:   "cp [flags] SRC DST",
-		Short: "Copy a file into or out of a lease's sandbox",
-		Long: `Copy a file between this machine and a lease's sandbox. Exactly one of SRC
-and DST is LEASE:/absolute/path; the other is a local path, or - for stdin
-(upload) or stdout (download). A download is written next to DST and renamed
-into place, so a failed copy leaves no partial file.`,
+		Short: "Copy files and directories into or out of a lease's sandbox",
+		Long: `Copy a file or a directory tree between this machine and a lease's sandbox,
+as docker cp does. Exactly one of SRC and DST is LEASE:/absolute/path; the
+other is a local path, or - for stdin (upload) or stdout (download).
+
+Files: a download is written next to DST and renamed into place, so a
+failed copy leaves no partial file; DST ending in / or naming an existing
+directory receives the file under its own name.
+
+Directories are streamed as a tar archive (no temporary copy of the tree on
+either side) and keep modes, symlinks, hard links and modification times;
+what is created belongs to the lease's user in the sandbox and to you here.
+As with docker cp:
+  SRC is a directory, DST does not exist:     DST is created with SRC's contents
+  SRC is a directory, DST is a directory:     SRC is copied into it, as DST/NAME
+  SRC ends with /. and DST is a directory:    SRC's contents are merged into DST
+Files already in DST are replaced, other files in it are kept. A copy that
+fails (a broken connection, an entry escaping DST, an absolute symlink or
+one pointing outside DST) leaves nothing behind.
+
+With -, a directory travels as a tar stream: "cp - LEASE:DIR" extracts the
+tar on stdin into the existing directory DIR (a DIR that is no directory
+gets stdin as a file, as before), and "cp LEASE:DIR -" writes DIR as tar to
+stdout (a file is written as is).`,
 		Example: `  orchestrator cp ./report.txt LEASE:/workspace/report.txt
   orchestrator cp LEASE:/workspace/out/result.json ./result.json
-  tar c . | orchestrator cp - LEASE:/workspace/src.tar
+  orchestrator cp ./src LEASE:/workspace/src        # a directory, recursively
+  orchestrator cp LEASE:/workspace/build ./build
+  orchestrator cp ./src/. LEASE:/workspace          # the contents of src
+  tar c . | orchestrator cp - LEASE:/workspace      # a tar stream on stdin
+  orchestrator cp LEASE:/workspace - | tar t        # a tar stream on stdout
   orchestrator cp LEASE:/workspace/log.txt - | tail`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 2 {
@@ -35,15 +71,20 @@ into place, so a failed copy leaves no partial file.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runCp(cmd.Context(), env, sf, args[0], args[1], parents)
+			return runCp(cmd.Context(), env, sf, args[0], args[1], o)
 		},
 	}
 	sf.register(cmd.Flags(), env, true)
-	cmd.Flags().BoolVar(&parents, "parents", true, "create missing parent directories in the sandbox (--parents=false: refuse a missing parent)")
+	cmd.Flags().BoolVar(&o.parents, "parents", true, "create missing parent directories in the sandbox (--parents=false: refuse a missing parent)")
+	cmd.Flags().BoolVarP(&o.followLink, "follow-link", "L", false, "follow SRC when it is a symlink (symlinks below it are copied as symlinks)")
+	// docker cp's -a keeps the archive's owners; here what is created
+	// always belongs to the lease's user (the sandbox's security model), so
+	// -a is accepted for docker cp's scripts and changes nothing.
+	cmd.Flags().BoolP("archive", "a", false, "accepted for docker cp compatibility; owners are always the lease's user in the sandbox and you here")
 	return cmd
 }
 
-func runCp(ctx context.Context, env Env, sf *sandboxFlags, src, dst string, parents bool) error {
+func runCp(ctx context.Context, env Env, sf *sandboxFlags, src, dst string, o *cpOptions) error {
 	srcLease, srcPath, srcRemote := splitRemote(src)
 	dstLease, dstPath, dstRemote := splitRemote(dst)
 	if srcRemote == dstRemote {
@@ -60,9 +101,9 @@ func runCp(ctx context.Context, env Env, sf *sandboxFlags, src, dst string, pare
 	defer sc.conn.Close()
 	files := agentv1.NewFileServiceClient(sc.conn)
 	if dstRemote {
-		return fail(uploadFile(sc.ctx, env, files, src, dstPath, parents))
+		return fail(copyUp(sc.ctx, env, files, src, dstPath, o))
 	}
-	return fail(download(sc.ctx, files, srcPath, dst, env))
+	return fail(copyDown(sc.ctx, env, files, srcPath, dst, o))
 }
 
 // splitRemote splits "LEASE:/path"; local paths (and "-") are not remote.
@@ -74,10 +115,92 @@ func splitRemote(s string) (lease, path string, remote bool) {
 	return l, p, true
 }
 
+// remoteStat describes path in the sandbox (lstat); nil when it does not
+// exist.
+func remoteStat(ctx context.Context, files agentv1.FileServiceClient, p string) (*agentv1.FileInfo, error) {
+	fi, err := files.Stat(ctx, &agentv1.StatRequest{Path: p})
+	if err != nil {
+		if err = errgrpc.FromGRPC(err); errdefs.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return fi, nil
+}
+
+// copyUp copies src (a local file or directory, or - for stdin) to dst in
+// the sandbox.
+func copyUp(ctx context.Context, env Env, files agentv1.FileServiceClient, src, dst string, o *cpOptions) error {
+	if src == "-" {
+		fi, err := remoteStat(ctx, files, dst)
+		if err != nil {
+			return err
+		}
+		if fi.GetType() == agentv1.FileType_FILE_TYPE_DIRECTORY || strings.HasSuffix(dst, "/") {
+			return uploadTar(ctx, env, files, stdinOf(env), dst, o.parents)
+		}
+		return uploadFile(ctx, env, files, src, dst, o.parents)
+	}
+	stat := os.Lstat
+	if o.followLink {
+		stat = os.Stat
+	}
+	lfi, err := stat(src)
+	if err != nil {
+		return err
+	}
+	if !lfi.IsDir() {
+		if strings.HasSuffix(dst, "/") {
+			dst += filepath.Base(src)
+		}
+		err := uploadFile(ctx, env, files, src, dst, o.parents)
+		if errdefs.IsFailedPrecondition(err) {
+			// DST is a directory: the file goes into it, as docker cp does.
+			if fi, serr := remoteStat(ctx, files, dst); serr == nil && fi.GetType() == agentv1.FileType_FILE_TYPE_DIRECTORY {
+				return uploadFile(ctx, env, files, src, path.Join(dst, filepath.Base(src)), o.parents)
+			}
+		}
+		return err
+	}
+	fi, err := remoteStat(ctx, files, dst)
+	if err != nil {
+		return err
+	}
+	name := "." // DST is created with SRC's contents
+	switch {
+	case fi == nil:
+	case fi.GetType() != agentv1.FileType_FILE_TYPE_DIRECTORY:
+		return errdefs.FailedPrecondition("cannot copy directory %s onto %s: not a directory", src, dst)
+	case !isDotSrc(src):
+		name = filepath.Base(filepath.Clean(src)) // into DST, as DST/NAME
+	}
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(archive.Write(ctx, pw, abs, archive.WriteOptions{Name: name, FollowLink: o.followLink}))
+	}()
+	defer pr.Close()
+	return uploadTar(ctx, env, files, pr, dst, o.parents)
+}
+
+// isDotSrc reports whether a local or sandbox path ends with "/." (copy
+// the directory's contents, not the directory).
+func isDotSrc(p string) bool { return p == "." || strings.HasSuffix(p, "/.") }
+
+func stdinOf(env Env) io.Reader {
+	if env.Stdin == nil {
+		return strings.NewReader("")
+	}
+	return env.Stdin
+}
+
 // uploadFile copies src (a local file, or - for stdin) to path in the
 // sandbox and reports the stored size and digest on stderr.
 func uploadFile(ctx context.Context, env Env, files agentv1.FileServiceClient, src, path string, parents bool) error {
-	r := env.Stdin
+	r := stdinOf(env)
 	if src != "-" {
 		f, err := os.Open(src)
 		if err != nil {
@@ -86,62 +209,173 @@ func uploadFile(ctx context.Context, env Env, files agentv1.FileServiceClient, s
 		defer f.Close()
 		r = f
 	}
-	if r == nil {
-		r = strings.NewReader("")
+	st := upStream[agentv1.UploadRequest, agentv1.UploadResponse]{
+		open:   files.Upload,
+		header: &agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Header{Header: &agentv1.UploadHeader{Path: path, NoCreateParents: !parents}}},
+		chunk: func(c []byte) *agentv1.UploadRequest {
+			return &agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Chunk{Chunk: c}}
+		},
 	}
-	res, err := upload(ctx, files, r, path, parents)
+	res, err := st.send(ctx, r)
 	if err != nil {
-		return err
+		return errgrpc.FromGRPC(err)
 	}
 	fmt.Fprintf(env.Stderr, "%s: %d bytes, sha256 %s\n", safe(res.Path), res.Size, res.Sha256)
 	return nil
 }
 
-func upload(ctx context.Context, files agentv1.FileServiceClient, r io.Reader, path string, parents bool) (*agentv1.UploadResponse, error) {
+// uploadTar extracts the tar stream r into the directory dir in the
+// sandbox and reports what it wrote on stderr.
+func uploadTar(ctx context.Context, env Env, files agentv1.FileServiceClient, r io.Reader, dir string, parents bool) error {
+	st := upStream[agentv1.UploadArchiveRequest, agentv1.UploadArchiveResponse]{
+		open: files.UploadArchive,
+		header: &agentv1.UploadArchiveRequest{Msg: &agentv1.UploadArchiveRequest_Header{
+			Header: &agentv1.UploadArchiveHeader{Path: dir, NoCreateParents: !parents}}},
+		chunk: func(c []byte) *agentv1.UploadArchiveRequest {
+			return &agentv1.UploadArchiveRequest{Msg: &agentv1.UploadArchiveRequest_Chunk{Chunk: c}}
+		},
+	}
+	res, err := st.send(ctx, r)
+	if err != nil {
+		return errgrpc.FromGRPC(err)
+	}
+	fmt.Fprintf(env.Stderr, "%s: %d entries, %d bytes\n", safe(res.Path), res.Entries, res.Bytes)
+	return nil
+}
+
+// upStream is a client-streaming upload RPC: a header, then chunks.
+type upStream[Req, Resp any] struct {
+	open   func(context.Context, ...grpc.CallOption) (grpc.ClientStreamingClient[Req, Resp], error)
+	header *Req
+	chunk  func([]byte) *Req
+}
+
+// send streams the header and then r in chunks, and returns the answer.
+// A failed read cancels the stream, so the agent leaves nothing behind.
+func (u upStream[Req, Resp]) send(ctx context.Context, r io.Reader) (*Resp, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // a failed read cancels the stream, so nothing is left behind
-	st, err := files.Upload(ctx)
+	defer cancel()
+	st, err := u.open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Send(&agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Header{Header: &agentv1.UploadHeader{Path: path, NoCreateParents: !parents}}}); err != nil {
-		_, err = st.CloseAndRecv()
-		return nil, err
+	if err := st.Send(u.header); err != nil {
+		return st.CloseAndRecv() // the agent's answer (io.EOF: it answered early)
 	}
 	buf := make([]byte, 256<<10)
 	for {
-		n, rerr := r.Read(buf)
+		n, rerr := io.ReadFull(r, buf)
 		if n > 0 {
-			if err := st.Send(&agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Chunk{Chunk: buf[:n]}}); err != nil {
-				_, err = st.CloseAndRecv()
-				return nil, err
+			if err := st.Send(u.chunk(buf[:n])); err != nil {
+				return st.CloseAndRecv()
 			}
 		}
-		if errors.Is(rerr, io.EOF) {
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
 			break
 		}
 		if rerr != nil {
-			return nil, fmt.Errorf("read local file: %w", rerr)
+			return nil, fmt.Errorf("read local data: %w", rerr)
 		}
 	}
 	return st.CloseAndRecv()
 }
 
-// download copies path from the sandbox to dst (a local file, or - for
-// stdout). A file is written next to dst and renamed, so a failed download
-// leaves no partial file.
-func download(ctx context.Context, files agentv1.FileServiceClient, path, dst string, env Env) error {
-	st, err := files.Download(ctx, &agentv1.DownloadRequest{Path: path})
+// copyDown copies src from the sandbox to dst (a local path, or - for
+// stdout): a file as it is, a directory as a tar stream.
+func copyDown(ctx context.Context, env Env, files agentv1.FileServiceClient, src, dst string, o *cpOptions) error {
+	fi, err := remoteStat(ctx, files, src)
 	if err != nil {
 		return err
 	}
-	first, err := st.Recv()
+	if fi == nil {
+		return errdefs.NotFound("%s: no such file or directory in the sandbox", src)
+	}
+	dir := fi.GetType() == agentv1.FileType_FILE_TYPE_DIRECTORY ||
+		(fi.GetType() == agentv1.FileType_FILE_TYPE_SYMLINK && o.followLink && isDotSrc(src))
+	if !dir && !(fi.GetType() == agentv1.FileType_FILE_TYPE_SYMLINK && o.followLink) {
+		return download(ctx, files, src, dst, env)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := files.DownloadArchive(ctx, &agentv1.DownloadArchiveRequest{Path: src, FollowLink: o.followLink})
+	if err != nil {
+		return errgrpc.FromGRPC(err)
+	}
+	if dst == "-" {
+		return recvChunks(st, env.Stdout)
+	}
+	abs, err := filepath.Abs(dst)
 	if err != nil {
 		return err
+	}
+	// The archive's entries start with SRC's name: stripped when DST is
+	// created (or SRC ends with /.), kept when SRC goes into DST.
+	strip := 1
+	switch lfi, err := os.Stat(abs); {
+	case err == nil && !lfi.IsDir():
+		if dir {
+			return errdefs.FailedPrecondition("cannot copy directory %s onto %s: not a directory", src, dst)
+		}
+		strip = 0 // a followed symlink to a file: into DST's directory
+		abs = filepath.Dir(abs)
+	case err == nil && !isDotSrc(src):
+		strip = 0
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := archive.Extract(ctx, abs, pr, archive.ExtractOptions{StripComponents: strip})
+		pr.CloseWithError(err)
+		done <- err
+	}()
+	rerr := recvChunks(st, pw)
+	pw.CloseWithError(rerr)
+	if err := <-done; err != nil {
+		if rerr != nil {
+			return rerr
+		}
+		return err
+	}
+	return rerr
+}
+
+// recvChunks writes the chunks of an archive download to w.
+func recvChunks(st grpc.ServerStreamingClient[agentv1.DownloadArchiveResponse], w io.Writer) error {
+	for {
+		msg, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return errgrpc.FromGRPC(err)
+		}
+		if _, err := w.Write(msg.GetChunk()); err != nil {
+			return err
+		}
+	}
+}
+
+// download copies the file path from the sandbox to dst (a local file, or
+// - for stdout; an existing directory receives it under its own name). It
+// is written next to dst and renamed, so a failed download leaves no
+// partial file.
+func download(ctx context.Context, files agentv1.FileServiceClient, path, dst string, env Env) error {
+	st, err := files.Download(ctx, &agentv1.DownloadRequest{Path: path})
+	if err != nil {
+		return errgrpc.FromGRPC(err)
+	}
+	first, err := st.Recv()
+	if err != nil {
+		return errgrpc.FromGRPC(err)
 	}
 	var w io.Writer = env.Stdout
 	var tmp *os.File
 	if dst != "-" {
+		if fi, err := os.Stat(dst); (err == nil && fi.IsDir()) || strings.HasSuffix(dst, "/") {
+			dst = filepath.Join(dst, filepath.Base(path))
+		}
 		tmp, err = os.CreateTemp(dirOf(dst), ".berth-cp-*")
 		if err != nil {
 			return err
@@ -159,7 +393,7 @@ func download(ctx context.Context, files agentv1.FileServiceClient, path, dst st
 			break
 		}
 		if err != nil {
-			return err
+			return errgrpc.FromGRPC(err)
 		}
 	}
 	if tmp == nil {
