@@ -24,7 +24,8 @@ import (
 type shellOptions struct {
 	sandboxFlags
 	cwd, user  string
-	env        []string
+	env        []string // -e KEY=VALUE or KEY, in order
+	envFiles   []string // --env-file, in order
 	shell      bool
 	attach     string
 	noReplay   bool
@@ -82,9 +83,11 @@ The token is the lease's (BERTH_TOKEN) or the operator's.`,
 	}
 	o.register(cmd.Flags(), env, false)
 	fs := cmd.Flags()
-	fs.StringVarP(&o.cwd, "cwd", "w", "", "working directory in the sandbox (absolute)")
-	fs.StringArrayVarP(&o.env, "env", "e", nil, "set an environment variable, KEY=VALUE (repeatable)")
-	fs.StringVarP(&o.user, "user", "u", "", "run as this user (default: the lease's)")
+	fs.StringVarP(&o.cwd, "workdir", "w", "", "working directory `DIR` in the sandbox (absolute)")
+	fs.StringVar(&o.cwd, "cwd", "", "same as --workdir `DIR`")
+	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY[=VALUE]` in the session's environment (repeatable); KEY alone passes this environment's value")
+	fs.StringArrayVar(&o.envFiles, "env-file", nil, "read variables from `FILE`: KEY=VALUE lines, # comments (repeatable)")
+	fs.StringVarP(&o.user, "user", "u", "", "run as `USER`: NAME, UID, NAME:GROUP or UID:GID (default: the lease's)")
 	fs.BoolVar(&o.shell, "sh", false, "run the arguments as one shell line (/bin/sh -c)")
 	fs.StringVar(&o.attach, "attach", "", "re-attach to session `ID` instead of opening one")
 	fs.BoolVar(&o.noReplay, "no-replay", false, "with --attach: skip the recent output, show only what comes next")
@@ -129,33 +132,21 @@ func (o *shellOptions) args(cmd *cobra.Command, args []string) (lease string, ar
 	if _, err := parseDetachKeys(o.detachKeys); err != nil {
 		return "", nil, usageError{err.Error()}
 	}
-	for _, kv := range o.env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return "", nil, usagef("-e %q: want KEY=VALUE", kv)
-		}
-	}
 	return pos[0], argv, nil
 }
 
 // firstMessage is the message that opens (or attaches to) the session, of
-// size rows × cols (0 for the agent's default).
-func (o *shellOptions) firstMessage(env Env, argv []string, rows, cols uint32) *agentv1.TerminalClientMessage {
+// size rows × cols (0 for the agent's default), with the variables vars.
+func (o *shellOptions) firstMessage(env Env, argv []string, vars map[string]string, rows, cols uint32) *agentv1.TerminalClientMessage {
 	if o.attach != "" {
 		return &agentv1.TerminalClientMessage{Msg: &agentv1.TerminalClientMessage_Attach{
 			Attach: &agentv1.TerminalAttach{SessionId: o.attach, NoReplay: o.noReplay}}}
 	}
-	open := &agentv1.TerminalOpen{Cwd: o.cwd, User: o.user, Rows: rows, Cols: cols, Term: env.getenv("TERM")}
+	open := &agentv1.TerminalOpen{Cwd: o.cwd, User: o.user, Env: vars, Rows: rows, Cols: cols, Term: env.getenv("TERM")}
 	if o.shell {
 		open.Command = strings.Join(argv, " ")
 	} else {
 		open.Argv = argv
-	}
-	if len(o.env) > 0 {
-		open.Env = make(map[string]string, len(o.env))
-		for _, kv := range o.env {
-			k, v, _ := strings.Cut(kv, "=")
-			open.Env[k] = v
-		}
 	}
 	return &agentv1.TerminalClientMessage{Msg: &agentv1.TerminalClientMessage_Open{Open: open}}
 }
@@ -163,6 +154,11 @@ func (o *shellOptions) firstMessage(env Env, argv []string, rows, cols uint32) *
 // run connects this terminal to a session until its program exits (the
 // program's exit status is returned as an ExitError) or the user detaches.
 func (o *shellOptions) run(ctx context.Context, env Env, lease string, argv []string) error {
+	// -e and --env-file as exec reads them.
+	vars, err := (&execOptions{env: o.env, envFiles: o.envFiles}).environment(env)
+	if err != nil {
+		return err
+	}
 	sc, err := o.open(ctx, lease)
 	if err != nil {
 		return err
@@ -180,7 +176,7 @@ func (o *shellOptions) run(ctx context.Context, env Env, lease string, argv []st
 		return fail(err)
 	}
 	rows, cols, _ := lt.size()
-	if err := stream.Send(o.firstMessage(env, argv, rows, cols)); err != nil {
+	if err := stream.Send(o.firstMessage(env, argv, vars, rows, cols)); err != nil {
 		return fail(recvErr(stream, err))
 	}
 	first, err := stream.Recv()

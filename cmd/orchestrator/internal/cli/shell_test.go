@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -26,8 +28,13 @@ func TestShell(t *testing.T) {
 		return runTool(t, s, tok, tool{"shell", stdin}, args...)
 	}
 
-	code, out, errs := shell("hello\n", "-e", "GREETING=hi", id, "--", "sh", "-c", `read x; echo "got $GREETING $x"; exit 5`)
-	if code != 5 || !strings.Contains(out, "got hi hello") {
+	envFile := filepath.Join(t.TempDir(), "env")
+	if err := os.WriteFile(envFile, []byte("# comment\nFROMFILE=f\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := shell("hello\n", "-e", "GREETING=hi", "-e", "BERTH_ADDR", "--env-file", envFile, id, "--",
+		"sh", "-c", `read x; echo "got $GREETING $x $FROMFILE ${BERTH_ADDR%%:*}"; exit 5`)
+	if code != 5 || !strings.Contains(out, "got hi hello f http") {
 		t.Fatalf("shell: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	m := shellSession.FindStringSubmatch(errs)
@@ -108,7 +115,8 @@ func TestShellUsage(t *testing.T) {
 		{"shell", "--sh", "L"},
 		{"shell", "--signal", "INT", "L"},
 		{"shell", "--no-replay", "L"},
-		{"shell", "-e", "NOVALUE", "L"},
+		{"shell", "-e", "=NONAME", "L"},
+		{"shell", "--env-file", "/nonexistent/env", "L"},
 		{"shell", "--detach-keys", "ctrl-", "L"},
 		{"shell", "--list", "-o", "xml", "L"},
 	} {
