@@ -27,14 +27,10 @@ import (
 // execOptions are exec's flags.
 type execOptions struct {
 	sandboxFlags
-	cwd      string
-	user     string
-	env      []string // -e KEY=VALUE or KEY, in order
-	envFiles []string // --env-file, in order
-	timeout  time.Duration
-	stdin    bool
-	tty      bool
-	shell    bool
+	processFlags
+	timeout time.Duration
+	stdin   bool
+	tty     bool
 }
 
 // newExecCommand is `orchestrator exec`.
@@ -83,18 +79,13 @@ The token is the lease's (BERTH_TOKEN) or the operator's.`,
 			return execFailure(o.run(cmd.Context(), env, lease, argv, vars))
 		},
 	}
-	o.register(cmd.Flags(), env, true)
+	o.sandboxFlags.register(cmd.Flags(), env, true)
 	fs := cmd.Flags()
-	fs.StringVarP(&o.cwd, "workdir", "w", "", "working directory `DIR` in the sandbox (absolute)")
-	fs.StringVar(&o.cwd, "cwd", "", "same as --workdir `DIR`")
-	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY[=VALUE]` in the command's environment (repeatable); KEY alone passes this environment's value")
-	fs.StringArrayVar(&o.envFiles, "env-file", nil, "read variables from `FILE`: KEY=VALUE lines, # comments (repeatable)")
-	fs.StringVarP(&o.user, "user", "u", "", "run as `USER`: NAME, UID, NAME:GROUP or UID:GID (default: the lease's)")
+	o.processFlags.register(fs, "command")
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "send this process's stdin to the command")
 	fs.BoolVar(&o.stdin, "stdin", false, "same as --interactive")
 	fs.BoolVarP(&o.tty, "tty", "t", false, "run the command on a terminal in the sandbox (as shell does)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "stop the command after this long (exit 124)")
-	fs.BoolVar(&o.shell, "sh", false, "run the arguments as one shell line (/bin/sh -c)")
 	return cmd
 }
 
@@ -184,10 +175,11 @@ func (o *execOptions) run(ctx context.Context, env Env, lease string, argv []str
 // as `shell` opens it (its code path, with exec's flags), with this
 // process's stdin as the input when -i is given.
 func (o *execOptions) runTTY(ctx context.Context, env Env, lease string, argv []string, vars map[string]string) error {
-	so := &shellOptions{sandboxFlags: o.sandboxFlags, cwd: o.cwd, user: o.user, shell: o.shell, detachKeys: defaultDetachKeys}
+	pf := processFlags{cwd: o.cwd, user: o.user, shell: o.shell}
 	for _, k := range slices.Sorted(maps.Keys(vars)) {
-		so.env = append(so.env, k+"="+vars[k])
+		pf.env = append(pf.env, k+"="+vars[k])
 	}
+	so := &shellOptions{sandboxFlags: o.sandboxFlags, processFlags: pf, detachKeys: defaultDetachKeys}
 	if !o.stdin {
 		env.Stdin = nil // docker exec -t without -i: no input
 	}

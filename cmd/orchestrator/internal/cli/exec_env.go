@@ -3,18 +3,40 @@ package cli
 import (
 	"bytes"
 	"fmt"
+	"github.com/spf13/pflag"
 	"os"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 )
 
-// environment returns the variables exec sets in the command: those of the
+// processFlags are the flags exec and shell share, docker exec's: where,
+// as whom and with what environment the program runs.
+type processFlags struct {
+	cwd      string
+	user     string
+	env      []string // -e KEY=VALUE or KEY, in order
+	envFiles []string // --env-file, in order
+	shell    bool
+}
+
+// register adds the shared flags to fs; what names the program in the help
+// ("command", "session").
+func (o *processFlags) register(fs *pflag.FlagSet, what string) {
+	fs.StringVarP(&o.cwd, "workdir", "w", "", "working directory `DIR` in the sandbox (absolute)")
+	fs.StringVar(&o.cwd, "cwd", "", "same as --workdir `DIR`")
+	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY[=VALUE]` in the "+what+"'s environment (repeatable); KEY alone passes this environment's value")
+	fs.StringArrayVar(&o.envFiles, "env-file", nil, "read variables from `FILE`: KEY=VALUE lines, # comments (repeatable)")
+	fs.StringVarP(&o.user, "user", "u", "", "run as `USER`: NAME, UID, NAME:GROUP or UID:GID (default: the lease's)")
+	fs.BoolVar(&o.shell, "sh", false, "run the arguments as one shell line (/bin/sh -c)")
+}
+
+// environment returns the variables to set in the program: those of the
 // --env-file files in order, then -e's, a later one overriding an earlier
 // one (docker's order). A variable named without a value takes this
 // process's value, and is left out when this process has none. Mistakes
 // are usage errors naming the flag.
-func (o *execOptions) environment(env Env) (map[string]string, error) {
+func (o *processFlags) environment(env Env) (map[string]string, error) {
 	vars := map[string]string{}
 	for _, path := range o.envFiles {
 		lines, err := readEnvFile(path)

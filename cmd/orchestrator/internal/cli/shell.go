@@ -23,10 +23,7 @@ import (
 // shellOptions are shell's flags.
 type shellOptions struct {
 	sandboxFlags
-	cwd, user  string
-	env        []string // -e KEY=VALUE or KEY, in order
-	envFiles   []string // --env-file, in order
-	shell      bool
+	processFlags
 	attach     string
 	noReplay   bool
 	list       bool
@@ -48,7 +45,9 @@ func newShellCommand(env Env) *cobra.Command {
 the user's login shell, or CMD. The local terminal is put in raw mode, so
 every key (Ctrl-C, Ctrl-Z, Ctrl-D, arrows) goes to the program in the
 sandbox; its size follows this window's. The shell exits with the program's
-exit code (128+N when signal N ended it).
+exit code (128+N when signal N ended it), 0 when it detached, and like exec
+when it could not run the program: 127 not found, 126 not executable, 125
+any other failure of its own (unknown lease or session, refused token).
 
 The session belongs to the sandbox, not to this command: its id is printed
 on stderr first, and if this command goes away (the window closes, the
@@ -78,17 +77,12 @@ The token is the lease's (BERTH_TOKEN) or the operator's.`,
 			case o.kill != "":
 				return o.runKill(cmd.Context(), env, lease)
 			}
-			return o.run(cmd.Context(), env, lease, argv)
+			return execFailure(o.run(cmd.Context(), env, lease, argv))
 		},
 	}
-	o.register(cmd.Flags(), env, false)
+	o.sandboxFlags.register(cmd.Flags(), env, false)
 	fs := cmd.Flags()
-	fs.StringVarP(&o.cwd, "workdir", "w", "", "working directory `DIR` in the sandbox (absolute)")
-	fs.StringVar(&o.cwd, "cwd", "", "same as --workdir `DIR`")
-	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY[=VALUE]` in the session's environment (repeatable); KEY alone passes this environment's value")
-	fs.StringArrayVar(&o.envFiles, "env-file", nil, "read variables from `FILE`: KEY=VALUE lines, # comments (repeatable)")
-	fs.StringVarP(&o.user, "user", "u", "", "run as `USER`: NAME, UID, NAME:GROUP or UID:GID (default: the lease's)")
-	fs.BoolVar(&o.shell, "sh", false, "run the arguments as one shell line (/bin/sh -c)")
+	o.processFlags.register(fs, "session")
 	fs.StringVar(&o.attach, "attach", "", "re-attach to session `ID` instead of opening one")
 	fs.BoolVar(&o.noReplay, "no-replay", false, "with --attach: skip the recent output, show only what comes next")
 	fs.BoolVar(&o.list, "list", false, "list the sandbox's terminal sessions (-o json|yaml too)")
@@ -155,7 +149,7 @@ func (o *shellOptions) firstMessage(env Env, argv []string, vars map[string]stri
 // program's exit status is returned as an ExitError) or the user detaches.
 func (o *shellOptions) run(ctx context.Context, env Env, lease string, argv []string) error {
 	// -e and --env-file as exec reads them.
-	vars, err := (&execOptions{env: o.env, envFiles: o.envFiles}).environment(env)
+	vars, err := o.environment(env)
 	if err != nil {
 		return err
 	}

@@ -94,13 +94,13 @@ func TestShell(t *testing.T) {
 	<-done
 
 	// Errors, in words.
-	if code, _, errs := shell("", "--attach", "t-0000000000000000", id); code != 1 || !strings.Contains(errs, "(not found)") {
+	if code, _, errs := shell("", "--attach", "t-0000000000000000", id); code != ExitExecFailed || !strings.Contains(errs, "(not found)") {
 		t.Errorf("--attach unknown: exit %d, stderr %q", code, errs)
 	}
-	if code, _, errs := shell("", id, "--", "no-such-program-here"); code != 1 || !strings.Contains(errs, "no-such-program-here") || !strings.Contains(errs, "(failed precondition)") {
+	if code, _, errs := shell("", id, "--", "no-such-program-here"); code != ExitNotFound || !strings.Contains(errs, "no-such-program-here") || !strings.Contains(errs, "(failed precondition)") {
 		t.Errorf("missing program: exit %d, stderr %q", code, errs)
 	}
-	if code, _, errs := runTool(t, s, "wrong", tool{"shell", ""}, id); code != 1 || !strings.Contains(errs, "(unauthenticated)") {
+	if code, _, errs := runTool(t, s, "wrong", tool{"shell", ""}, id); code != ExitExecFailed || !strings.Contains(errs, "(unauthenticated)") {
 		t.Errorf("wrong token: exit %d, stderr %q", code, errs)
 	}
 }
