@@ -3,6 +3,7 @@
 //	orchestrator serve [--listen 127.0.0.1:7070] [--data-dir DIR] [--config FILE] ...
 //	orchestrator lease acquire|get|list|renew|release|reap|watch [flags]
 //	orchestrator exec LEASE -- CMD [ARGS...]   (exits with the command's code)
+//	orchestrator shell LEASE [-- CMD ...]      (an interactive terminal)
 //	orchestrator cp SRC DST                    (LEASE:/abs/path on one side)
 //	orchestrator git status|diff LEASE [REPO]
 //	orchestrator version
@@ -11,8 +12,9 @@
 // Client commands take --addr (BERTH_ADDR, default http://127.0.0.1:7070)
 // and --token (BERTH_TOKEN, else BERTH_OPERATOR_TOKEN). Every command has
 // --help with examples; docs/cli.md describes them all. Exit codes: 0
-// success, 1 error, 2 usage mistake; exec exits with the command's code
-// (124 timed out, 125 exec failed, 126 cannot execute, 127 not found).
+// success, 1 error, 2 usage mistake; exec and shell exit with the
+// program's code (124 timed out, 125 exec failed, 126 cannot execute, 127
+// not found).
 package main
 
 import (
