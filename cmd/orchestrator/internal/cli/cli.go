@@ -78,12 +78,13 @@ Client commands talk to a running orchestrator: --addr (env BERTH_ADDR,
 default ` + DefaultAddr + `) and --token (env BERTH_TOKEN, else
 BERTH_OPERATOR_TOKEN).
 
-Exit codes: 0 success, 1 error, 2 usage mistake; exec exits with the
-command's own code (124 timed out, 125 exec failed, 126 cannot execute,
-127 not found).`,
+Exit codes: 0 success, 1 error, 2 usage mistake; exec and shell exit with
+the program's own code (124 timed out, 125 exec failed, 126 cannot
+execute, 127 not found).`,
 		Example: `  orchestrator serve --listen 127.0.0.1:7070
   orchestrator lease acquire --conversation ci-42 --memory 2Gi -o json
   orchestrator exec LEASE -- make test
+  orchestrator shell LEASE
   orchestrator cp ./report.txt LEASE:/workspace/report.txt
   orchestrator completion bash > /etc/bash_completion.d/orchestrator`,
 		Version:       version.Version,
