@@ -27,6 +27,7 @@ func startHTTP(t testing.TB, fsys *FS) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(RoutePrefix+"/", NewHTTPHandler(fsys))
+	mux.Handle(ArchiveRoutePrefix+"/", NewHTTPHandler(fsys))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv

@@ -154,7 +154,7 @@ func Extract(ctx context.Context, dir string, r io.Reader, opts ExtractOptions) 
 		}
 	}()
 
-	x := &extractor{ctx: ctx, root: staging, opts: opts, files: map[string]bool{}, links: map[string]bool{}}
+	x := &extractor{ctx: ctx, root: staging, opts: opts, files: map[string]bool{}, links: map[string]bool{}, known: map[string]bool{}}
 	if err := x.readAll(r, &res); err != nil {
 		return res, err
 	}
@@ -198,6 +198,7 @@ type extractor struct {
 	opts  ExtractOptions
 	files map[string]bool // regular files written (hard-link targets)
 	links map[string]bool // symlinks written (never parents)
+	known map[string]bool // directories made or checked (saves a stat per entry)
 	dirs  []dirMeta       // directories to give their mode and time last
 	self  *dirMeta        // the "." entry
 }
@@ -381,10 +382,14 @@ func (x *extractor) checkParents(name, raw string) error {
 // mkdirs creates the missing directories of name (relative, not through
 // symlinks: checkParents vetted them) with 0755, given away with Chown.
 func (x *extractor) mkdirs(name string) error {
+	if x.known[name] {
+		return nil
+	}
 	p := filepath.Join(x.root, name)
 	fi, err := os.Lstat(p)
 	switch {
 	case err == nil && fi.IsDir():
+		x.known[name] = true
 		return nil
 	case err == nil:
 		return refuse(name, "a parent is not a directory")
@@ -399,6 +404,7 @@ func (x *extractor) mkdirs(name string) error {
 	if err := os.Mkdir(p, 0o755); err != nil {
 		return fmt.Errorf("extract %s: %w", name, err)
 	}
+	x.known[name] = true
 	return x.chown(name, p)
 }
 
@@ -453,6 +459,7 @@ func (x *extractor) dir(name, p string, mode fs.FileMode, mtime time.Time) error
 			return err
 		}
 	}
+	x.known[name] = true
 	x.dirs = append(x.dirs, dirMeta{name: name, mode: mode, mtime: mtime})
 	return nil
 }
@@ -471,14 +478,30 @@ func (c ctxReader) Read(p []byte) (int, error) {
 }
 
 func (x *extractor) file(tr *tar.Reader, name, p string, mode fs.FileMode, hdr *tar.Header) (int64, error) {
-	if _, err := x.clear(name, p, false); err != nil {
-		return 0, err
+	// The staging directory is new: clear an earlier entry of the same
+	// name only when there is one (a stat per file is dear on FUSE).
+	const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL | syscall.O_NOFOLLOW
+	f, err := os.OpenFile(p, flags, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		if _, err := x.clear(name, p, false); err != nil {
+			return 0, err
+		}
+		f, err = os.OpenFile(p, flags, 0o600)
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return 0, fmt.Errorf("extract %s: %w", name, err)
 	}
 	n, err := io.Copy(f, ctxReader{x.ctx, tr})
+	if err == nil {
+		err = x.chown(name, p) // before the chmod: chown clears set-id bits
+	}
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil && !hdr.ModTime.IsZero() {
+		ts := unix.NsecToTimeval(hdr.ModTime.UnixNano())
+		err = unix.Futimes(int(f.Fd()), []unix.Timeval{ts, ts})
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -486,12 +509,6 @@ func (x *extractor) file(tr *tar.Reader, name, p string, mode fs.FileMode, hdr *
 		if errors.Is(err, io.ErrUnexpectedEOF) || x.ctx.Err() != nil {
 			return 0, x.readErr(err)
 		}
-		return 0, fmt.Errorf("extract %s: %w", name, err)
-	}
-	if err := x.chown(name, p); err != nil {
-		return 0, err
-	}
-	if err := x.setMeta(p, mode, hdr.ModTime, false); err != nil {
 		return 0, fmt.Errorf("extract %s: %w", name, err)
 	}
 	x.files[name] = true
