@@ -170,18 +170,5 @@ func (b *restBackend) downloadArchive(ctx context.Context, src string, dst io.Wr
 	if opts.FollowLink {
 		q.Set("follow", "true")
 	}
-	r := request{method: http.MethodGet, route: archiveRoute(src), query: q, retry: true}
-	resp, err := b.c.do(ctx, r)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	w := &dstWriter{w: dst}
-	if _, err := io.Copy(w, resp.Body); err != nil {
-		if w.err != nil {
-			return fmt.Errorf("download archive %s: %w", src, w.err)
-		}
-		return b.c.transportErr(ctx, r, err)
-	}
-	return nil
+	return b.getTo(ctx, request{method: http.MethodGet, route: archiveRoute(src), query: q, retry: true}, "download archive "+src, dst)
 }

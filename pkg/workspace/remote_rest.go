@@ -218,7 +218,13 @@ func (d *dstWriter) Write(p []byte) (int, error) {
 }
 
 func (b *restBackend) download(ctx context.Context, src string, dst io.Writer) error {
-	r := request{method: http.MethodGet, route: fileRoute(src), retry: true}
+	return b.getTo(ctx, request{method: http.MethodGet, route: fileRoute(src), retry: true}, "download "+src, dst)
+}
+
+// getTo streams the body of the GET r into dst; what names the call in
+// errors. A body that breaks after it started is not retried, since dst
+// already holds part of it.
+func (b *restBackend) getTo(ctx context.Context, r request, what string, dst io.Writer) error {
 	resp, err := b.c.do(ctx, r)
 	if err != nil {
 		return err
@@ -227,10 +233,8 @@ func (b *restBackend) download(ctx context.Context, src string, dst io.Writer) e
 	w := &dstWriter{w: dst}
 	if _, err := io.Copy(w, resp.Body); err != nil {
 		if w.err != nil {
-			return fmt.Errorf("download %s: %w", src, w.err)
+			return fmt.Errorf("%s: %w", what, w.err)
 		}
-		// The body broke after it started: not retried, since dst already
-		// holds part of it.
 		return b.c.transportErr(ctx, r, err)
 	}
 	return nil
