@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
+	agentfiles "github.com/berth-dev/berth/pkg/agent/files"
 	"github.com/berth-dev/berth/pkg/agent/files/archive"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
@@ -326,7 +327,7 @@ func copyDown(ctx context.Context, env Env, files agentv1.FileServiceClient, src
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		_, err := archive.Extract(ctx, abs, pr, archive.ExtractOptions{StripComponents: strip})
+		_, err := archive.Extract(ctx, abs, pr, archive.ExtractOptions{StripComponents: strip, Parallel: agentfiles.ArchiveWriters})
 		pr.CloseWithError(err)
 		done <- err
 	}()

@@ -17,6 +17,18 @@ import (
 	"github.com/berth-dev/berth/pkg/errdefs"
 )
 
+// parallel is ExtractOptions.Parallel for the tests (TestMain runs them
+// with 1 and 4).
+var parallel = 1
+
+func TestMain(m *testing.M) {
+	if code := m.Run(); code != 0 {
+		os.Exit(code)
+	}
+	parallel = 4
+	os.Exit(m.Run())
+}
+
 // entry is one tar entry of a hand-made archive.
 type entry struct {
 	name, link string
@@ -129,6 +141,9 @@ func sampleTree(t *testing.T, dir string) {
 }
 
 func roundTrip(t *testing.T, src, dst string, opts archive.ExtractOptions) archive.Result {
+	if opts.Parallel == 0 {
+		opts.Parallel = parallel
+	}
 	t.Helper()
 	var buf bytes.Buffer
 	if err := archive.Write(context.Background(), &buf, src, archive.WriteOptions{Name: "."}); err != nil {
@@ -146,7 +161,7 @@ func TestRoundTripKeepsModesLinksTimes(t *testing.T) {
 	os.Mkdir(src, 0o750)
 	sampleTree(t, src)
 	dst := filepath.Join(t.TempDir(), "a", "dst")
-	res := roundTrip(t, src, dst, archive.ExtractOptions{CreateParents: true})
+	res := roundTrip(t, src, dst, archive.ExtractOptions{CreateParents: true, Parallel: parallel})
 	if !res.Created || res.Entries < 10 {
 		t.Fatalf("result %+v", res)
 	}
@@ -198,7 +213,7 @@ func TestMergeIntoExistingDirectory(t *testing.T) {
 		entry{name: "src/a.txt", typ: tar.TypeReg, body: "after"},
 		entry{name: "src/new/b.txt", typ: tar.TypeReg, body: "b"},
 	)
-	res, err := archive.Extract(context.Background(), dst, bytes.NewReader(tarb), archive.ExtractOptions{})
+	res, err := archive.Extract(context.Background(), dst, bytes.NewReader(tarb), archive.ExtractOptions{Parallel: parallel})
 	if err != nil || res.Created || res.Entries != 3 {
 		t.Fatalf("%+v %v", res, err)
 	}
@@ -220,7 +235,7 @@ func TestMergeIntoExistingDirectory(t *testing.T) {
 	// A file over a directory is refused before anything moves.
 	before := snapshot(t, dst)
 	tarb = makeTar(t, entry{name: "src/z.txt", typ: tar.TypeReg, body: "z"}, entry{name: "src/keep", typ: tar.TypeReg, body: "x"})
-	_, err = archive.Extract(context.Background(), dst, bytes.NewReader(tarb), archive.ExtractOptions{})
+	_, err = archive.Extract(context.Background(), dst, bytes.NewReader(tarb), archive.ExtractOptions{Parallel: parallel})
 	if !errdefs.IsFailedPrecondition(err) {
 		t.Fatalf("file over directory: %v", err)
 	}
@@ -232,7 +247,7 @@ func TestMergeIntoExistingDirectory(t *testing.T) {
 func TestStripComponents(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "out")
 	tarb := makeTar(t, entry{name: "src/", typ: tar.TypeDir, mode: 0o711}, entry{name: "src/a", typ: tar.TypeReg, body: "a"})
-	if _, err := archive.Extract(context.Background(), dst, bytes.NewReader(tarb), archive.ExtractOptions{StripComponents: 1}); err != nil {
+	if _, err := archive.Extract(context.Background(), dst, bytes.NewReader(tarb), archive.ExtractOptions{StripComponents: 1, Parallel: parallel}); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dst, "a")); string(b) != "a" {
@@ -257,7 +272,7 @@ func TestTenThousandFiles(t *testing.T) {
 	}
 	dst := filepath.Join(t.TempDir(), "dst")
 	start := time.Now()
-	res := roundTrip(t, src, dst, archive.ExtractOptions{})
+	res := roundTrip(t, src, dst, archive.ExtractOptions{Parallel: parallel})
 	t.Logf("10,000 files round trip: %v", time.Since(start))
 	if res.Entries != 10_101 || res.Bytes != 10_000*1024 {
 		t.Fatalf("result %+v", res)
@@ -289,7 +304,7 @@ func TestRefusedEntriesLeaveNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := t.TempDir()
 			for _, dst := range []string{filepath.Join(parent, "new"), parent} {
-				_, err := archive.Extract(context.Background(), dst, bytes.NewReader(makeTar(t, tc.ents...)), archive.ExtractOptions{})
+				_, err := archive.Extract(context.Background(), dst, bytes.NewReader(makeTar(t, tc.ents...)), archive.ExtractOptions{Parallel: parallel})
 				if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), tc.entry) {
 					t.Fatalf("into %s: %v, want InvalidArgument naming %s", dst, err, tc.entry)
 				}
@@ -307,7 +322,7 @@ func TestTruncatedArchiveLeavesNothing(t *testing.T) {
 	for _, cut := range []int{700, 2048, 5000, len(tarb) - 1100} {
 		parent := t.TempDir()
 		for _, dst := range []string{filepath.Join(parent, "new"), parent} {
-			_, err := archive.Extract(context.Background(), dst, bytes.NewReader(tarb[:cut]), archive.ExtractOptions{})
+			_, err := archive.Extract(context.Background(), dst, bytes.NewReader(tarb[:cut]), archive.ExtractOptions{Parallel: parallel})
 			if !errdefs.IsInvalidArgument(err) {
 				t.Fatalf("cut at %d: %v", cut, err)
 			}
@@ -317,7 +332,7 @@ func TestTruncatedArchiveLeavesNothing(t *testing.T) {
 		}
 	}
 	// Not tar at all.
-	_, err := archive.Extract(context.Background(), filepath.Join(t.TempDir(), "x"), strings.NewReader(strings.Repeat("garbage!", 200)), archive.ExtractOptions{})
+	_, err := archive.Extract(context.Background(), filepath.Join(t.TempDir(), "x"), strings.NewReader(strings.Repeat("garbage!", 200)), archive.ExtractOptions{Parallel: parallel})
 	if !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("garbage: %v", err)
 	}
@@ -327,7 +342,7 @@ func TestCancelledLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	parent := t.TempDir()
-	_, err := archive.Extract(ctx, filepath.Join(parent, "x"), bytes.NewReader(makeTar(t, entry{name: "a", typ: tar.TypeReg})), archive.ExtractOptions{})
+	_, err := archive.Extract(ctx, filepath.Join(parent, "x"), bytes.NewReader(makeTar(t, entry{name: "a", typ: tar.TypeReg})), archive.ExtractOptions{Parallel: parallel})
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -341,13 +356,39 @@ func TestTargetErrors(t *testing.T) {
 	f := filepath.Join(dir, "file")
 	os.WriteFile(f, nil, 0o644)
 	tarb := makeTar(t, entry{name: "a", typ: tar.TypeReg})
-	if _, err := archive.Extract(context.Background(), f, bytes.NewReader(tarb), archive.ExtractOptions{}); !errdefs.IsFailedPrecondition(err) {
+	if _, err := archive.Extract(context.Background(), f, bytes.NewReader(tarb), archive.ExtractOptions{Parallel: parallel}); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("onto a file: %v", err)
 	}
-	if _, err := archive.Extract(context.Background(), filepath.Join(dir, "no", "dst"), bytes.NewReader(tarb), archive.ExtractOptions{}); !errdefs.IsNotFound(err) {
+	if _, err := archive.Extract(context.Background(), filepath.Join(dir, "no", "dst"), bytes.NewReader(tarb), archive.ExtractOptions{Parallel: parallel}); !errdefs.IsNotFound(err) {
 		t.Errorf("missing parent: %v", err)
 	}
-	if _, err := archive.Extract(context.Background(), "rel", bytes.NewReader(tarb), archive.ExtractOptions{}); !errdefs.IsInvalidArgument(err) {
+	if _, err := archive.Extract(context.Background(), "rel", bytes.NewReader(tarb), archive.ExtractOptions{Parallel: parallel}); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("relative: %v", err)
+	}
+}
+
+// Later entries of the same name replace earlier ones, as tar x does, and
+// hard links see the file they name, with or without parallel writers.
+func TestRepeatedEntries(t *testing.T) {
+	tarb := makeTar(t,
+		entry{name: "a", typ: tar.TypeReg, body: "first"},
+		entry{name: "h", typ: tar.TypeLink, link: "a"},
+		entry{name: "a", typ: tar.TypeReg, body: "second"},
+		entry{name: "s", typ: tar.TypeSymlink, link: "a"},
+		entry{name: "s", typ: tar.TypeReg, body: "file now"},
+		entry{name: "l", typ: tar.TypeReg, body: "link"},
+		entry{name: "l", typ: tar.TypeSymlink, link: "a"},
+	)
+	dst := filepath.Join(t.TempDir(), "d")
+	if _, err := archive.Extract(context.Background(), dst, bytes.NewReader(tarb), archive.ExtractOptions{Parallel: parallel}); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{"a": "second", "h": "first", "s": "file now", "l": "second"} {
+		if b, err := os.ReadFile(filepath.Join(dst, p)); string(b) != want {
+			t.Errorf("%s = %q, %v; want %q", p, b, err, want)
+		}
+	}
+	if fi, _ := os.Lstat(filepath.Join(dst, "l")); fi.Mode()&fs.ModeSymlink == 0 {
+		t.Error("l is not a symlink")
 	}
 }

@@ -85,6 +85,14 @@ type ExtractOptions struct {
 	// own entry ("."): `src/`, `src/a` with 1 give ".", "a". Entries with
 	// fewer components are skipped.
 	StripComponents int
+	// Parallel is how many small files (up to 1 MiB) are written at once;
+	// default 1. Where each file creation is a round trip (FUSE, as
+	// Docker's fuse-overlayfs; network file systems) 4 to 8 save a
+	// quarter of the time. The writers run on other goroutines, so leave
+	// it at 1 when the calling thread carries an identity of its own (a
+	// file-system uid set with setfsuid) that the files must be written
+	// with.
+	Parallel int
 }
 
 // Result describes a completed extraction.
@@ -155,6 +163,10 @@ func Extract(ctx context.Context, dir string, r io.Reader, opts ExtractOptions) 
 	}()
 
 	x := &extractor{ctx: ctx, root: staging, opts: opts, files: map[string]bool{}, links: map[string]bool{}, known: map[string]bool{}}
+	if opts.Parallel > 1 {
+		x.pool = newPool(x, opts.Parallel)
+		defer x.pool.stop() // before the staging directory may be removed (deferred earlier, runs later)
+	}
 	if err := x.readAll(r, &res); err != nil {
 		return res, err
 	}
@@ -199,6 +211,7 @@ type extractor struct {
 	files map[string]bool // regular files written (hard-link targets)
 	links map[string]bool // symlinks written (never parents)
 	known map[string]bool // directories made or checked (saves a stat per entry)
+	pool  *pool           // writes small files in parallel; nil: inline
 	dirs  []dirMeta       // directories to give their mode and time last
 	self  *dirMeta        // the "." entry
 }
@@ -246,6 +259,9 @@ func (x *extractor) readAll(r io.Reader, res *Result) error {
 	// The padding after the marker; a stream that breaks here still fails.
 	if _, err := io.CopyN(io.Discard, r, maxTrailer); err != nil && !errors.Is(err, io.EOF) {
 		return x.readErr(err)
+	}
+	if err := x.flush(); err != nil {
+		return err
 	}
 	// Directories last, deepest first, so their times survive their
 	// children and a read-only directory still took them.
@@ -422,6 +438,11 @@ func (x *extractor) chown(name, p string) error {
 // a directory is kept for a directory entry (reported by the bool) and
 // refuses any other entry.
 func (x *extractor) clear(name, p string, dirEntry bool) (bool, error) {
+	if x.files[name] {
+		if err := x.flush(); err != nil {
+			return false, err
+		}
+	}
 	fi, err := os.Lstat(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -478,11 +499,45 @@ func (c ctxReader) Read(p []byte) (int, error) {
 }
 
 func (x *extractor) file(tr *tar.Reader, name, p string, mode fs.FileMode, hdr *tar.Header) (int64, error) {
+	r := io.Reader(ctxReader{x.ctx, tr})
+	if x.pool != nil && hdr.Size <= smallFile && !x.files[name] && !x.links[name] && !x.known[name] {
+		// Read here, written by the pool.
+		data := make([]byte, hdr.Size)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return 0, x.readErr(err)
+		}
+		if err := x.pool.submit(fileJob{name: name, p: p, mode: mode, mtime: hdr.ModTime, data: data}); err != nil {
+			return 0, err
+		}
+		x.files[name] = true
+		return hdr.Size, nil
+	}
+	if x.files[name] {
+		if err := x.flush(); err != nil { // the earlier file of that name may be in flight
+			return 0, err
+		}
+	}
+	n, err := x.writeFile(name, p, mode, hdr.ModTime, r, true)
+	if err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || x.ctx.Err() != nil {
+			return 0, x.readErr(err)
+		}
+		return 0, err
+	}
+	x.files[name] = true
+	return n, nil
+}
+
+// writeFile creates the file p (entry name) with the content of r, its
+// owner (Chown), mode and modification time. An earlier entry of that name
+// is replaced when mayClear (never on the pool's goroutines, which must
+// not touch the extractor's maps: the pool only gets names nothing holds).
+func (x *extractor) writeFile(name, p string, mode fs.FileMode, mtime time.Time, r io.Reader, mayClear bool) (int64, error) {
 	// The staging directory is new: clear an earlier entry of the same
 	// name only when there is one (a stat per file is dear on FUSE).
 	const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL | syscall.O_NOFOLLOW
 	f, err := os.OpenFile(p, flags, 0o600)
-	if errors.Is(err, fs.ErrExist) {
+	if mayClear && errors.Is(err, fs.ErrExist) {
 		if _, err := x.clear(name, p, false); err != nil {
 			return 0, err
 		}
@@ -491,15 +546,15 @@ func (x *extractor) file(tr *tar.Reader, name, p string, mode fs.FileMode, hdr *
 	if err != nil {
 		return 0, fmt.Errorf("extract %s: %w", name, err)
 	}
-	n, err := io.Copy(f, ctxReader{x.ctx, tr})
+	n, err := io.Copy(f, r)
 	if err == nil {
 		err = x.chown(name, p) // before the chmod: chown clears set-id bits
 	}
 	if err == nil {
 		err = f.Chmod(mode)
 	}
-	if err == nil && !hdr.ModTime.IsZero() {
-		ts := unix.NsecToTimeval(hdr.ModTime.UnixNano())
+	if err == nil && !mtime.IsZero() {
+		ts := unix.NsecToTimeval(mtime.UnixNano())
 		err = unix.Futimes(int(f.Fd()), []unix.Timeval{ts, ts})
 	}
 	if cerr := f.Close(); err == nil {
@@ -507,11 +562,10 @@ func (x *extractor) file(tr *tar.Reader, name, p string, mode fs.FileMode, hdr *
 	}
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || x.ctx.Err() != nil {
-			return 0, x.readErr(err)
+			return n, err
 		}
-		return 0, fmt.Errorf("extract %s: %w", name, err)
+		return n, fmt.Errorf("extract %s: %w", name, err)
 	}
-	x.files[name] = true
 	return n, nil
 }
 
@@ -576,6 +630,9 @@ func (x *extractor) hardlink(name, p string, hdr *tar.Header) error {
 	}
 	if target == name {
 		return nil
+	}
+	if err := x.flush(); err != nil { // the target may be in flight
+		return err
 	}
 	if _, err := x.clear(name, p, false); err != nil {
 		return err
