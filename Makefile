@@ -81,6 +81,8 @@ bench: deps build images ## benchmarks; each prints ratios measured in one run
 	$(GO) test -run '^$$' -bench 'ProxyExecTrue' -benchtime 200x ./e2e/
 	@echo "== docker: 256 MiB through the proxy vs docker cp, both ways"
 	$(GO) test -run '^$$' -bench 'ProxyFiles256MiB' -benchtime 1x ./e2e/
+	@echo "== docker: a 10,000-file tree (1 KiB files, 100 dirs) with orchestrator cp vs docker cp, both ways"
+	$(GO) test -run '^$$' -bench 'CpDir10k' -benchtime 3x ./e2e/
 	@echo "== containerd vs docker backend: cold create and exec round trip"
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./pkg/runtime/containerd/
 
