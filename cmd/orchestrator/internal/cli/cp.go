@@ -23,8 +23,7 @@ import (
 
 // cpOptions are the flags of cp.
 type cpOptions struct {
-	parents    bool
-	followLink bool
+	parents bool
 }
 
 // newCpCommand is `orchestrator cp SRC DST`.
@@ -43,7 +42,8 @@ failed copy leaves no partial file; DST ending in / or naming an existing
 directory receives the file under its own name.
 
 Directories are streamed as a tar archive (no temporary copy of the tree on
-either side) and keep modes, symlinks, hard links and modification times;
+either side) and keep modes, symlinks, hard links and modification times
+(a symlink SRC is followed, those below it are copied as symlinks);
 what is created belongs to the lease's user in the sandbox and to you here.
 As with docker cp:
   SRC is a directory, DST does not exist:     DST is created with SRC's contents
@@ -77,10 +77,11 @@ stdout (a file is written as is).`,
 	}
 	sf.register(cmd.Flags(), env, true)
 	cmd.Flags().BoolVar(&o.parents, "parents", true, "create missing parent directories in the sandbox (--parents=false: refuse a missing parent)")
-	cmd.Flags().BoolVarP(&o.followLink, "follow-link", "L", false, "follow SRC when it is a symlink (symlinks below it are copied as symlinks)")
-	// docker cp's -a keeps the archive's owners; here what is created
-	// always belongs to the lease's user (the sandbox's security model), so
-	// -a is accepted for docker cp's scripts and changes nothing.
+	// docker cp's -L follows a symlink SRC; here SRC is always followed
+	// (as file copies always did), and -a's owners from the archive would
+	// break the sandbox's model (what is created is the lease's user's):
+	// both are accepted for docker cp's scripts and change nothing.
+	cmd.Flags().BoolP("follow-link", "L", false, "accepted for docker cp compatibility: a symlink SRC is always followed (symlinks below it are copied as symlinks)")
 	cmd.Flags().BoolP("archive", "a", false, "accepted for docker cp compatibility; owners are always the lease's user in the sandbox and you here")
 	return cmd
 }
@@ -142,11 +143,8 @@ func copyUp(ctx context.Context, env Env, files agentv1.FileServiceClient, src, 
 		}
 		return uploadFile(ctx, env, files, src, dst, o.parents)
 	}
-	stat := os.Lstat
-	if o.followLink {
-		stat = os.Stat
-	}
-	lfi, err := stat(src)
+	lfi, err := os.Stat(src) // a symlink SRC is followed
+
 	if err != nil {
 		return err
 	}
@@ -181,7 +179,7 @@ func copyUp(ctx context.Context, env Env, files agentv1.FileServiceClient, src, 
 	}
 	pr, pw := io.Pipe()
 	go func() {
-		pw.CloseWithError(archive.Write(ctx, pw, abs, archive.WriteOptions{Name: name, FollowLink: o.followLink}))
+		pw.CloseWithError(archive.Write(ctx, pw, abs, archive.WriteOptions{Name: name, FollowLink: true}))
 	}()
 	defer pr.Close()
 	return uploadTar(ctx, env, files, pr, dst, o.parents)
@@ -291,14 +289,20 @@ func copyDown(ctx context.Context, env Env, files agentv1.FileServiceClient, src
 	if fi == nil {
 		return errdefs.NotFound("%s: no such file or directory in the sandbox", src)
 	}
-	dir := fi.GetType() == agentv1.FileType_FILE_TYPE_DIRECTORY ||
-		(fi.GetType() == agentv1.FileType_FILE_TYPE_SYMLINK && o.followLink && isDotSrc(src))
-	if !dir && !(fi.GetType() == agentv1.FileType_FILE_TYPE_SYMLINK && o.followLink) {
+	switch fi.GetType() {
+	case agentv1.FileType_FILE_TYPE_DIRECTORY:
+	case agentv1.FileType_FILE_TYPE_SYMLINK:
+		// Followed: a file is downloaded as before; a directory (the
+		// download refuses it before writing anything) travels as tar.
+		if err := download(ctx, files, src, dst, env); !errdefs.IsFailedPrecondition(err) {
+			return err
+		}
+	default:
 		return download(ctx, files, src, dst, env)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := files.DownloadArchive(ctx, &agentv1.DownloadArchiveRequest{Path: src, FollowLink: o.followLink})
+	st, err := files.DownloadArchive(ctx, &agentv1.DownloadArchiveRequest{Path: src, FollowLink: true})
 	if err != nil {
 		return errgrpc.FromGRPC(err)
 	}
@@ -314,11 +318,7 @@ func copyDown(ctx context.Context, env Env, files agentv1.FileServiceClient, src
 	strip := 1
 	switch lfi, err := os.Stat(abs); {
 	case err == nil && !lfi.IsDir():
-		if dir {
-			return errdefs.FailedPrecondition("cannot copy directory %s onto %s: not a directory", src, dst)
-		}
-		strip = 0 // a followed symlink to a file: into DST's directory
-		abs = filepath.Dir(abs)
+		return errdefs.FailedPrecondition("cannot copy directory %s onto %s: not a directory", src, dst)
 	case err == nil && !isDotSrc(src):
 		strip = 0
 	case err != nil && !errors.Is(err, fs.ErrNotExist):

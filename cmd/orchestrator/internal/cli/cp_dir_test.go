@@ -204,6 +204,23 @@ func TestCpDirectories(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(outDir, "one.txt")); string(b) != "one" {
 		t.Errorf("file down into a directory: %q", b)
 	}
+	// A symlink SRC is followed, both ways.
+	link := filepath.Join(t.TempDir(), "link")
+	os.Symlink(src, link)
+	if code, _, errs := cp("", link, id+":"+root+"/vialink"); code != 0 {
+		t.Fatalf("cp symlink-to-dir up: %d %s", code, errs)
+	}
+	if got := sh("cat vialink/secret"); got != "s" {
+		t.Errorf("via a local symlink: %q", got)
+	}
+	sh("ln -s up/src remotelink")
+	if code, _, errs := cp("", id+":"+root+"/remotelink", filepath.Join(outDir, "vialink")); code != 0 {
+		t.Fatalf("cp symlink-to-dir down: %d %s", code, errs)
+	}
+	if b, _ := os.ReadFile(filepath.Join(outDir, "vialink", "secret")); string(b) != "s" {
+		t.Errorf("via a sandbox symlink: %q", b)
+	}
+
 	// A directory onto a file is refused.
 	if code, _, errs := cp("", src, id+":"+root+"/up/one.txt"); code != 1 || !strings.Contains(errs, "not a directory") {
 		t.Errorf("dir onto a file: %d %q", code, errs)

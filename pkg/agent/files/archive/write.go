@@ -45,6 +45,12 @@ func Write(ctx context.Context, w io.Writer, src string, opts WriteOptions) erro
 	if name == "" {
 		name = filepath.Base(src)
 	}
+	if opts.FollowLink && fi.IsDir() {
+		// The walk below does not follow a symlink at its root.
+		if src, err = filepath.EvalSymlinks(src); err != nil {
+			return err
+		}
+	}
 	aw := &writer{ctx: ctx, tw: tar.NewWriter(w), inodes: map[[2]uint64]string{}}
 	if err := aw.add(src, name, fi); err != nil {
 		return err
