@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/berth-dev/berth/internal/testsupport/orchtest"
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 )
 
 // runArgs runs the whole command line with no orchestrator behind it.
@@ -238,7 +239,7 @@ func TestCompletion(t *testing.T) {
 	}
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skip("no bash to check the script with")
+		testenv.SkipOrFail(t, "no bash to check the completion script with")
 	}
 	if b, err := exec.Command(bash, "-n", script).CombinedOutput(); err != nil {
 		t.Errorf("bash -n rejects the completion script: %v\n%s", err, b)

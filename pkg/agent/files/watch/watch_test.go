@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/fsnotify/fsnotify"
 )
@@ -545,7 +546,7 @@ func TestWatchCancelCleansUp(t *testing.T) {
 // within a bounded time, or an overflow event.
 func TestWatchGitCheckout(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
+		testenv.SkipOrFail(t, "git is not installed (make deps installs it)")
 	}
 	dir := t.TempDir()
 	git := func(args ...string) {
