@@ -196,7 +196,7 @@ func TestWriteNamesLikeDockerCp(t *testing.T) {
 		t.Fatalf("names %q", got)
 	}
 	if _, err := os.Stat("/nonexistent"); err == nil {
-		t.Skip()
+		t.Skip("/nonexistent exists on this machine")
 	}
 	if err := archive.Write(context.Background(), &buf, "/nonexistent/x", archive.WriteOptions{}); !os.IsNotExist(err) {
 		t.Fatalf("missing source: %v", err)
