@@ -269,6 +269,11 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 		switch {
 		case e != nil && e.l.State == StatePending:
 			l, err = m.joinPending(ctx, e)
+		case e != nil && e.l.State == StatePaused:
+			// Acquiring a paused conversation resumes it.
+			id := e.l.ID
+			m.mu.Unlock()
+			l, err = m.Resume(ctx, id)
 		case e != nil && e.l.State == StateReady:
 			var ok bool
 			if l, ok = m.existing(e); !ok {

@@ -15,15 +15,30 @@
 //	                 restart during creation       budget, vanished, removed
 //
 // PENDING → READY | FAILED | RELEASING; READY → RELEASING | EXPIRED |
-// FAILED | PENDING; RELEASING → RELEASED | FAILED. READY → PENDING is an
+// FAILED | PENDING | PAUSED; PAUSED → READY | PAUSED | RELEASING | EXPIRED
+// | FAILED; RELEASING → RELEASED | FAILED. READY → PENDING is an
 // in-place restart: the lease's container exited unexpectedly and is
 // started again with its files (see Config.RestartLimit); an OOM kill of
 // one of its processes does not change the lease at all. RELEASED, EXPIRED and FAILED are
-// ended and final. PENDING, READY and RELEASING are live (they count
+// ended and final. PENDING, READY, PAUSED and RELEASING are live (they count
 // against Config.MaxLive). Every transition is appended to
 // Lease.Transitions with its reason and time; the lease's State, Reason and
 // UpdatedAt follow the last one. An illegal transition is a bug and fails
 // with errdefs.ErrFailedPrecondition.
+//
+// READY ⇄ PAUSED is Manager.Pause and Manager.Resume (pause.go), at one of
+// two depths recorded in Lease.Paused: PauseFreeze (the cgroup freezer,
+// runtime.Freezer; memory and processes kept) or PauseHibernate (the
+// container stopped, files kept, processes gone; resume restarts it in
+// place). There is no intermediate state: the PAUSED record is written
+// before the runtime pauses, the READY record after it resumed, and
+// reconcile brings a PAUSED lease's container back to the recorded depth,
+// so a crash in between leaves a paused lease that the next request
+// resumes. A deliberate stop is never taken for a crash (the died-event
+// and resync restarts look at READY leases only). A PAUSED lease neither
+// idle-expires nor runs out its TTL: it expires after
+// Config.PausedRetention. PAUSED → PAUSED records a frozen sandbox found
+// stopped after an engine restart (now hibernated).
 //
 // A lease reaches EXPIRED or FAILED first and loses its container right
 // after: Lease.Cleaned records that the runtime confirmed the removal. A
@@ -31,8 +46,8 @@
 //
 // # Conversations and tokens
 //
-// At most one PENDING or READY lease holds a conversation. Acquire returns
-// it (to the same owner) or creates one; concurrent acquires of one
+// At most one PENDING, READY or PAUSED lease holds a conversation. Acquire
+// returns it (to the same owner; a PAUSED one is resumed first) or creates one; concurrent acquires of one
 // conversation share a single creation. Lease tokens (leaseID + "." +
 // base64url HMAC-SHA256 of the lease id under the server secret) and agent
 // tokens (a separate derivation) are derived, never stored, and verified in

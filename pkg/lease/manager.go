@@ -114,6 +114,11 @@ type Config struct {
 	// debugging) before they are purged. Default 1h; negative keeps them
 	// forever.
 	Retention time.Duration
+	// PausedRetention is how long a lease may stay PAUSED before it expires
+	// (a paused lease neither idle-expires nor runs out its TTL). Default
+	// DefaultPausedRetention (7 days); negative keeps paused leases until
+	// they are resumed or released.
+	PausedRetention time.Duration
 	// ReapInterval is how often the reaper looks for expired and idle leases
 	// and retries failed removals. Default 200ms.
 	ReapInterval time.Duration
@@ -198,6 +203,7 @@ func (c *Config) setDefaults() error {
 		c.MaxLive = 100
 	}
 	def(&c.Retention, time.Hour)
+	def(&c.PausedRetention, DefaultPausedRetention)
 	if c.MaxEnvBytes <= 0 {
 		c.MaxEnvBytes = DefaultMaxEnvBytes
 	}
@@ -316,6 +322,8 @@ type entry struct {
 	activityWritten time.Time // real-clock time of the last activity write
 
 	disk diskState // disk measurement bookkeeping (disk.go)
+
+	pause *pauseOp // set while a pause or resume runs (pause.go)
 }
 
 // acquireCall is one in-flight creation; concurrent acquires of the same
@@ -479,7 +487,7 @@ func (m *Manager) load() error {
 		m.counts[l.State]++
 		m.trackLiveLocked(l.Owner, StateUnspecified, l.State)
 		m.persisted[l.ID] = 0
-		if l.State == StatePending || l.State == StateReady {
+		if holdsConversation(l.State) {
 			key := convKey(l.Owner, l.ConversationID)
 			if other := m.byConv[key]; other != nil {
 				m.log.Warn("two live leases for one conversation in the store", "conversation_id", l.ConversationID, "lease_id", l.ID, "other_lease_id", other.l.ID)
@@ -512,7 +520,7 @@ func (m *Manager) transitionLocked(e *entry, to State, reason string) error {
 		m.seq++
 		e.readySeq = m.seq
 	}
-	if key := convKey(e.l.Owner, e.l.ConversationID); !(to == StatePending || to == StateReady) && m.byConv[key] == e {
+	if key := convKey(e.l.Owner, e.l.ConversationID); !holdsConversation(to) && m.byConv[key] == e {
 		delete(m.byConv, key)
 	}
 	if to.Ended() {
@@ -583,7 +591,7 @@ func (m *Manager) liveCount() int {
 }
 
 func (m *Manager) liveCountLocked() int {
-	return m.counts[StatePending] + m.counts[StateReady] + m.counts[StateReleasing]
+	return m.counts[StatePending] + m.counts[StateReady] + m.counts[StatePaused] + m.counts[StateReleasing]
 }
 
 // Stats are counts for metrics.

@@ -208,7 +208,7 @@ func (m *Manager) Renew(ctx context.Context, id string, ttl time.Duration) (Leas
 	return l, nil
 }
 
-// Release ends a lease: READY or PENDING → RELEASING, its container is
+// Release ends a lease: READY, PAUSED or PENDING → RELEASING, its container is
 // removed, → RELEASED (reason defaults to "released"). It waits, bounded by
 // ctx, until the lease has ended; the reason is cleaned with SanitizeText
 // (control characters dropped, at most MaxReasonLen bytes); a lease released while its sandbox is
@@ -238,7 +238,7 @@ func (m *Manager) Release(ctx context.Context, id, reason string) (Lease, error)
 		m.mu.Unlock()
 		return l, nil
 	}
-	if e.l.State == StateReady || e.l.State == StatePending {
+	if e.l.State == StateReady || e.l.State == StatePending || e.l.State == StatePaused {
 		_ = m.transitionLocked(e, StateReleasing, reason)
 	}
 	l, rev := e.snapshot()

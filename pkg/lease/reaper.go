@@ -21,7 +21,8 @@ func (m *Manager) reapLoop(ctx context.Context) {
 }
 
 // reapOnce is one reaper pass. Under the mutex it only updates memory:
-// READY leases past their TTL or idle timeout become EXPIRED, containers
+// READY leases past their TTL or idle timeout, and PAUSED leases past
+// Config.PausedRetention, become EXPIRED, containers
 // due for removal are queued for the workers, dirty activity is snapshotted
 // and purgeable records are dropped. Store writes and runtime calls happen
 // after the mutex is released, so Acquire never waits for them.
@@ -41,6 +42,13 @@ func (m *Manager) reapOnce() {
 			} else if e.activityDirty && real.Sub(e.activityWritten) >= m.cfg.ActivityFlushInterval {
 				e.activityDirty, e.activityWritten = false, real
 				e.rev++
+				l, rev := e.snapshot()
+				snaps = append(snaps, snap{l, rev})
+			}
+		case e.l.State == StatePaused:
+			if reason := m.pausedExpiryReason(&e.l, now); reason != "" && e.pause == nil {
+				_ = m.transitionLocked(e, StateExpired, reason)
+				m.enqueueCleanLocked(e)
 				l, rev := e.snapshot()
 				snaps = append(snaps, snap{l, rev})
 			}

@@ -34,6 +34,10 @@ func (m *Manager) selector() runtime.Selector {
 //     (ReasonVanishedWhileDown, or how it died);
 //   - PENDING: FAILED (ReasonRestartedCreating) — a half-created sandbox is
 //     not trusted;
+//   - PAUSED: its container is kept and brought back to the paused state
+//     the lease records (frozen, or stopped when hibernated) — it is never
+//     treated as dead; a frozen container found stopped makes the lease
+//     hibernated (ReasonFreezeLost); a missing one fails it;
 //   - RELEASING: the release is finished (RELEASED);
 //   - every container that is not an adopted lease's — those of the leases
 //     above, of ended leases, and orphans with no lease at all — is removed.
@@ -52,6 +56,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		byLease[sb.LeaseID] = append(byLease[sb.LeaseID], sb)
 	}
 	keep := map[string]bool{}
+	var fixes []pauseFix
 
 	m.mu.Lock()
 	for _, e := range m.leases {
@@ -85,6 +90,19 @@ func (m *Manager) reconcile(ctx context.Context) error {
 				e.readySeq = m.seq
 				m.log.Info("adopted lease", "lease_id", e.l.ID, "container_id", sb.ID, "endpoint", sb.Endpoint)
 			}
+		case StatePaused:
+			sb, ok := byID[e.l.ContainerID]
+			if !ok {
+				for _, c := range byLease[e.l.ID] {
+					sb, ok = c, true
+				}
+			}
+			if ok {
+				keep[sb.ID] = true
+			}
+			if f, ok := m.reconcilePausedLocked(e, sb, ok); ok {
+				fixes = append(fixes, f)
+			}
 		case StatePending:
 			if sb, ok := byID[e.l.ContainerID]; ok && restarting(e) {
 				// The previous process was restarting it in place: go on.
@@ -103,6 +121,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 	}
 	m.mu.Unlock()
+	m.applyPauseFixes(ctx, fixes)
 
 	// Remove every container that is not adopted.
 	var (
@@ -349,7 +368,16 @@ func (m *Manager) resync(ctx context.Context) {
 	var restarts []restartJob
 	m.mu.Lock()
 	for _, e := range m.leases {
-		if e.l.State != StateReady || e.readySeq > seq {
+		if e.l.State == StatePaused && e.pause == nil {
+			if _, ok := byID[e.l.ContainerID]; !ok {
+				_ = m.transitionLocked(e, StateFailed, ReasonVanished)
+				m.enqueueCleanLocked(e)
+				l, rev := e.snapshot()
+				snaps = append(snaps, snap{l, rev})
+			}
+			continue
+		}
+		if e.l.State != StateReady || e.readySeq > seq || e.pause != nil {
 			continue
 		}
 		sb, ok := byID[e.l.ContainerID]
@@ -376,8 +404,9 @@ func (m *Manager) resync(ctx context.Context) {
 		e := m.leases[sb.LeaseID]
 		switch {
 		case e == nil:
-		case e.l.State == StatePending, e.l.State == StateReady && (e.l.ContainerID == sb.ID || e.readySeq > seq):
-			continue // being created, or in use
+		case e.l.State == StatePending, e.l.State == StateReady && (e.l.ContainerID == sb.ID || e.readySeq > seq),
+			e.l.State == StatePaused && e.l.ContainerID == sb.ID:
+			continue // being created, in use, or paused
 		case e.needsClean():
 			continue // its own removal is under way, or it is kept (keptLocked)
 		}

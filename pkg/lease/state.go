@@ -24,6 +24,12 @@ const (
 	StatePending State = "PENDING"
 	// StateReady: the sandbox's agent answers; the lease can be used.
 	StateReady State = "READY"
+	// StatePaused: the sandbox is paused (Lease.Paused says how: frozen in
+	// memory, or hibernated with its container stopped and files kept);
+	// Manager.Resume, a proxied request or an acquire of its conversation
+	// makes it READY again. It does not idle-expire; it expires after
+	// Config.PausedRetention.
+	StatePaused State = "PAUSED"
 	// StateReleasing: the sandbox is being removed after a release or reap.
 	StateReleasing State = "RELEASING"
 	// StateReleased: released by a caller or operator; the sandbox is gone.
@@ -37,14 +43,16 @@ const (
 )
 
 // States lists every state a lease can be in, in life order.
-var States = []State{StatePending, StateReady, StateReleasing, StateReleased, StateExpired, StateFailed}
+var States = []State{StatePending, StateReady, StatePaused, StateReleasing, StateReleased, StateExpired, StateFailed}
 
 // allowed is the transition table. Ended states have no way out.
 var allowed = map[State][]State{
 	StateUnspecified: {StatePending},
 	StatePending:     {StateReady, StateFailed, StateReleasing},
-	StateReady:       {StateReleasing, StateExpired, StateFailed, StatePending},
-	StateReleasing:   {StateReleased, StateFailed},
+	StateReady:       {StateReleasing, StateExpired, StateFailed, StatePending, StatePaused},
+	// PAUSED → PAUSED records a frozen sandbox found stopped (now hibernated).
+	StatePaused:    {StateReady, StatePaused, StateReleasing, StateExpired, StateFailed},
+	StateReleasing: {StateReleased, StateFailed},
 }
 
 // String returns the state's name ("READY"), or "UNSPECIFIED" for the zero value.
@@ -59,10 +67,10 @@ func (s State) String() string {
 func (s State) Valid() bool { return slices.Contains(States, s) }
 
 // Live reports whether a lease in state s still has (or is getting, or is
-// losing) a sandbox: PENDING, READY or RELEASING. Live leases count against
-// Config.MaxLive.
+// losing) a sandbox: PENDING, READY, PAUSED or RELEASING. Live leases count
+// against Config.MaxLive.
 func (s State) Live() bool {
-	return s == StatePending || s == StateReady || s == StateReleasing
+	return s == StatePending || s == StateReady || s == StatePaused || s == StateReleasing
 }
 
 // Ended reports whether s is final: RELEASED, EXPIRED or FAILED.
@@ -143,6 +151,12 @@ type Lease struct {
 	// IdleTimeout expires the lease after this long without activity; zero
 	// means none.
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// Paused is how a PAUSED lease is paused (PauseFreeze or
+	// PauseHibernate); "" in every other state.
+	Paused PauseMode `json:"paused,omitempty"`
+	// PausedAt is when the lease was paused; Config.PausedRetention counts
+	// from it. Zero unless PAUSED.
+	PausedAt time.Time `json:"paused_at,omitzero"`
 	// ContainerID is the runtime's id of the sandbox, once created.
 	ContainerID string `json:"container_id,omitempty"`
 	// Endpoint is the agent's host:port, reachable from the orchestrator's host.

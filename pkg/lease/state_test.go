@@ -20,6 +20,12 @@ func TestStateMachine(t *testing.T) {
 		{StateReady, StateExpired}:       true,
 		{StateReady, StateFailed}:        true,
 		{StateReady, StatePending}:       true, // in-place restart
+		{StateReady, StatePaused}:        true,
+		{StatePaused, StateReady}:        true,
+		{StatePaused, StatePaused}:       true, // a frozen sandbox found stopped: hibernated
+		{StatePaused, StateReleasing}:    true,
+		{StatePaused, StateExpired}:      true,
+		{StatePaused, StateFailed}:       true,
 		{StateReleasing, StateReleased}:  true,
 		{StateReleasing, StateFailed}:    true,
 	}

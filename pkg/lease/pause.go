@@ -1,0 +1,398 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// PauseMode is how deep a lease is paused.
+type PauseMode string
+
+// Pause modes.
+const (
+	// PauseFreeze freezes the sandbox's processes in place (the cgroup
+	// freezer, runtime.Freezer): memory, processes and files stay; resume
+	// thaws them. Backends without a Freezer refuse it.
+	PauseFreeze PauseMode = "freeze"
+	// PauseHibernate stops the sandbox's container, keeping its files and
+	// freeing its memory: resume starts it again and waits for its agent;
+	// the processes that were running are gone.
+	PauseHibernate PauseMode = "hibernate"
+)
+
+// DefaultPausedRetention is Config.PausedRetention's default: a paused
+// lease expires after a week.
+const DefaultPausedRetention = 7 * 24 * time.Hour
+
+// hibernateGrace is how long a hibernating sandbox's processes get between
+// SIGTERM and SIGKILL.
+const hibernateGrace = 2 * time.Second
+
+// Reasons recorded on pause and resume transitions.
+const (
+	ReasonFrozen       = "paused (freeze): processes frozen, memory and files kept"
+	ReasonHibernated   = "paused (hibernate): container stopped, files kept; running processes are gone"
+	ReasonThawed       = "resumed (freeze): processes thawed"
+	ReasonWoken        = "resumed from hibernate: container started again, files kept; processes that were running are gone"
+	ReasonFreezeLost   = "frozen sandbox found stopped: now hibernated, files kept; running processes are gone"
+	reasonPauseFailedF = "pause (%s) failed: %v"
+)
+
+// ParsePauseMode parses "freeze" or "hibernate" (case-insensitively); ""
+// is PauseFreeze. Anything else is errdefs.ErrInvalidArgument naming field.
+func ParsePauseMode(field, s string) (PauseMode, error) {
+	switch PauseMode(strings.ToLower(strings.TrimSpace(s))) {
+	case "", PauseFreeze:
+		return PauseFreeze, nil
+	case PauseHibernate:
+		return PauseHibernate, nil
+	}
+	return "", errdefs.InvalidArgument(field, "unknown pause mode %q (want freeze or hibernate)", s)
+}
+
+// holdsConversation reports whether a lease in state s holds its
+// conversation (a second acquire of it returns this lease).
+func holdsConversation(s State) bool {
+	return s == StatePending || s == StateReady || s == StatePaused
+}
+
+// pauseOp is one pause or resume in flight; concurrent resumes share it.
+type pauseOp struct {
+	resume bool
+	done   chan struct{}
+	lease  Lease
+	err    error
+}
+
+// freezer returns the runtime's Freezer, or a FailedPrecondition naming the
+// backend when it has none.
+func (m *Manager) freezer() (runtime.Freezer, error) {
+	if fr, ok := m.rt.(runtime.Freezer); ok {
+		return fr, nil
+	}
+	return nil, errdefs.FailedPrecondition("the %s runtime cannot freeze a sandbox; use mode hibernate", backendName(m.rt))
+}
+
+// backendName names rt's backend from its type ("*inproc.Runtime" → "inproc").
+func backendName(rt any) string {
+	n := strings.TrimPrefix(fmt.Sprintf("%T", rt), "*")
+	n, _, _ = strings.Cut(n, ".")
+	return n
+}
+
+// awaitPauseOp waits for op, bounded by ctx.
+func awaitPauseOp(ctx context.Context, op *pauseOp) error {
+	select {
+	case <-op.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Pause pauses READY lease id: with PauseFreeze its processes are frozen
+// (errdefs.ErrFailedPrecondition when the runtime has no Freezer), with
+// PauseHibernate its container is stopped with its files kept. The PAUSED
+// state is written to the store before the runtime acts, so a crash in
+// between is repaired by reconcile. Pausing a lease already paused the
+// same way returns it; another state (or another mode) is
+// errdefs.ErrFailedPrecondition, an unknown id errdefs.ErrNotFound. If the
+// runtime fails, the lease goes back to READY and the error is returned.
+func (m *Manager) Pause(ctx context.Context, id string, mode PauseMode) (Lease, error) {
+	if mode != PauseFreeze && mode != PauseHibernate {
+		return Lease{}, errdefs.InvalidArgument("mode", "unknown pause mode %q (want freeze or hibernate)", string(mode))
+	}
+	var fr runtime.Freezer
+	if mode == PauseFreeze {
+		var err error
+		if fr, err = m.freezer(); err != nil {
+			return Lease{}, err
+		}
+	}
+	m.mu.Lock()
+	if err := m.enterLocked(); err != nil {
+		m.mu.Unlock()
+		return Lease{}, err
+	}
+	defer m.wg.Done()
+	e, err := m.idleEntryLocked(ctx, id)
+	if err != nil {
+		return Lease{}, err
+	}
+	switch {
+	case e.l.State == StatePaused && e.l.Paused == mode:
+		l := e.l.Clone()
+		m.mu.Unlock()
+		return l, nil
+	case e.l.State == StatePaused:
+		err := errdefs.FailedPrecondition("lease %s is already paused (%s); resume it first", id, e.l.Paused)
+		m.mu.Unlock()
+		return Lease{}, err
+	case e.l.State != StateReady:
+		err := errNotUsable(&e.l)
+		m.mu.Unlock()
+		return Lease{}, err
+	}
+	op := m.beginPauseLocked(e, mode)
+	cid := e.l.ContainerID
+	l, rev := e.snapshot()
+	m.mu.Unlock()
+	if err := m.persist(l, rev); err != nil {
+		err = wrapf(err, "pause lease %s: write state", id)
+		m.endPause(e, op, err)
+		return Lease{}, err
+	}
+	began := time.Now()
+	rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+	if mode == PauseFreeze {
+		err = fr.Pause(rctx, cid)
+	} else {
+		err = m.rt.Stop(rctx, cid, hibernateGrace)
+	}
+	cancel()
+	if err != nil {
+		err = wrapf(err, "pause lease %s (%s)", id, mode)
+	} else {
+		m.log.Info("lease paused", "lease_id", id, "container_id", cid, "mode", string(mode), "duration", time.Since(began))
+	}
+	return m.endPause(e, op, err)
+}
+
+// idleEntryLocked returns lease id's entry once no pause or resume runs on
+// it. Called with mu held; on error it returns with mu released.
+func (m *Manager) idleEntryLocked(ctx context.Context, id string) (*entry, error) {
+	for {
+		e := m.leases[id]
+		if e == nil {
+			m.mu.Unlock()
+			return nil, errdefs.NotFound("lease %s", id)
+		}
+		op := e.pause
+		if op == nil {
+			return e, nil
+		}
+		m.mu.Unlock()
+		if err := awaitPauseOp(ctx, op); err != nil {
+			return nil, err
+		}
+		m.mu.Lock()
+	}
+}
+
+// beginPauseLocked moves READY e to PAUSED and marks the pause in flight.
+// Called with mu held.
+func (m *Manager) beginPauseLocked(e *entry, mode PauseMode) *pauseOp {
+	reason := ReasonFrozen
+	if mode == PauseHibernate {
+		reason = ReasonHibernated
+	}
+	e.l.Paused, e.l.PausedAt = mode, m.now()
+	_ = m.transitionLocked(e, StatePaused, reason)
+	op := &pauseOp{done: make(chan struct{})}
+	e.pause = op
+	return op
+}
+
+// endPause finishes pause op on e: on error a lease still PAUSED goes back
+// to READY (its sandbox was not paused).
+func (m *Manager) endPause(e *entry, op *pauseOp, err error) (Lease, error) {
+	m.mu.Lock()
+	if err != nil && e.l.State == StatePaused {
+		mode := e.l.Paused
+		e.l.Paused, e.l.PausedAt = "", time.Time{}
+		_ = m.transitionLocked(e, StateReady, fmt.Sprintf(reasonPauseFailedF, mode, err))
+	}
+	e.pause = nil
+	op.lease, op.err = e.l.Clone(), err
+	l, rev := e.snapshot()
+	m.mu.Unlock()
+	_ = m.persist(l, rev)
+	close(op.done)
+	if err != nil {
+		return Lease{}, err
+	}
+	return l, nil
+}
+
+// Resume makes PAUSED lease id READY again: a frozen sandbox is thawed, a
+// hibernated one started again in place (Runtime.Restart: files kept, agent
+// ready; its endpoint is re-read). Concurrent calls share one resume. A
+// READY lease is returned as it is; another state is
+// errdefs.ErrFailedPrecondition, an unknown id errdefs.ErrNotFound. The
+// resume counts as activity, and the TTL runs again from now (ExpiresAt is
+// at least now + TTL). If the container is gone the lease fails; another
+// runtime error leaves it PAUSED and is returned. The READY state is
+// written after the runtime acted: a crash in between leaves the lease
+// PAUSED, and reconcile pauses the sandbox again.
+func (m *Manager) Resume(ctx context.Context, id string) (Lease, error) {
+	m.mu.Lock()
+	if err := m.enterLocked(); err != nil {
+		m.mu.Unlock()
+		return Lease{}, err
+	}
+	defer m.wg.Done()
+	for {
+		e := m.leases[id]
+		if e == nil {
+			m.mu.Unlock()
+			return Lease{}, errdefs.NotFound("lease %s", id)
+		}
+		if op := e.pause; op != nil {
+			m.mu.Unlock()
+			if err := awaitPauseOp(ctx, op); err != nil {
+				return Lease{}, err
+			}
+			if op.resume {
+				return op.lease, op.err
+			}
+			m.mu.Lock()
+			continue
+		}
+		switch e.l.State {
+		case StateReady:
+			l := e.l.Clone()
+			m.mu.Unlock()
+			return l, nil
+		case StatePaused:
+		default:
+			err := errNotUsable(&e.l)
+			m.mu.Unlock()
+			return Lease{}, err
+		}
+		op := &pauseOp{resume: true, done: make(chan struct{})}
+		e.pause = op
+		mode, cid := e.l.Paused, e.l.ContainerID
+		m.mu.Unlock()
+		return m.resume(ctx, e, op, mode, cid)
+	}
+}
+
+// resume runs the runtime side of a resume and records its outcome.
+func (m *Manager) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseMode, cid string) (Lease, error) {
+	began := time.Now()
+	var (
+		sb  runtime.Sandbox
+		err error
+	)
+	if mode == PauseFreeze {
+		var fr runtime.Freezer
+		if fr, err = m.freezer(); err == nil {
+			rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+			err = fr.Resume(rctx, cid)
+			cancel()
+		}
+	} else {
+		rctx, cancel := detached(ctx, m.cfg.ReadyTimeout+5*time.Second)
+		sb, err = m.rt.Restart(rctx, cid)
+		cancel()
+	}
+	took := time.Since(began)
+
+	m.mu.Lock()
+	id := e.l.ID
+	fail := false
+	switch {
+	case e.l.State != StatePaused: // released or expired meanwhile
+		err = errNotUsable(&e.l)
+	case err == nil:
+		reason := ReasonThawed
+		if mode == PauseHibernate {
+			reason = ReasonWoken
+			e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
+		}
+		now := m.now()
+		e.l.Paused, e.l.PausedAt = "", time.Time{}
+		e.l.LastActivityAt = now
+		if exp := now.Add(e.l.TTL); e.l.ExpiresAt.Before(exp) {
+			e.l.ExpiresAt = exp
+		}
+		_ = m.transitionLocked(e, StateReady, reason)
+	case errdefs.IsNotFound(err):
+		err = wrapf(err, "resume lease %s (%s)", id, mode)
+		_ = m.transitionLocked(e, StateFailed, fmt.Sprintf("resume (%s) failed: %v", mode, err))
+		fail = true
+	default:
+		err = wrapf(err, "resume lease %s (%s)", id, mode)
+	}
+	e.pause = nil
+	if err == nil {
+		op.lease = e.l.Clone()
+	}
+	op.err = err
+	l, rev := e.snapshot()
+	m.mu.Unlock()
+	_ = m.persist(l, rev)
+	close(op.done)
+	if fail {
+		m.enqueueClean(e)
+	}
+	if err != nil {
+		m.log.Warn("resuming lease failed", "lease_id", id, "container_id", cid, "mode", string(mode), "err", err)
+		return Lease{}, err
+	}
+	m.log.Info("lease resumed", "lease_id", id, "container_id", cid, "mode", string(mode), "duration", took)
+	return l, nil
+}
+
+// pausedExpiryReason says why PAUSED l has expired at now (its
+// Config.PausedRetention passed), or "".
+func (m *Manager) pausedExpiryReason(l *Lease, now time.Time) string {
+	if m.cfg.PausedRetention < 0 || now.Sub(l.PausedAt) < m.cfg.PausedRetention {
+		return ""
+	}
+	return fmt.Sprintf("paused for %s (paused retention)", m.cfg.PausedRetention)
+}
+
+// pauseFix is a paused sandbox reconcile found in the wrong engine state.
+type pauseFix struct {
+	id, cid string
+	mode    PauseMode
+}
+
+// reconcilePausedLocked adopts PAUSED lease e's container sb (found is
+// false when there is none) at Start. A frozen sandbox found stopped (an
+// engine restart) is now hibernated; one found running (a crash between the
+// store write and the runtime call of a pause, or between the runtime call
+// and the store write of a resume) is returned to be paused again. Called
+// with mu held.
+func (m *Manager) reconcilePausedLocked(e *entry, sb runtime.Sandbox, found bool) (pauseFix, bool) {
+	if !found {
+		_ = m.transitionLocked(e, StateFailed, ReasonVanishedWhileDown)
+		return pauseFix{}, false
+	}
+	e.l.ContainerID = sb.ID
+	e.rev++
+	switch {
+	case sb.State == runtime.StateRunning:
+		return pauseFix{id: e.l.ID, cid: sb.ID, mode: e.l.Paused}, true
+	case e.l.Paused == PauseFreeze && sb.State != runtime.StatePaused:
+		e.l.Paused = PauseHibernate
+		_ = m.transitionLocked(e, StatePaused, ReasonFreezeLost)
+	}
+	m.log.Info("adopted paused lease", "lease_id", e.l.ID, "container_id", sb.ID, "mode", string(e.l.Paused))
+	return pauseFix{}, false
+}
+
+// applyPauseFixes pauses again the sandboxes reconcile found running.
+func (m *Manager) applyPauseFixes(ctx context.Context, fixes []pauseFix) {
+	for _, f := range fixes {
+		rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+		var err error
+		if fr, ok := m.rt.(runtime.Freezer); ok && f.mode == PauseFreeze {
+			err = fr.Pause(rctx, f.cid)
+		} else {
+			err = m.rt.Stop(rctx, f.cid, hibernateGrace)
+		}
+		cancel()
+		if err != nil {
+			m.log.Warn("reconcile: pausing a paused lease's sandbox again failed", "lease_id", f.id, "container_id", f.cid, "err", err)
+			continue
+		}
+		m.log.Info("reconcile: paused a paused lease's sandbox again", "lease_id", f.id, "container_id", f.cid, "mode", string(f.mode))
+	}
+}

@@ -1,0 +1,303 @@
+package lease
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// Pause and Resume make fakeRuntime a runtime.Freezer.
+func (f *fakeRuntime) Pause(ctx context.Context, id string) error {
+	return f.setFrozen(id, runtime.StateRunning, runtime.StatePaused)
+}
+
+func (f *fakeRuntime) Resume(ctx context.Context, id string) error {
+	return f.setFrozen(id, runtime.StatePaused, runtime.StateRunning)
+}
+
+func (f *fakeRuntime) setFrozen(id string, from, to runtime.State) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.boxes[id]
+	switch {
+	case !ok:
+		return errdefs.NotFound("container %s", id)
+	case sb.State != from:
+		return errdefs.FailedPrecondition("container %s is %s", id, sb.State)
+	}
+	sb.State = to
+	return nil
+}
+
+func (f *fakeRuntime) state(id string) runtime.State {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if sb, ok := f.boxes[id]; ok {
+		return sb.State
+	}
+	return ""
+}
+
+func lastReason(l Lease) string { return l.Transitions[len(l.Transitions)-1].Reason }
+
+func TestPauseFreezeResume(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	l, _ := h.acquire("c1")
+	p, err := h.m.Pause(ctx, l.ID, PauseFreeze)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.State != StatePaused || p.Paused != PauseFreeze || p.PausedAt.IsZero() || lastReason(p) != ReasonFrozen {
+		t.Fatalf("paused lease: %+v", p)
+	}
+	if st := h.rt.state(l.ContainerID); st != runtime.StatePaused {
+		t.Fatalf("container is %s, want paused", st)
+	}
+	if again, err := h.m.Pause(ctx, l.ID, PauseFreeze); err != nil || again.State != StatePaused {
+		t.Fatalf("pause again: %v %v", again.State, err)
+	}
+	if _, err := h.m.Pause(ctx, l.ID, PauseHibernate); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("hibernate a frozen lease: %v", err)
+	}
+	if _, err := h.m.Renew(ctx, l.ID, 0); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("renew a paused lease: %v", err)
+	}
+	r, err := h.m.Resume(ctx, l.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != StateReady || r.Paused != "" || lastReason(r) != ReasonThawed || r.Endpoint != l.Endpoint {
+		t.Fatalf("resumed lease: %+v", r)
+	}
+	if st := h.rt.state(l.ContainerID); st != runtime.StateRunning {
+		t.Fatalf("container is %s, want running", st)
+	}
+	if again, err := h.m.Resume(ctx, l.ID); err != nil || again.State != StateReady {
+		t.Fatalf("resume a ready lease: %v %v", again.State, err)
+	}
+}
+
+func TestPauseHibernateResume(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	l, _ := h.acquire("c1")
+	p, err := h.m.Pause(ctx, l.ID, PauseHibernate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.State != StatePaused || p.Paused != PauseHibernate || !strings.Contains(lastReason(p), "processes are gone") {
+		t.Fatalf("paused lease: %+v", p)
+	}
+	if st := h.rt.state(l.ContainerID); st != runtime.StateExited {
+		t.Fatalf("container is %s, want exited", st)
+	}
+	// The stop's died event is not a crash: no restart, no failure.
+	time.Sleep(150 * time.Millisecond)
+	if n := h.rt.restartCount(); n != 0 {
+		t.Fatalf("%d restarts after a deliberate stop", n)
+	}
+	if g := h.get(l.ID); g.State != StatePaused {
+		t.Fatalf("lease is %s", g.State)
+	}
+	r, err := h.m.Resume(ctx, l.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != StateReady || r.Restarts != 0 || lastReason(r) != ReasonWoken || r.Endpoint == l.Endpoint {
+		t.Fatalf("resumed lease: %+v", r)
+	}
+	if st := h.rt.state(l.ContainerID); st != runtime.StateRunning {
+		t.Fatalf("container is %s, want running", st)
+	}
+}
+
+func TestPauseWithoutFreezer(t *testing.T) {
+	h := newHarness(t, nil)
+	l, _ := h.acquire("c1")
+	h.stop()
+	st, err := OpenBolt(h.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cfg := h.cfg
+	cfg.Store, cfg.Runtime = st, struct{ Runtime }{h.rt}
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Pause(context.Background(), l.ID, PauseFreeze); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "cannot freeze") {
+		t.Fatalf("freeze without a Freezer: %v", err)
+	}
+	if _, err := m.Pause(context.Background(), l.ID, PauseHibernate); err != nil {
+		t.Fatalf("hibernate without a Freezer: %v", err)
+	}
+}
+
+func TestResumeOnce(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	l, _ := h.acquire("c1")
+	if _, err := h.m.Pause(ctx, l.ID, PauseHibernate); err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	h.rt.set(func(f *fakeRuntime) { f.restartGate = gate })
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := h.m.Resume(ctx, l.ID)
+			if err == nil && r.State != StateReady {
+				err = errdefs.FailedPrecondition("state %s", r.State)
+			}
+			errs <- err
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(gate)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := h.rt.restartCount(); n != 1 {
+		t.Fatalf("%d restarts for 8 concurrent resumes, want 1", n)
+	}
+}
+
+func TestAcquireResumesPaused(t *testing.T) {
+	h := newHarness(t, nil)
+	l, _ := h.acquire("c1")
+	if _, err := h.m.Pause(context.Background(), l.ID, PauseFreeze); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := h.acquire("c1")
+	if again.ID != l.ID || again.State != StateReady || h.rt.creates() != 1 {
+		t.Fatalf("acquire of a paused conversation: %s %s, %d creates", again.ID, again.State, h.rt.creates())
+	}
+}
+
+func TestPausedRetention(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.PausedRetention = 400 * time.Millisecond })
+	l, _, _, err := h.m.Acquire(context.Background(), AcquireRequest{ConversationID: "c1", IdleTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Pause(context.Background(), l.ID, PauseFreeze); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // past the idle timeout
+	if g := h.get(l.ID); g.State != StatePaused {
+		t.Fatalf("paused lease idle-expired: %s %s", g.State, g.Reason)
+	}
+	eventually(t, 2*time.Second, "paused lease expires", func() bool { return h.get(l.ID).State == StateExpired })
+	if r := h.get(l.ID).Reason; !strings.Contains(r, "paused retention") {
+		t.Fatalf("reason %q", r)
+	}
+	eventually(t, 2*time.Second, "container removed", func() bool { return !h.rt.exists(l.ContainerID) })
+}
+
+func TestReleasePaused(t *testing.T) {
+	h := newHarness(t, nil)
+	l, _ := h.acquire("c1")
+	if _, err := h.m.Pause(context.Background(), l.ID, PauseFreeze); err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.m.Release(context.Background(), l.ID, "")
+	if err != nil || r.State != StateReleased || h.rt.exists(l.ContainerID) {
+		t.Fatalf("release of a paused lease: %s %v", r.State, err)
+	}
+}
+
+func TestPauseSurvivesRestart(t *testing.T) {
+	for _, mode := range []PauseMode{PauseFreeze, PauseHibernate} {
+		t.Run(string(mode), func(t *testing.T) {
+			h := newHarness(t, nil)
+			l, _ := h.acquire("c1")
+			if _, err := h.m.Pause(context.Background(), l.ID, mode); err != nil {
+				t.Fatal(err)
+			}
+			want := h.rt.state(l.ContainerID)
+			h.restart()
+			time.Sleep(100 * time.Millisecond)
+			g := h.get(l.ID)
+			if g.State != StatePaused || g.Paused != mode || !h.rt.exists(l.ContainerID) || h.rt.state(l.ContainerID) != want || h.rt.restartCount() != 0 {
+				t.Fatalf("after restart: %s %s, container %s (want %s), %d restarts", g.State, g.Paused, h.rt.state(l.ContainerID), want, h.rt.restartCount())
+			}
+			if r, err := h.m.Resume(context.Background(), l.ID); err != nil || r.State != StateReady {
+				t.Fatalf("resume after restart: %v", err)
+			}
+		})
+	}
+}
+
+// A crash between a pause's store write and its runtime call (or a
+// resume's runtime call and its store write) leaves a PAUSED lease with a
+// running container: reconcile pauses it again.
+func TestReconcileRepauses(t *testing.T) {
+	for _, mode := range []PauseMode{PauseFreeze, PauseHibernate} {
+		t.Run(string(mode), func(t *testing.T) {
+			h := newHarness(t, nil)
+			l, _ := h.acquire("c1")
+			if _, err := h.m.Pause(context.Background(), l.ID, mode); err != nil {
+				t.Fatal(err)
+			}
+			h.stop()
+			h.rt.set(func(f *fakeRuntime) { f.boxes[l.ContainerID].State = runtime.StateRunning })
+			h.start()
+			want := runtime.StatePaused
+			if mode == PauseHibernate {
+				want = runtime.StateExited
+			}
+			if st := h.rt.state(l.ContainerID); st != want || h.get(l.ID).State != StatePaused {
+				t.Fatalf("container %s (want %s), lease %s", st, want, h.get(l.ID).State)
+			}
+		})
+	}
+}
+
+// A frozen sandbox stopped while the orchestrator was away (an engine
+// restart) is hibernated now, and says so.
+func TestReconcileFreezeLost(t *testing.T) {
+	h := newHarness(t, nil)
+	l, _ := h.acquire("c1")
+	if _, err := h.m.Pause(context.Background(), l.ID, PauseFreeze); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	h.rt.set(func(f *fakeRuntime) { f.boxes[l.ContainerID].State = runtime.StateExited })
+	h.start()
+	g := h.get(l.ID)
+	if g.State != StatePaused || g.Paused != PauseHibernate || g.Reason != ReasonFreezeLost {
+		t.Fatalf("lease %s %s %q", g.State, g.Paused, g.Reason)
+	}
+	if r, err := h.m.Resume(context.Background(), l.ID); err != nil || r.State != StateReady {
+		t.Fatalf("resume: %v", err)
+	}
+}
+
+func TestParsePauseMode(t *testing.T) {
+	for in, want := range map[string]PauseMode{"": PauseFreeze, "Freeze": PauseFreeze, "hibernate": PauseHibernate} {
+		if got, err := ParsePauseMode("mode", in); err != nil || got != want {
+			t.Errorf("%q: %v %v", in, got, err)
+		}
+	}
+	if _, err := ParsePauseMode("mode", "sleep"); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("sleep: %v", err)
+	}
+}
