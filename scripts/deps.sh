@@ -18,6 +18,7 @@
 #   containernetworking-plugins  CNI bridge and host-local (containerd backend)
 #   debootstrap debian-archive-keyring wget   berth/base (images/build.sh)
 #   busybox-static               berth/minimal (images/build.sh)
+#   prometheus                   promtool (`promtool check metrics` on /metrics in tests)
 #
 # protoc (protobuf-compiler, libprotobuf-dev) is only needed by `make proto`
 # and is installed by `make proto-tools`.
@@ -70,6 +71,7 @@ want debootstrap 'has debootstrap'
 want debian-archive-keyring 'installed debian-archive-keyring'
 want wget 'has wget'
 want busybox-static 'installed busybox-static'
+want prometheus 'has promtool'
 
 if ((${#need[@]} == 0)); then
 	((CHECK)) || log "deps: all present"

@@ -95,13 +95,14 @@ func New(cfg Config) (*Server, error) {
 		auth = newTokenChecker("")
 	}
 	rec := edge.Recoverer{Log: log}
+	mt := newMetrics() // metrics.go
 
 	// Limits as on the orchestrator; more streams per connection because
 	// the orchestrator's proxy multiplexes every client on one connection.
 	gs := grpc.NewServer(append(edge.GRPCOptions(4*edge.DefaultMaxStreams, 0),
 		grpc.InTapHandle(auth.tap),
-		grpc.ChainUnaryInterceptor(rec.Unary, auth.unary),
-		grpc.ChainStreamInterceptor(rec.Stream, auth.stream),
+		grpc.ChainUnaryInterceptor(rec.Unary, auth.unary, mt.unary),
+		grpc.ChainStreamInterceptor(rec.Stream, auth.stream, mt.stream),
 	)...)
 
 	us, err := newUsers(cfg, log)
@@ -119,6 +120,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	terms := terminal.New(terminal.Config{Commands: runner, OOMScoreAdj: 500, Logger: log.With("component", "terminal")})
+	mt.gauges(runner, terms)
 	fsys := files.New(fcfg)
 	g := git.New(git.Config{WorkDir: cfg.WorkDir, Logger: log.With("component", "git")})
 
@@ -158,6 +160,7 @@ func New(cfg Config) (*Server, error) {
 	raw := files.NewHTTPHandler(fsys)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /metrics", mt.handler())
 	mux.Handle("/v1/files/", raw)
 	mux.Handle(files.ArchiveRoutePrefix+"/", raw)
 	mux.Handle("/v1/terminals/ws", terminal.WebSocket(terms))

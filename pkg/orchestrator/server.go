@@ -147,6 +147,7 @@ func (s *Server) buildAPI() error {
 		return fmt.Errorf("orchestrator: proxy: %w", err)
 	}
 	s.proxy = px
+	met := newMetrics(s.manager, px, s.cfg.Runtime) // metrics.go
 	opts := append(edge.GRPCOptions(edge.DefaultMaxStreams, time.Duration(s.cfg.IdleTimeout)),
 		// Authenticate from the headers, before a request message is read:
 		// an unauthenticated caller cannot make the server read megabytes.
@@ -155,7 +156,7 @@ func (s *Server) buildAPI() error {
 	s.grpc = grpc.NewServer(append(opts,
 		// statusUnary/statusStream are the one place the errors of the
 		// calls below become gRPC statuses.
-		grpc.ChainUnaryInterceptor(rec.Unary, statusUnary, s.authUnary),
+		grpc.ChainUnaryInterceptor(rec.Unary, statusUnary, s.authUnary, met.unary),
 		// The proxy's interceptor goes first: it sends reflection calls
 		// that name a lease to that lease's agent.
 		grpc.ChainStreamInterceptor(rec.Stream, statusStream, px.StreamInterceptor(), s.authStream),
@@ -186,7 +187,7 @@ func (s *Server) buildAPI() error {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"SERVING"}` + "\n"))
 	})
-	mux.Handle("GET /metrics", metricsHandler(s.manager, px))
+	mux.Handle("GET /metrics", met.handler())
 	mux.Handle(proxy.RoutePrefix, px) // not under MaxBytesHandler: bodies stream
 	mux.Handle("/", s.authHTTP(http.MaxBytesHandler(gw, 4<<20)))
 	s.handler = rec.HTTP(px.HostRouter(mux))

@@ -83,9 +83,8 @@ func TestAuthMatrix(t *testing.T) {
 	if st.OperatorAccesses != 1 || st.HTTP[200] != 4 || st.HTTP[401] != 7 || st.HTTP[410] != 3 || st.HTTP[404] != 2 {
 		t.Errorf("stats = %+v", st)
 	}
-	var sb strings.Builder
-	if err := e.proxy.WriteMetrics(&sb); err != nil || !strings.Contains(sb.String(), `berth_proxy_http_requests_total{code="401"} 7`) {
-		t.Errorf("metrics: %v\n%s", err, sb.String())
+	if m := scrape(t, e.proxy.Collector()); !strings.Contains(m, `berth_proxy_http_requests_total{code="401"} 7`) {
+		t.Errorf("metrics:\n%s", m)
 	}
 }
 

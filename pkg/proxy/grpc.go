@@ -80,7 +80,7 @@ func (c *codec) Name() string { return protoenc.Name }
 // sends the agent's token instead; other metadata, headers, trailers and
 // the status pass through both ways. A client that goes away cancels the
 // upstream call.
-func (p *Proxy) GRPCHandler() grpc.StreamHandler { return p.handleGRPC }
+func (p *Proxy) GRPCHandler() grpc.StreamHandler { return p.timedGRPC }
 
 var bidi = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 

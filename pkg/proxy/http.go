@@ -76,6 +76,10 @@ func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath s
 		p.fail(w, r, false, id, errBadEscape())
 		return
 	}
+	if rerr := operatorOnly(path, op.acc); rerr != nil { // metrics.go
+		p.fail(w, r, false, id, rerr)
+		return
+	}
 	t := &target{
 		leaseID: id, host: rt.Endpoint, path: path, rawPath: rawPath, rawQuery: r.URL.RawQuery,
 		agentToken: p.leases.AgentToken(id), stripAuth: true,

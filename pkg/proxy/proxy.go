@@ -176,6 +176,7 @@ func New(cfg Config) (*Proxy, error) {
 		ErrorLog:       log.New(debugWriter{p.log}, "", 0),
 	}
 	p.pool.init(p)
+	p.metrics.init()
 	return p, nil
 }
 
@@ -249,10 +250,10 @@ func parsePort(s string) (int, bool) {
 	return n, true
 }
 
-// ServeHTTP proxies one HTTP request: a host-form preview or agent request
-// (see HostRouter), or a path route under /v1/sandboxes/. Anything else is
-// a 404.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// route proxies one HTTP request (ServeHTTP, metrics.go, times it): a
+// host-form preview or agent request (see HostRouter), or a path route
+// under /v1/sandboxes/. Anything else is a 404.
+func (p *Proxy) route(w http.ResponseWriter, r *http.Request) {
 	if label, ok := p.hostLabel(r.Host); ok {
 		port, id, ok := parseHostLabel(label)
 		if !ok {
