@@ -212,6 +212,35 @@ func (s *leaseServer) Renew(ctx context.Context, req *orchv1.RenewRequest) (*orc
 	return toLease(l), nil
 }
 
+// Pause pauses a lease the caller may see (the same authorization as Renew
+// and Release).
+func (s *leaseServer) Pause(ctx context.Context, req *orchv1.PauseRequest) (*orchv1.Lease, error) {
+	if _, err := s.lookup(ctx, req.Id); err != nil {
+		return nil, err
+	}
+	mode, err := lease.ParsePauseMode("mode", req.Mode)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.m.Pause(ctx, req.Id, mode)
+	if err != nil {
+		return nil, err
+	}
+	return toLease(l), nil
+}
+
+// Resume resumes a paused lease the caller may see.
+func (s *leaseServer) Resume(ctx context.Context, req *orchv1.ResumeRequest) (*orchv1.Lease, error) {
+	if _, err := s.lookup(ctx, req.Id); err != nil {
+		return nil, err
+	}
+	l, err := s.m.Resume(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return toLease(l), nil
+}
+
 func (s *leaseServer) Release(ctx context.Context, req *orchv1.ReleaseRequest) (*orchv1.Lease, error) {
 	if _, err := s.lookup(ctx, req.Id); err != nil {
 		return nil, err
@@ -382,6 +411,7 @@ func toLease(l lease.Lease) *orchv1.Lease {
 		Ttl: durationpb.New(l.TTL), IdleTimeout: durationpb.New(l.IdleTimeout),
 		ContainerId: l.ContainerID, Endpoint: l.Endpoint, EndedAt: ts(l.EndedAt),
 		Restarts: int32(min(l.Restarts, math.MaxInt32)),
+		Paused:   string(l.Paused), PausedAt: ts(l.PausedAt),
 	}
 	for _, p := range l.PublicPorts {
 		out.PublicPorts = append(out.PublicPorts, int32(p))

@@ -26,13 +26,13 @@ type leaseFlags struct {
 // newLeaseCommand is `orchestrator lease`.
 func newLeaseCommand(env Env) *cobra.Command {
 	lf := &leaseFlags{}
-	cmd := newGroup("lease", "Acquire, inspect, renew and release leases",
+	cmd := newGroup("lease", "Acquire, inspect, renew, pause, resume and release leases",
 		`  orchestrator lease acquire --conversation ci-42 --memory 2Gi --disk 10Gi --cpus 1.5
   orchestrator lease list -o wide
   orchestrator lease get LEASE -o yaml
   orchestrator lease release LEASE --reason done`,
 		newAcquireCommand(env, lf), newGetCommand(env, lf), newListCommand(env, lf), newRenewCommand(env, lf),
-		newReleaseCommand(env, lf), newReapCommand(env, lf), newWatchCommand(env, lf))
+		newPauseCommand(env, lf), newResumeCommand(env, lf), newReleaseCommand(env, lf), newReapCommand(env, lf), newWatchCommand(env, lf))
 	lf.register(cmd.PersistentFlags(), env)
 	addOutputFlag(cmd.PersistentFlags(), &lf.output)
 	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return checkOutput(lf.output) }
@@ -224,6 +224,44 @@ func newRenewCommand(env Env, lf *leaseFlags) *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "new lifetime from now (default: the lease's ttl)")
 	return cmd
+}
+
+func newPauseCommand(env Env, lf *leaseFlags) *cobra.Command {
+	var mode string
+	cmd := &cobra.Command{
+		Use:   "pause LEASE [--mode freeze|hibernate]",
+		Short: "Pause a lease: freeze its processes, or hibernate it (files kept)",
+		Long: `Pause a READY lease. --mode freeze (the default) freezes its processes in
+memory (cgroup freezer; not every backend can); --mode hibernate stops its
+container, keeping its files and freeing its memory: processes that were
+running are gone. Any request through the proxy resumes it.`,
+		Example: `  orchestrator lease pause LEASE
+  orchestrator lease pause LEASE --mode hibernate -o json`,
+		Args:              exactArgs(1, "one lease id"),
+		ValidArgsFunction: completeLeaseIDs(lf),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return lf.call(cmd.Context(), env, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
+				return c.Pause(ctx, &orchv1.PauseRequest{Id: args[0], Mode: mode})
+			})
+		},
+	}
+	cmd.Flags().StringVar(&mode, "mode", "freeze", "how to pause: freeze or hibernate")
+	return cmd
+}
+
+func newResumeCommand(env Env, lf *leaseFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:               "resume LEASE",
+		Short:             "Resume a paused lease",
+		Example:           `  orchestrator lease resume LEASE -o json`,
+		Args:              exactArgs(1, "one lease id"),
+		ValidArgsFunction: completeLeaseIDs(lf),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return lf.call(cmd.Context(), env, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
+				return c.Resume(ctx, &orchv1.ResumeRequest{Id: args[0]})
+			})
+		},
+	}
 }
 
 func newReleaseCommand(env Env, lf *leaseFlags) *cobra.Command {

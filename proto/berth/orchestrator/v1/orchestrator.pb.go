@@ -44,6 +44,9 @@ const (
 	LeaseState_LEASE_STATE_EXPIRED LeaseState = 5
 	// LEASE_STATE_FAILED: the sandbox failed to start, died or vanished.
 	LeaseState_LEASE_STATE_FAILED LeaseState = 6
+	// LEASE_STATE_PAUSED: the sandbox is paused (frozen or hibernated, see
+	// Lease.paused); a request through the proxy resumes it.
+	LeaseState_LEASE_STATE_PAUSED LeaseState = 7
 )
 
 // Enum value maps for LeaseState.
@@ -56,6 +59,7 @@ var (
 		4: "LEASE_STATE_RELEASED",
 		5: "LEASE_STATE_EXPIRED",
 		6: "LEASE_STATE_FAILED",
+		7: "LEASE_STATE_PAUSED",
 	}
 	LeaseState_value = map[string]int32{
 		"LEASE_STATE_UNSPECIFIED": 0,
@@ -65,6 +69,7 @@ var (
 		"LEASE_STATE_RELEASED":    4,
 		"LEASE_STATE_EXPIRED":     5,
 		"LEASE_STATE_FAILED":      6,
+		"LEASE_STATE_PAUSED":      7,
 	}
 )
 
@@ -326,7 +331,14 @@ type Lease struct {
 	// unexpectedly (files kept).
 	Restarts int32 `protobuf:"varint,22,opt,name=restarts,proto3" json:"restarts,omitempty"`
 	// warnings are conditions that need attention, e.g. the disk limit.
-	Warnings      []string `protobuf:"bytes,23,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	Warnings []string `protobuf:"bytes,23,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// paused is how a PAUSED lease is paused: "freeze" (processes frozen,
+	// memory kept) or "hibernate" (container stopped, files kept, processes
+	// gone); empty otherwise.
+	Paused string `protobuf:"bytes,24,opt,name=paused,proto3" json:"paused,omitempty"`
+	// paused_at is when the lease was paused; it expires after the
+	// configured paused retention.
+	PausedAt      *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -518,6 +530,20 @@ func (x *Lease) GetRestarts() int32 {
 func (x *Lease) GetWarnings() []string {
 	if x != nil {
 		return x.Warnings
+	}
+	return nil
+}
+
+func (x *Lease) GetPaused() string {
+	if x != nil {
+		return x.Paused
+	}
+	return ""
+}
+
+func (x *Lease) GetPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedAt
 	}
 	return nil
 }
@@ -1015,6 +1041,105 @@ func (x *ReleaseRequest) GetReason() string {
 	return ""
 }
 
+// PauseRequest pauses a lease.
+type PauseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// mode is "freeze" (default) or "hibernate".
+	Mode          string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseRequest) Reset() {
+	*x = PauseRequest{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseRequest) ProtoMessage() {}
+
+func (x *PauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
+func (*PauseRequest) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PauseRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PauseRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+// ResumeRequest resumes a paused lease.
+type ResumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRequest) Reset() {
+	*x = ResumeRequest{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRequest) ProtoMessage() {}
+
+func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRequest) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ResumeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 // ReapRequest selects leases to release (operator only).
 type ReapRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -1031,7 +1156,7 @@ type ReapRequest struct {
 
 func (x *ReapRequest) Reset() {
 	*x = ReapRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1168,7 @@ func (x *ReapRequest) String() string {
 func (*ReapRequest) ProtoMessage() {}
 
 func (x *ReapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1181,7 @@ func (x *ReapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReapRequest.ProtoReflect.Descriptor instead.
 func (*ReapRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReapRequest) GetIds() []string {
@@ -1111,7 +1236,7 @@ type ReapResponse struct {
 
 func (x *ReapResponse) Reset() {
 	*x = ReapResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1248,7 @@ func (x *ReapResponse) String() string {
 func (*ReapResponse) ProtoMessage() {}
 
 func (x *ReapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1261,7 @@ func (x *ReapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReapResponse.ProtoReflect.Descriptor instead.
 func (*ReapResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReapResponse) GetReaped() []string {
@@ -1159,7 +1284,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1296,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1309,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchRequest) GetOwner() string {
@@ -1212,7 +1337,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1349,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1362,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -1275,7 +1400,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xba\b\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x8b\t\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x14\n" +
@@ -1303,7 +1428,9 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04user\x18\x14 \x01(\tR\x04user\x122\n" +
 	"\x05usage\x18\x15 \x01(\v2\x1c.berth.orchestrator.v1.UsageR\x05usage\x12\x1a\n" +
 	"\brestarts\x18\x16 \x01(\x05R\brestarts\x12\x1a\n" +
-	"\bwarnings\x18\x17 \x03(\tR\bwarnings\x1a9\n" +
+	"\bwarnings\x18\x17 \x03(\tR\bwarnings\x12\x16\n" +
+	"\x06paused\x18\x18 \x01(\tR\x06paused\x127\n" +
+	"\tpaused_at\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x04\n" +
@@ -1348,7 +1475,12 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"8\n" +
 	"\x0eReleaseRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xaf\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"2\n" +
+	"\fPauseRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\"\x1f\n" +
+	"\rResumeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xaf\x01\n" +
 	"\vReapRequest\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12%\n" +
 	"\x0elabel_selector\x18\x02 \x01(\tR\rlabelSelector\x12\x14\n" +
@@ -1366,7 +1498,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\v2\x1c.berth.orchestrator.v1.LeaseR\x05lease\x12A\n" +
 	"\n" +
 	"transition\x18\x02 \x01(\v2!.berth.orchestrator.v1.TransitionR\n" +
-	"transition*\xbf\x01\n" +
+	"transition*\xd7\x01\n" +
 	"\n" +
 	"LeaseState\x12\x1b\n" +
 	"\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -1375,13 +1507,16 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x15LEASE_STATE_RELEASING\x10\x03\x12\x18\n" +
 	"\x14LEASE_STATE_RELEASED\x10\x04\x12\x17\n" +
 	"\x13LEASE_STATE_EXPIRED\x10\x05\x12\x16\n" +
-	"\x12LEASE_STATE_FAILED\x10\x062\xd2\x04\n" +
+	"\x12LEASE_STATE_FAILED\x10\x06\x12\x16\n" +
+	"\x12LEASE_STATE_PAUSED\x10\a2\xec\x05\n" +
 	"\fLeaseService\x12X\n" +
 	"\aAcquire\x12%.berth.orchestrator.v1.AcquireRequest\x1a&.berth.orchestrator.v1.AcquireResponse\x12K\n" +
 	"\x03Get\x12&.berth.orchestrator.v1.GetLeaseRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12[\n" +
 	"\x04List\x12(.berth.orchestrator.v1.ListLeasesRequest\x1a).berth.orchestrator.v1.ListLeasesResponse\x12J\n" +
 	"\x05Renew\x12#.berth.orchestrator.v1.RenewRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12N\n" +
-	"\aRelease\x12%.berth.orchestrator.v1.ReleaseRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12O\n" +
+	"\aRelease\x12%.berth.orchestrator.v1.ReleaseRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12J\n" +
+	"\x05Pause\x12#.berth.orchestrator.v1.PauseRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12L\n" +
+	"\x06Resume\x12$.berth.orchestrator.v1.ResumeRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12O\n" +
 	"\x04Reap\x12\".berth.orchestrator.v1.ReapRequest\x1a#.berth.orchestrator.v1.ReapResponse\x12Q\n" +
 	"\x05Watch\x12#.berth.orchestrator.v1.WatchRequest\x1a!.berth.orchestrator.v1.LeaseEvent0\x01BGZEgithub.com/berth-dev/berth/proto/berth/orchestrator/v1;orchestratorv1b\x06proto3"
 
@@ -1398,7 +1533,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(LeaseState)(0),               // 0: berth.orchestrator.v1.LeaseState
 	(*Resources)(nil),             // 1: berth.orchestrator.v1.Resources
@@ -1412,63 +1547,70 @@ var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*ListLeasesResponse)(nil),    // 9: berth.orchestrator.v1.ListLeasesResponse
 	(*RenewRequest)(nil),          // 10: berth.orchestrator.v1.RenewRequest
 	(*ReleaseRequest)(nil),        // 11: berth.orchestrator.v1.ReleaseRequest
-	(*ReapRequest)(nil),           // 12: berth.orchestrator.v1.ReapRequest
-	(*ReapResponse)(nil),          // 13: berth.orchestrator.v1.ReapResponse
-	(*WatchRequest)(nil),          // 14: berth.orchestrator.v1.WatchRequest
-	(*LeaseEvent)(nil),            // 15: berth.orchestrator.v1.LeaseEvent
-	nil,                           // 16: berth.orchestrator.v1.Lease.LabelsEntry
-	nil,                           // 17: berth.orchestrator.v1.AcquireRequest.LabelsEntry
-	nil,                           // 18: berth.orchestrator.v1.AcquireRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*PauseRequest)(nil),          // 12: berth.orchestrator.v1.PauseRequest
+	(*ResumeRequest)(nil),         // 13: berth.orchestrator.v1.ResumeRequest
+	(*ReapRequest)(nil),           // 14: berth.orchestrator.v1.ReapRequest
+	(*ReapResponse)(nil),          // 15: berth.orchestrator.v1.ReapResponse
+	(*WatchRequest)(nil),          // 16: berth.orchestrator.v1.WatchRequest
+	(*LeaseEvent)(nil),            // 17: berth.orchestrator.v1.LeaseEvent
+	nil,                           // 18: berth.orchestrator.v1.Lease.LabelsEntry
+	nil,                           // 19: berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	nil,                           // 20: berth.orchestrator.v1.AcquireRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
 }
 var file_berth_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	19, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
+	21, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: berth.orchestrator.v1.Transition.from:type_name -> berth.orchestrator.v1.LeaseState
 	0,  // 2: berth.orchestrator.v1.Transition.to:type_name -> berth.orchestrator.v1.LeaseState
-	19, // 3: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
-	16, // 4: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
+	21, // 3: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
+	18, // 4: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
 	1,  // 5: berth.orchestrator.v1.Lease.resources:type_name -> berth.orchestrator.v1.Resources
 	0,  // 6: berth.orchestrator.v1.Lease.state:type_name -> berth.orchestrator.v1.LeaseState
-	19, // 7: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
-	19, // 8: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
-	19, // 9: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 10: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
-	20, // 11: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	20, // 12: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
+	21, // 7: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
+	21, // 8: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
+	21, // 9: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	21, // 10: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
+	22, // 11: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	22, // 12: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
 	3,  // 13: berth.orchestrator.v1.Lease.transitions:type_name -> berth.orchestrator.v1.Transition
-	19, // 14: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	21, // 14: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
 	2,  // 15: berth.orchestrator.v1.Lease.usage:type_name -> berth.orchestrator.v1.Usage
-	20, // 16: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	20, // 17: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
-	17, // 18: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
-	1,  // 19: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
-	18, // 20: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
-	4,  // 21: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
-	0,  // 22: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
-	4,  // 23: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
-	20, // 24: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	4,  // 25: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
-	3,  // 26: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
-	5,  // 27: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
-	7,  // 28: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
-	8,  // 29: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
-	10, // 30: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
-	11, // 31: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
-	12, // 32: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
-	14, // 33: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
-	6,  // 34: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
-	4,  // 35: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
-	9,  // 36: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
-	4,  // 37: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
-	4,  // 38: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
-	13, // 39: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
-	15, // 40: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
-	34, // [34:41] is the sub-list for method output_type
-	27, // [27:34] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	21, // 16: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
+	22, // 17: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	22, // 18: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
+	19, // 19: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	1,  // 20: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
+	20, // 21: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
+	4,  // 22: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
+	0,  // 23: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
+	4,  // 24: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
+	22, // 25: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	4,  // 26: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
+	3,  // 27: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
+	5,  // 28: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
+	7,  // 29: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
+	8,  // 30: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
+	10, // 31: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
+	11, // 32: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
+	12, // 33: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
+	13, // 34: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
+	14, // 35: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
+	16, // 36: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
+	6,  // 37: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
+	4,  // 38: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
+	9,  // 39: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
+	4,  // 40: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
+	4,  // 41: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
+	4,  // 42: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
+	4,  // 43: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
+	15, // 44: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
+	17, // 45: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
+	37, // [37:46] is the sub-list for method output_type
+	28, // [28:37] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_berth_orchestrator_v1_orchestrator_proto_init() }
@@ -1482,7 +1624,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_orchestrator_v1_orchestrator_proto_rawDesc), len(file_berth_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,8 @@ const (
 	LeaseService_List_FullMethodName    = "/berth.orchestrator.v1.LeaseService/List"
 	LeaseService_Renew_FullMethodName   = "/berth.orchestrator.v1.LeaseService/Renew"
 	LeaseService_Release_FullMethodName = "/berth.orchestrator.v1.LeaseService/Release"
+	LeaseService_Pause_FullMethodName   = "/berth.orchestrator.v1.LeaseService/Pause"
+	LeaseService_Resume_FullMethodName  = "/berth.orchestrator.v1.LeaseService/Resume"
 	LeaseService_Reap_FullMethodName    = "/berth.orchestrator.v1.LeaseService/Reap"
 	LeaseService_Watch_FullMethodName   = "/berth.orchestrator.v1.LeaseService/Watch"
 )
@@ -50,6 +52,15 @@ type LeaseServiceClient interface {
 	// Release ends a lease and removes its sandbox. Releasing an ended lease
 	// succeeds and changes nothing.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*Lease, error)
+	// Pause pauses a READY lease: mode "freeze" freezes its processes in
+	// memory (cgroup freezer; FAILED_PRECONDITION on a backend that cannot),
+	// "hibernate" stops its container keeping its files (running processes
+	// are gone). Pausing a lease already paused the same way returns it.
+	Pause(ctx context.Context, in *PauseRequest, opts ...grpc.CallOption) (*Lease, error)
+	// Resume makes a PAUSED lease READY again; a READY lease is returned as
+	// it is. Any request through the proxy, and an acquire of the lease's
+	// conversation, resume it too.
+	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*Lease, error)
 	// Reap releases every live lease matching ids or a selector (operator).
 	Reap(ctx context.Context, in *ReapRequest, opts ...grpc.CallOption) (*ReapResponse, error)
 	// Watch streams lease events as they happen.
@@ -114,6 +125,26 @@ func (c *leaseServiceClient) Release(ctx context.Context, in *ReleaseRequest, op
 	return out, nil
 }
 
+func (c *leaseServiceClient) Pause(ctx context.Context, in *PauseRequest, opts ...grpc.CallOption) (*Lease, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Lease)
+	err := c.cc.Invoke(ctx, LeaseService_Pause_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *leaseServiceClient) Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*Lease, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Lease)
+	err := c.cc.Invoke(ctx, LeaseService_Resume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *leaseServiceClient) Reap(ctx context.Context, in *ReapRequest, opts ...grpc.CallOption) (*ReapResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReapResponse)
@@ -161,6 +192,15 @@ type LeaseServiceServer interface {
 	// Release ends a lease and removes its sandbox. Releasing an ended lease
 	// succeeds and changes nothing.
 	Release(context.Context, *ReleaseRequest) (*Lease, error)
+	// Pause pauses a READY lease: mode "freeze" freezes its processes in
+	// memory (cgroup freezer; FAILED_PRECONDITION on a backend that cannot),
+	// "hibernate" stops its container keeping its files (running processes
+	// are gone). Pausing a lease already paused the same way returns it.
+	Pause(context.Context, *PauseRequest) (*Lease, error)
+	// Resume makes a PAUSED lease READY again; a READY lease is returned as
+	// it is. Any request through the proxy, and an acquire of the lease's
+	// conversation, resume it too.
+	Resume(context.Context, *ResumeRequest) (*Lease, error)
 	// Reap releases every live lease matching ids or a selector (operator).
 	Reap(context.Context, *ReapRequest) (*ReapResponse, error)
 	// Watch streams lease events as they happen.
@@ -189,6 +229,12 @@ func (UnimplementedLeaseServiceServer) Renew(context.Context, *RenewRequest) (*L
 }
 func (UnimplementedLeaseServiceServer) Release(context.Context, *ReleaseRequest) (*Lease, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedLeaseServiceServer) Pause(context.Context, *PauseRequest) (*Lease, error) {
+	return nil, status.Error(codes.Unimplemented, "method Pause not implemented")
+}
+func (UnimplementedLeaseServiceServer) Resume(context.Context, *ResumeRequest) (*Lease, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resume not implemented")
 }
 func (UnimplementedLeaseServiceServer) Reap(context.Context, *ReapRequest) (*ReapResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reap not implemented")
@@ -307,6 +353,42 @@ func _LeaseService_Release_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LeaseService_Pause_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).Pause(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_Pause_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).Pause(ctx, req.(*PauseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LeaseService_Resume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).Resume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_Resume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).Resume(ctx, req.(*ResumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LeaseService_Reap_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReapRequest)
 	if err := dec(in); err != nil {
@@ -362,6 +444,14 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _LeaseService_Release_Handler,
+		},
+		{
+			MethodName: "Pause",
+			Handler:    _LeaseService_Pause_Handler,
+		},
+		{
+			MethodName: "Resume",
+			Handler:    _LeaseService_Resume_Handler,
 		},
 		{
 			MethodName: "Reap",

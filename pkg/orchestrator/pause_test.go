@@ -1,0 +1,30 @@
+package orchestrator_test
+
+import (
+	"bytes"
+	"testing"
+)
+
+func TestPauseResumeREST(t *testing.T) {
+	s := start(t, nil)
+	id, leaseTok := s.acquire(t, tokA, "conv-p")
+	if r := s.do(t, tokB, "POST", "/v1/leases/"+id+":pause", `{"mode":"hibernate"}`); r.code != 404 {
+		t.Fatalf("client B pauses A: %d %s", r.code, r.body)
+	}
+	if r := s.do(t, tokA, "POST", "/v1/leases/"+id+":pause", `{"mode":"sleep"}`); r.code != 400 {
+		t.Fatalf("bad mode: %d %s", r.code, r.body)
+	}
+	// The in-process runtime cannot freeze: FAILED_PRECONDITION naming it.
+	if r := s.do(t, tokA, "POST", "/v1/leases/"+id+":pause", `{"mode":"freeze"}`); r.code != 400 || !bytes.Contains(r.body, []byte(`"code":9`)) ||
+		!bytes.Contains(r.body, []byte("cannot freeze")) {
+		t.Fatalf("freeze on inproc: %d %s", r.code, r.body)
+	}
+	r := s.do(t, leaseTok, "POST", "/v1/leases/"+id+":pause", `{"mode":"hibernate"}`)
+	if r.code != 200 || r.json(t)["state"] != "LEASE_STATE_PAUSED" || r.json(t)["paused"] != "hibernate" || r.json(t)["pausedAt"] == nil {
+		t.Fatalf("hibernate: %d %s", r.code, r.body)
+	}
+	r = s.do(t, opToken, "POST", "/v1/leases/"+id+":resume", `{}`)
+	if m := r.json(t); r.code != 200 || m["state"] != "LEASE_STATE_READY" || m["paused"] != "" {
+		t.Fatalf("resume: %d %s", r.code, r.body)
+	}
+}
