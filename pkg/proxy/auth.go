@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -161,11 +162,12 @@ type origin struct {
 
 // open is the sequence every route runs before it forwards to lease id:
 // authorize the candidate tokens (unless port is one of the lease's public
-// preview ports; 0 for the agent's API), look the lease up, and check that
-// it can take traffic; an operator's access is logged. A failed
+// preview ports; 0 for the agent's API), look the lease up, resume it if it
+// is PAUSED (the caller sees latency, not an error), and check that it can
+// take traffic; an operator's access is logged. A failed
 // authorization answers before a missing lease, so that only a valid token
 // learns whether a lease exists.
-func (p *Proxy) open(id string, ts *tokens, port int, o origin) (opened, *routeError) {
+func (p *Proxy) open(ctx context.Context, id string, ts *tokens, port int, o origin) (opened, *routeError) {
 	var op opened
 	var lerr *routeError
 	if port > 0 {
@@ -183,6 +185,9 @@ func (p *Proxy) open(id string, ts *tokens, port int, o origin) (opened, *routeE
 	} else {
 		op.acc = accessPublic
 	}
+	if lerr == nil && op.rt.State == lease.StatePaused {
+		op.rt, lerr = p.resume(ctx, id)
+	}
 	if lerr == nil {
 		lerr = usable(id, op.rt)
 	}
@@ -193,6 +198,31 @@ func (p *Proxy) open(id string, ts *tokens, port int, o origin) (opened, *routeE
 		p.logOperator(id, o)
 	}
 	return op, nil
+}
+
+// Resumer is the optional part of a LeaseRouter that resumes a PAUSED
+// lease (lease.Manager implements it; concurrent calls for one lease share
+// one resume). Without it a paused lease answers 409.
+type Resumer interface {
+	// Resume makes a PAUSED lease READY again; a READY lease is returned as it is.
+	Resume(ctx context.Context, id string) (lease.Lease, error)
+}
+
+var _ Resumer = (*lease.Manager)(nil)
+
+// resume resumes paused lease id and returns its route afterwards. A
+// resume that fails while the lease stays PAUSED is a 503.
+func (p *Proxy) resume(ctx context.Context, id string) (lease.Route, *routeError) {
+	r, ok := p.leases.(Resumer)
+	if !ok {
+		return p.lookup(id)
+	}
+	_, err := r.Resume(ctx, id)
+	rt, lerr := p.lookup(id)
+	if err != nil && lerr == nil && rt.State == lease.StatePaused {
+		return rt, newRouteError(http.StatusServiceUnavailable, errdefs.ErrUnavailable, "lease %s is PAUSED and could not be resumed: %s", id, err.Error())
+	}
+	return rt, lerr
 }
 
 // lookup returns lease id's route, or a 404.

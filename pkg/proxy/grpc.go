@@ -156,7 +156,7 @@ func (p *Proxy) resolveGRPC(ctx context.Context, method string) (*grpcCall, erro
 	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
 		remote = pr.Addr.String()
 	}
-	op, rerr := p.open(id, &ts, 0, origin{"grpc", "POST", method, remote})
+	op, rerr := p.open(ctx, id, &ts, 0, origin{"grpc", "POST", method, remote})
 	if rerr != nil {
 		if errdefs.IsInternal(rerr) || errdefs.IsUnavailable(rerr) && rerr.state == "" {
 			p.log.Warn("proxy error", "lease_id", id, "method", method, "code", rerr.code().String(), "error", rerr.Error())

@@ -65,7 +65,7 @@ func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath s
 			ts.add(tok)
 		}
 	}
-	op, rerr := p.open(id, &ts, 0, origin{"http", r.Method, r.URL.Path, r.RemoteAddr})
+	op, rerr := p.open(r.Context(), id, &ts, 0, origin{"http", r.Method, r.URL.Path, r.RemoteAddr})
 	if rerr != nil {
 		p.fail(w, r, false, id, rerr)
 		return

@@ -31,7 +31,7 @@ func (p *Proxy) servePreview(w http.ResponseWriter, r *http.Request, id string, 
 		}
 	}
 
-	op, rerr := p.open(id, &ts, port, origin{"preview", r.Method, r.URL.Path, r.RemoteAddr})
+	op, rerr := p.open(r.Context(), id, &ts, port, origin{"preview", r.Method, r.URL.Path, r.RemoteAddr})
 	if rerr != nil {
 		p.fail(w, r, true, id, rerr)
 		return
