@@ -113,11 +113,11 @@ func (r *Runner) spawn(ctx context.Context, s Spec, pl plan, id string, logs *lo
 	}
 	outR, outW, err := pipe()
 	if err != nil {
-		return fail(startError(pl.args, err))
+		return fail(StartError(pl.args, err))
 	}
 	errR, errW, err := pipe()
 	if err != nil {
-		return fail(startError(pl.args, err))
+		return fail(StartError(pl.args, err))
 	}
 	env := pl.env
 	if env == nil {
@@ -135,7 +135,7 @@ func (r *Runner) spawn(ctx context.Context, s Spec, pl plan, id string, logs *lo
 	var inR *os.File
 	if id != "" || len(pl.stdin) > 0 {
 		if inR, p.stdin, err = pipe(); err != nil {
-			return fail(startError(pl.args, err))
+			return fail(StartError(pl.args, err))
 		}
 		cmd.Stdin = inR
 	}
@@ -144,7 +144,7 @@ func (r *Runner) spawn(ctx context.Context, s Spec, pl plan, id string, logs *lo
 	}
 	p.startedAt = time.Now()
 	if err := cmd.Start(); err != nil {
-		return fail(startError(pl.args, err))
+		return fail(StartError(pl.args, err))
 	}
 	p.cmd = cmd
 	p.pid = cmd.Process.Pid

@@ -295,8 +295,13 @@ func checkExecutable(p string) error {
 	return nil
 }
 
-// startError classifies an error from starting a command.
-func startError(args []string, err error) error {
+// StartError classifies an error from starting the command args, as exec
+// reports it: ResourceExhausted when the host is out of processes or
+// memory, FailedPrecondition with reason ReasonCommandNotFound or
+// ReasonCommandNotExecutable when the program cannot run (a missing file or
+// interpreter, no permission, not an executable), Internal otherwise.
+// Terminal sessions use it too, so both answer a failed start alike.
+func StartError(args []string, err error) error {
 	var errno syscall.Errno
 	switch {
 	case errors.As(err, &errno) && (errno == syscall.EAGAIN || errno == syscall.ENOMEM):

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -266,11 +265,7 @@ func (m *Manager) start(cmd *exec.Cmd, spec Spec, term string) (*Session, error)
 	startedAt := time.Now()
 	if err := cmd.Start(); err != nil {
 		_ = ptmx.Close()
-		var errno syscall.Errno
-		if errors.As(err, &errno) && (errno == syscall.EAGAIN || errno == syscall.ENOMEM) {
-			return nil, errdefs.ResourceExhausted("cannot start %s: %v", cmd.Args[0], err)
-		}
-		return nil, errdefs.FailedPrecondition("argv[0]: cannot start %s: %v", cmd.Args[0], err)
+		return nil, process.StartError(cmd.Args, err)
 	}
 	if m.cfg.OOMScoreAdj != 0 {
 		_ = os.WriteFile("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/oom_score_adj", []byte(strconv.Itoa(m.cfg.OOMScoreAdj)), 0)

@@ -393,8 +393,17 @@ func TestCommandPolicy(t *testing.T) {
 	sc.waitFor(t, "2-"+dir+"-x-value-vt100", 0)
 	waitDone(t, s)
 
-	if _, err := m.Open(Spec{Argv: []string{"no-such-program-xyz"}}); !errdefs.IsFailedPrecondition(err) {
-		t.Errorf("missing program: %v", err)
+	if _, err := m.Open(Spec{Argv: []string{"no-such-program-xyz"}}); !errdefs.IsFailedPrecondition(err) || errdefs.Reason(err) != process.ReasonCommandNotFound {
+		t.Errorf("missing program: %v (reason %q)", err, errdefs.Reason(err))
+	}
+	// Found and executable, but its interpreter is missing: the start
+	// fails as exec's does, with the same reason (so `exec -t` exits 127).
+	badInterp := filepath.Join(dir, "bad-interp")
+	if err := os.WriteFile(badInterp, []byte("#!/no/such/interpreter\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Open(Spec{Argv: []string{badInterp}}); !errdefs.IsFailedPrecondition(err) || errdefs.Reason(err) != process.ReasonCommandNotFound {
+		t.Errorf("missing interpreter: %v (reason %q)", err, errdefs.Reason(err))
 	}
 	if _, err := m.Open(Spec{Argv: []string{"sh"}, Cwd: "relative"}); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("relative cwd: %v", err)
