@@ -2,15 +2,24 @@ package orchestrator_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/berth-dev/berth/internal/testsupport/orchtest"
 	"github.com/berth-dev/berth/internal/testsupport/testenv"
+	"github.com/berth-dev/berth/pkg/proxy"
+	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 // TestMetricsExposition scrapes a real orchestrator (two, in one process:
@@ -46,6 +55,16 @@ func TestMetricsExposition(t *testing.T) {
 	if code, b := call(o.Base, "POST", "/v1/sandboxes/"+id+"/v1/exec", tok, `{"command":"true"}`); code != 200 {
 		t.Fatalf("exec: %d %s", code, b)
 	}
+	// A gRPC call through the proxy, for the grpc series.
+	cc, err := grpc.NewClient(o.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), proxy.LeaseMetadata, id, "authorization", "Bearer "+tok)
+	if _, err := agentv1.NewInfoServiceClient(cc).GetInfo(ctx, &agentv1.GetInfoRequest{}); err != nil {
+		t.Fatalf("GetInfo through the proxy: %v", err)
+	}
 	code, m := call(o.Base, "GET", "/metrics", "", "")
 	if code != 200 {
 		t.Fatalf("metrics: %d %s", code, m)
@@ -59,6 +78,7 @@ func TestMetricsExposition(t *testing.T) {
 		`berth_acquire_duration_seconds_count{backend="docker",kind="cold"} 1`,
 		`berth_proxy_http_requests_total{code="200"} 1`, "berth_proxy_in_flight 0", "berth_proxy_operator_access_total 0",
 		`berth_proxy_request_duration_seconds_count{code="2xx",kind="rest"} 1`,
+		`berth_proxy_grpc_calls_total{code="OK"} 1`, `berth_proxy_request_duration_seconds_count{code="2xx",kind="grpc"} 1`,
 		"go_goroutines ", "go_gc_duration_seconds", "process_resident_memory_bytes ",
 	} {
 		if !strings.Contains(m, want) {
@@ -71,6 +91,12 @@ func TestMetricsExposition(t *testing.T) {
 	if problems, err := promlint.New(strings.NewReader(m)).Lint(); err != nil || len(problems) > 0 {
 		t.Errorf("promlint: %v %+v", err, problems)
 	}
+	// The agent's, through the proxy, for the operator.
+	code, am := call(o.Base, "GET", "/v1/sandboxes/"+id+"/metrics", orchtest.OperatorToken, "")
+	if code != 200 || !strings.Contains(am, `berth_agent_exec_duration_seconds_count{code="OK",method="exec"} 1`) {
+		t.Fatalf("agent metrics: %d %s", code, am)
+	}
+	checkDashboard(t, m+am)
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		testenv.SkipOrFail(t, "promtool not found (Debian package prometheus; run make deps)")
@@ -81,6 +107,47 @@ func TestMetricsExposition(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		t.Errorf("promtool check metrics: %v\n%s", err, out.String())
+	}
+}
+
+// checkDashboard checks that every series docs/grafana-dashboard.json
+// queries is in the exposition m (a histogram by its _bucket, _count and
+// _sum).
+func checkDashboard(t *testing.T, m string) {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("dashboard: %v", err)
+	}
+	name := regexp.MustCompile(`\b(?:berth|go|process)_[a-z0-9_]+`)
+	n := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			for _, s := range name.FindAllString(tg.Expr, -1) {
+				n++
+				base := s
+				for _, suf := range []string{"_bucket", "_count", "_sum"} {
+					if b, ok := strings.CutSuffix(s, suf); ok && strings.Contains(m, "# TYPE "+b+" histogram") {
+						base = b
+					}
+				}
+				if !strings.Contains(m, "# TYPE "+base+" ") {
+					t.Errorf("dashboard panel %q queries %s, which is not exposed", p.Title, s)
+				}
+			}
+		}
+	}
+	if n < 20 {
+		t.Errorf("dashboard: only %d series references", n)
 	}
 }
 
