@@ -51,6 +51,10 @@ type AcquireRequest struct {
 	// IdleTimeout expires the lease after this long without activity; 0
 	// takes Config.DefaultIdleTimeout (which may be none).
 	IdleTimeout time.Duration
+	// IdlePolicy is what the idle timeout does: IdleExpire ends the lease,
+	// IdleFreeze and IdleHibernate pause it. "" takes
+	// Config.DefaultIdlePolicy.
+	IdlePolicy IdlePolicy
 	// Labels are user labels (keys [A-Za-z0-9._/-], starting alphanumeric,
 	// ≤128 bytes; values ≤256 bytes, no control characters or commas).
 	Labels map[string]string
@@ -179,6 +183,12 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 		return req, errdefs.InvalidArgument("idle_timeout", "%s is negative", req.IdleTimeout)
 	case req.IdleTimeout == 0:
 		req.IdleTimeout = m.cfg.DefaultIdleTimeout
+	}
+	if req.IdlePolicy == "" {
+		req.IdlePolicy = m.cfg.DefaultIdlePolicy
+	}
+	if err := m.checkIdlePolicy("idle_policy", req.IdlePolicy); err != nil {
+		return req, err
 	}
 	if err := validLabels("labels", req.Labels, m.cfg.MaxLabels); err != nil {
 		return req, err
@@ -390,6 +400,7 @@ func (m *Manager) addPendingLocked(req AcquireRequest) *entry {
 			LastActivityAt: now,
 			TTL:            req.TTL,
 			IdleTimeout:    req.IdleTimeout,
+			IdlePolicy:     req.IdlePolicy,
 		},
 		call:  &acquireCall{done: make(chan struct{})},
 		ended: make(chan struct{}),

@@ -114,6 +114,10 @@ type Config struct {
 	// debugging) before they are purged. Default 1h; negative keeps them
 	// forever.
 	Retention time.Duration
+	// DefaultIdlePolicy is what the idle timeout does to a lease whose
+	// acquire names no policy: IdleExpire (the default) ends it, IdleFreeze
+	// or IdleHibernate pause it. IdleFreeze needs a runtime.Freezer.
+	DefaultIdlePolicy IdlePolicy
 	// PausedRetention is how long a lease may stay PAUSED before it expires
 	// (a paused lease neither idle-expires nor runs out its TTL). Default
 	// DefaultPausedRetention (7 days); negative keeps paused leases until
@@ -204,6 +208,15 @@ func (c *Config) setDefaults() error {
 	}
 	def(&c.Retention, time.Hour)
 	def(&c.PausedRetention, DefaultPausedRetention)
+	if c.DefaultIdlePolicy == "" {
+		c.DefaultIdlePolicy = IdleExpire
+	}
+	switch _, canFreeze := c.Runtime.(runtime.Freezer); {
+	case !c.DefaultIdlePolicy.valid():
+		return errdefs.InvalidArgument("default_idle_policy", "unknown idle policy %q (want expire, freeze or hibernate)", string(c.DefaultIdlePolicy))
+	case c.DefaultIdlePolicy == IdleFreeze && !canFreeze:
+		return errdefs.InvalidArgument("default_idle_policy", "freeze: the %s runtime cannot freeze a sandbox; use hibernate", backendName(c.Runtime))
+	}
 	if c.MaxEnvBytes <= 0 {
 		c.MaxEnvBytes = DefaultMaxEnvBytes
 	}

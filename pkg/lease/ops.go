@@ -145,10 +145,25 @@ func expiryReason(l *Lease, now time.Time) string {
 	if !now.Before(l.ExpiresAt) {
 		return fmt.Sprintf("ttl of %s passed", l.TTL)
 	}
+	if reason := idleReason(l, now); reason != "" && !pausesWhenIdle(l) {
+		return reason
+	}
+	return ""
+}
+
+// idleReason says how long l (READY) has been idle past its idle timeout
+// at now, or "" if it has not.
+func idleReason(l *Lease, now time.Time) string {
 	if l.IdleTimeout > 0 && now.Sub(l.LastActivityAt) >= l.IdleTimeout {
 		return fmt.Sprintf("idle for %s", l.IdleTimeout)
 	}
 	return ""
+}
+
+// pausesWhenIdle reports whether l's idle timeout pauses it rather than
+// expiring it.
+func pausesWhenIdle(l *Lease) bool {
+	return l.IdlePolicy == IdleFreeze || l.IdlePolicy == IdleHibernate
 }
 
 // Renew extends a live lease: ExpiresAt becomes now + ttl, and ttl becomes

@@ -25,6 +25,45 @@ const (
 	PauseHibernate PauseMode = "hibernate"
 )
 
+// IdlePolicy is what a lease's idle timeout does to it.
+type IdlePolicy string
+
+// Idle policies.
+const (
+	// IdleExpire ends an idle lease (EXPIRED) and removes its sandbox.
+	IdleExpire IdlePolicy = "expire"
+	// IdleFreeze pauses an idle lease with PauseFreeze.
+	IdleFreeze IdlePolicy = "freeze"
+	// IdleHibernate pauses an idle lease with PauseHibernate.
+	IdleHibernate IdlePolicy = "hibernate"
+)
+
+func (p IdlePolicy) valid() bool { return p == IdleExpire || p == IdleFreeze || p == IdleHibernate }
+
+// ParseIdlePolicy parses "expire", "freeze" or "hibernate"
+// (case-insensitively); "" stays "" (the configured default). Anything else
+// is errdefs.ErrInvalidArgument naming field.
+func ParseIdlePolicy(field, s string) (IdlePolicy, error) {
+	p := IdlePolicy(strings.ToLower(strings.TrimSpace(s)))
+	if p != "" && !p.valid() {
+		return "", errdefs.InvalidArgument(field, "unknown idle policy %q (want expire, freeze or hibernate)", s)
+	}
+	return p, nil
+}
+
+// checkIdlePolicy validates a lease's idle policy against the runtime.
+func (m *Manager) checkIdlePolicy(field string, p IdlePolicy) error {
+	if !p.valid() {
+		return errdefs.InvalidArgument(field, "unknown idle policy %q (want expire, freeze or hibernate)", string(p))
+	}
+	if p == IdleFreeze {
+		if _, err := m.freezer(); err != nil {
+			return errdefs.FailedPrecondition("%s freeze: %v", field, err)
+		}
+	}
+	return nil
+}
+
 // DefaultPausedRetention is Config.PausedRetention's default: a paused
 // lease expires after a week.
 const DefaultPausedRetention = 7 * 24 * time.Hour
@@ -138,7 +177,7 @@ func (m *Manager) Pause(ctx context.Context, id string, mode PauseMode) (Lease, 
 		m.mu.Unlock()
 		return Lease{}, err
 	}
-	op := m.beginPauseLocked(e, mode)
+	op := m.beginPauseLocked(e, mode, "")
 	cid := e.l.ContainerID
 	l, rev := e.snapshot()
 	m.mu.Unlock()
@@ -147,20 +186,44 @@ func (m *Manager) Pause(ctx context.Context, id string, mode PauseMode) (Lease, 
 		m.endPause(e, op, err)
 		return Lease{}, err
 	}
+	return m.endPause(e, op, m.pauseRuntime(ctx, fr, id, cid, mode))
+}
+
+// pauseRuntime freezes (fr) or stops container cid of lease id.
+func (m *Manager) pauseRuntime(ctx context.Context, fr runtime.Freezer, id, cid string, mode PauseMode) error {
 	began := time.Now()
 	rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+	defer cancel()
+	var err error
 	if mode == PauseFreeze {
 		err = fr.Pause(rctx, cid)
 	} else {
 		err = m.rt.Stop(rctx, cid, hibernateGrace)
 	}
-	cancel()
 	if err != nil {
-		err = wrapf(err, "pause lease %s (%s)", id, mode)
-	} else {
-		m.log.Info("lease paused", "lease_id", id, "container_id", cid, "mode", string(mode), "duration", time.Since(began))
+		return wrapf(err, "pause lease %s (%s)", id, mode)
 	}
-	return m.endPause(e, op, err)
+	m.log.Info("lease paused", "lease_id", id, "container_id", cid, "mode", string(mode), "duration", time.Since(began))
+	return nil
+}
+
+// idlePauseLocked pauses idle READY lease e as its IdlePolicy says (why:
+// "idle for 5m0s"): the transition is made now, the runtime call is
+// returned to run after the caller persisted e. Called with mu held.
+func (m *Manager) idlePauseLocked(e *entry, why string) func(ctx context.Context) {
+	mode := PauseMode(e.l.IdlePolicy)
+	var fr runtime.Freezer
+	if mode == PauseFreeze {
+		var err error
+		if fr, err = m.freezer(); err != nil {
+			mode = PauseHibernate // the runtime changed since the acquire
+		}
+	}
+	op := m.beginPauseLocked(e, mode, why)
+	id, cid := e.l.ID, e.l.ContainerID
+	return func(ctx context.Context) {
+		_, _ = m.endPause(e, op, m.pauseRuntime(ctx, fr, id, cid, mode))
+	}
 }
 
 // idleEntryLocked returns lease id's entry once no pause or resume runs on
@@ -184,12 +247,16 @@ func (m *Manager) idleEntryLocked(ctx context.Context, id string) (*entry, error
 	}
 }
 
-// beginPauseLocked moves READY e to PAUSED and marks the pause in flight.
+// beginPauseLocked moves READY e to PAUSED (why, if set, prefixes the
+// reason) and marks the pause in flight.
 // Called with mu held.
-func (m *Manager) beginPauseLocked(e *entry, mode PauseMode) *pauseOp {
+func (m *Manager) beginPauseLocked(e *entry, mode PauseMode, why string) *pauseOp {
 	reason := ReasonFrozen
 	if mode == PauseHibernate {
 		reason = ReasonHibernated
+	}
+	if why != "" {
+		reason = why + "; " + reason
 	}
 	e.l.Paused, e.l.PausedAt = mode, m.now()
 	_ = m.transitionLocked(e, StatePaused, reason)

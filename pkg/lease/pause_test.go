@@ -301,3 +301,55 @@ func TestParsePauseMode(t *testing.T) {
 		t.Errorf("sleep: %v", err)
 	}
 }
+
+func TestIdlePolicyPauses(t *testing.T) {
+	for _, p := range []IdlePolicy{IdleFreeze, IdleHibernate} {
+		t.Run(string(p), func(t *testing.T) {
+			h := newHarness(t, nil)
+			l, _, _, err := h.m.Acquire(context.Background(), AcquireRequest{ConversationID: "c1", IdleTimeout: 100 * time.Millisecond, IdlePolicy: p})
+			if err != nil || l.IdlePolicy != p {
+				t.Fatalf("acquire: %v %v", l.IdlePolicy, err)
+			}
+			eventually(t, 2*time.Second, "idle lease paused", func() bool {
+				g := h.get(l.ID)
+				return g.State == StatePaused && g.Paused == PauseMode(p)
+			})
+			if r := h.get(l.ID).Reason; !strings.HasPrefix(r, "idle for 100ms; paused ("+string(p)+")") {
+				t.Fatalf("reason %q", r)
+			}
+			// A later acquire of the conversation resumes it.
+			again, _ := h.acquire("c1")
+			if again.ID != l.ID || again.State != StateReady {
+				t.Fatalf("acquire after idle pause: %s %s", again.ID, again.State)
+			}
+		})
+	}
+}
+
+func TestDefaultIdlePolicy(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DefaultIdlePolicy = IdleHibernate })
+	l, _ := h.acquire("c1")
+	if l.IdlePolicy != IdleHibernate {
+		t.Fatalf("idle policy %q", l.IdlePolicy)
+	}
+	if _, _, _, err := h.m.Acquire(context.Background(), AcquireRequest{ConversationID: "c2", IdlePolicy: "nap"}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("unknown policy: %v", err)
+	}
+	// Without a Freezer, freeze is refused at New and at acquire.
+	cfg := h.cfg
+	cfg.Store, cfg.Runtime, cfg.DefaultIdlePolicy = h.store, struct{ Runtime }{h.rt}, IdleFreeze
+	if _, err := New(cfg); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "cannot freeze") {
+		t.Fatalf("New with default freeze and no Freezer: %v", err)
+	}
+	cfg.DefaultIdlePolicy = ""
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.checkIdlePolicy("idle_policy", IdleFreeze); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("freeze policy without a Freezer: %v", err)
+	}
+	if p, err := ParseIdlePolicy("idle_policy", " Hibernate"); err != nil || p != IdleHibernate {
+		t.Fatalf("parse: %v %v", p, err)
+	}
+}

@@ -22,7 +22,8 @@ func (m *Manager) reapLoop(ctx context.Context) {
 
 // reapOnce is one reaper pass. Under the mutex it only updates memory:
 // READY leases past their TTL or idle timeout, and PAUSED leases past
-// Config.PausedRetention, become EXPIRED, containers
+// Config.PausedRetention, become EXPIRED (an idle lease whose IdlePolicy is
+// freeze or hibernate is paused instead, in the background), containers
 // due for removal are queued for the workers, dirty activity is snapshotted
 // and purgeable records are dropped. Store writes and runtime calls happen
 // after the mutex is released, so Acquire never waits for them.
@@ -30,13 +31,20 @@ func (m *Manager) reapOnce() {
 	now, real := m.now(), time.Now()
 	var snaps []snap
 	var purge []string
+	var pauses []func(context.Context)
 	m.mu.Lock()
+	runCtx := m.runCtx
 	for id, e := range m.leases {
 		switch {
 		case e.l.State == StateReady:
 			if reason := expiryReason(&e.l, now); reason != "" {
 				_ = m.transitionLocked(e, StateExpired, reason)
 				m.enqueueCleanLocked(e)
+				l, rev := e.snapshot()
+				snaps = append(snaps, snap{l, rev})
+			} else if why := idleReason(&e.l, now); why != "" && e.pause == nil {
+				// The idle policy pauses it (IdleFreeze, IdleHibernate).
+				pauses = append(pauses, m.idlePauseLocked(e, why))
 				l, rev := e.snapshot()
 				snaps = append(snaps, snap{l, rev})
 			} else if e.activityDirty && real.Sub(e.activityWritten) >= m.cfg.ActivityFlushInterval {
@@ -70,6 +78,9 @@ func (m *Manager) reapOnce() {
 	}
 	m.mu.Unlock()
 	m.persistAll(snaps)
+	for _, pause := range pauses {
+		m.goBackground(func() { pause(runCtx) })
+	}
 	if len(purge) == 0 {
 		return
 	}

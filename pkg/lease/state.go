@@ -157,6 +157,9 @@ type Lease struct {
 	// PausedAt is when the lease was paused; Config.PausedRetention counts
 	// from it. Zero unless PAUSED.
 	PausedAt time.Time `json:"paused_at,omitzero"`
+	// IdlePolicy is what the idle timeout does to this lease (IdleExpire,
+	// IdleFreeze or IdleHibernate).
+	IdlePolicy IdlePolicy `json:"idle_policy,omitempty"`
 	// ContainerID is the runtime's id of the sandbox, once created.
 	ContainerID string `json:"container_id,omitempty"`
 	// Endpoint is the agent's host:port, reachable from the orchestrator's host.

@@ -73,6 +73,13 @@ type Config struct {
 	MaxTTL Duration
 	// DefaultIdleTimeout expires idle leases; 0 disables. Default 0.
 	DefaultIdleTimeout Duration
+	// DefaultIdlePolicy is what the idle timeout does to a lease whose
+	// acquire names no policy: "expire" (the default), "freeze" or
+	// "hibernate" (pause it; freeze needs a backend that can freeze).
+	DefaultIdlePolicy string
+	// PausedRetention is how long a lease may stay paused before it
+	// expires. Default 168h (7 days); negative keeps paused leases.
+	PausedRetention Duration
 	// MaxLeases bounds live leases; more acquires get RESOURCE_EXHAUSTED
 	// (HTTP 429). Default 100.
 	MaxLeases int
@@ -213,6 +220,8 @@ func Defaults() Config {
 		MaxTTL:                 Duration(24 * time.Hour),
 		MaxLeases:              100,
 		Retention:              Duration(time.Hour),
+		DefaultIdlePolicy:      "expire",
+		PausedRetention:        Duration(7 * 24 * time.Hour),
 		RestartLimit:           3,
 		RestartWindow:          Duration(10 * time.Minute),
 		DefaultCPUs:            1,
@@ -289,6 +298,8 @@ func (c Config) Validate() error {
 		return errors.New("max leases per owner, max ended per owner, max watches per principal and max connections must be positive")
 	case c.RestartWindow <= 0:
 		return errors.New("restart window must be positive")
+	case c.DefaultIdlePolicy != "" && c.DefaultIdlePolicy != "expire" && c.DefaultIdlePolicy != "freeze" && c.DefaultIdlePolicy != "hibernate":
+		return fmt.Errorf("default idle policy must be expire, freeze or hibernate, got %q", c.DefaultIdlePolicy)
 	case c.ReadHeaderTimeout <= 0 || c.IdleTimeout <= 0:
 		return errors.New("read header timeout and idle timeout must be positive")
 	}

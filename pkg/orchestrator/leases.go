@@ -142,6 +142,9 @@ func (s *leaseServer) Acquire(ctx context.Context, req *orchv1.AcquireRequest) (
 	if ar.IdleTimeout, err = duration("idle_timeout", req.IdleTimeout); err != nil {
 		return nil, err
 	}
+	if ar.IdlePolicy, err = lease.ParseIdlePolicy("idle_policy", req.IdlePolicy); err != nil {
+		return nil, err
+	}
 	l, tok, created, err := s.m.Acquire(ctx, ar)
 	if err != nil {
 		return nil, err
@@ -411,7 +414,7 @@ func toLease(l lease.Lease) *orchv1.Lease {
 		Ttl: durationpb.New(l.TTL), IdleTimeout: durationpb.New(l.IdleTimeout),
 		ContainerId: l.ContainerID, Endpoint: l.Endpoint, EndedAt: ts(l.EndedAt),
 		Restarts: int32(min(l.Restarts, math.MaxInt32)),
-		Paused:   string(l.Paused), PausedAt: ts(l.PausedAt),
+		Paused:   string(l.Paused), PausedAt: ts(l.PausedAt), IdlePolicy: string(l.IdlePolicy),
 	}
 	for _, p := range l.PublicPorts {
 		out.PublicPorts = append(out.PublicPorts, int32(p))

@@ -103,6 +103,8 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		MaxLivePerOwner:   cfg.MaxLeasesPerOwner,
 		MaxEndedPerOwner:  cfg.MaxEndedPerOwner,
 		Retention:         time.Duration(cfg.Retention),
+		DefaultIdlePolicy: lease.IdlePolicy(cfg.DefaultIdlePolicy),
+		PausedRetention:   time.Duration(cfg.PausedRetention),
 		RestartLimit:      restartLimit(cfg.RestartLimit),
 		RestartWindow:     time.Duration(cfg.RestartWindow),
 		Logger:            log.With("component", "lease"),

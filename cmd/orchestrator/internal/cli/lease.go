@@ -59,6 +59,7 @@ func (lf *leaseFlags) call(ctx context.Context, env Env, fn func(context.Context
 func newAcquireCommand(env Env, lf *leaseFlags) *cobra.Command {
 	var (
 		conv, image, owner, user string
+		idlePolicy               string
 		ttl, idle                time.Duration
 		cpus                     quantity.CPUs
 		mem, disk                quantity.Bytes
@@ -81,7 +82,7 @@ plain integer is bytes). --cpus takes CPUs (1.5) or millicpus (500m).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return lf.call(cmd.Context(), env, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-				req := &orchv1.AcquireRequest{ConversationId: conv, Image: image, Labels: labels, Owner: owner, User: user,
+				req := &orchv1.AcquireRequest{ConversationId: conv, Image: image, Labels: labels, Owner: owner, User: user, IdlePolicy: idlePolicy,
 					Resources: &orchv1.Resources{Cpus: float64(cpus), MemoryBytes: int64(mem), DiskBytes: int64(disk), Pids: pids}}
 				if ttl != 0 {
 					req.Ttl = durationpb.New(ttl)
@@ -97,7 +98,8 @@ plain integer is bytes). --cpus takes CPUs (1.5) or millicpus (500m).`,
 	fs.StringVar(&conv, "conversation", "", "conversation id (required)")
 	fs.StringVar(&image, "image", "", "image (default: the orchestrator's default image)")
 	fs.DurationVar(&ttl, "ttl", 0, "lifetime, e.g. 10m (default: the orchestrator's default)")
-	fs.DurationVar(&idle, "idle-timeout", 0, "expire after this long without activity")
+	fs.DurationVar(&idle, "idle-timeout", 0, "expire (or pause, see --idle-policy) after this long without activity")
+	fs.StringVar(&idlePolicy, "idle-policy", "", "what the idle timeout does: expire, freeze or hibernate (default: the orchestrator's)")
 	fs.Var(&cpus, "cpus", "CPU limit: CPUs (1.5) or millicpus (500m)")
 	fs.Var(&mem, "memory", "memory limit: 2Gi, 512Mi, 1G or bytes")
 	fs.Var(&disk, "disk", "disk limit (writable layer and workspace): 10Gi or bytes")

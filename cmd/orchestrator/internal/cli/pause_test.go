@@ -32,3 +32,17 @@ func TestLeasePauseResume(t *testing.T) {
 		t.Fatalf("resume: %d %q %q", code, out, errs)
 	}
 }
+
+func TestAcquireIdlePolicy(t *testing.T) {
+	s := orchtest.Start(t, nil)
+	code, out, errs := runCLI(t, s, "acquire", "--conversation", "c-idle", "--idle-policy", "hibernate", "-o", "json")
+	var acq struct {
+		Lease struct{ IdlePolicy string } `json:"lease"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &acq) != nil || acq.Lease.IdlePolicy != "hibernate" {
+		t.Fatalf("acquire --idle-policy hibernate: %d %q %q", code, out, errs)
+	}
+	if code, _, errs := runCLI(t, s, "acquire", "--conversation", "c-idle2", "--idle-policy", "nap"); code != 1 || !strings.Contains(errs, "idle_policy") {
+		t.Errorf("acquire --idle-policy nap: %d %q", code, errs)
+	}
+}

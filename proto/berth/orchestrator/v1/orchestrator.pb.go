@@ -338,7 +338,9 @@ type Lease struct {
 	Paused string `protobuf:"bytes,24,opt,name=paused,proto3" json:"paused,omitempty"`
 	// paused_at is when the lease was paused; it expires after the
 	// configured paused retention.
-	PausedAt      *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
+	PausedAt *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
+	// idle_policy is what the idle timeout does: expire, freeze or hibernate.
+	IdlePolicy    string `protobuf:"bytes,26,opt,name=idle_policy,json=idlePolicy,proto3" json:"idle_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -548,6 +550,13 @@ func (x *Lease) GetPausedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Lease) GetIdlePolicy() string {
+	if x != nil {
+		return x.IdlePolicy
+	}
+	return ""
+}
+
 // AcquireRequest asks for a conversation's sandbox.
 type AcquireRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -570,7 +579,11 @@ type AcquireRequest struct {
 	// user runs the sandbox's commands as this user ("name", "uid" or
 	// "uid:gid"); empty takes the configured default ("sandbox" on berth's
 	// images). The operator's policy may forbid "root".
-	User          string `protobuf:"bytes,10,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,10,opt,name=user,proto3" json:"user,omitempty"`
+	// idle_policy is what the idle timeout does: "expire" ends the lease,
+	// "freeze" or "hibernate" pause it (see Pause). Empty takes the
+	// configured default (expire unless the operator set another).
+	IdlePolicy    string `protobuf:"bytes,11,opt,name=idle_policy,json=idlePolicy,proto3" json:"idle_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -671,6 +684,13 @@ func (x *AcquireRequest) GetPublicPorts() []int32 {
 func (x *AcquireRequest) GetUser() string {
 	if x != nil {
 		return x.User
+	}
+	return ""
+}
+
+func (x *AcquireRequest) GetIdlePolicy() string {
+	if x != nil {
+		return x.IdlePolicy
 	}
 	return ""
 }
@@ -1400,7 +1420,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x8b\t\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xac\t\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x14\n" +
@@ -1430,10 +1450,12 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\brestarts\x18\x16 \x01(\x05R\brestarts\x12\x1a\n" +
 	"\bwarnings\x18\x17 \x03(\tR\bwarnings\x12\x16\n" +
 	"\x06paused\x18\x18 \x01(\tR\x06paused\x127\n" +
-	"\tpaused_at\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x1a9\n" +
+	"\tpaused_at\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x12\x1f\n" +
+	"\vidle_policy\x18\x1a \x01(\tR\n" +
+	"idlePolicy\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe8\x04\n" +
 	"\x0eAcquireRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12+\n" +
@@ -1445,7 +1467,9 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x05owner\x18\b \x01(\tR\x05owner\x12!\n" +
 	"\fpublic_ports\x18\t \x03(\x05R\vpublicPorts\x12\x12\n" +
 	"\x04user\x18\n" +
-	" \x01(\tR\x04user\x1a9\n" +
+	" \x01(\tR\x04user\x12\x1f\n" +
+	"\vidle_policy\x18\v \x01(\tR\n" +
+	"idlePolicy\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
