@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -203,4 +203,31 @@ func TestPauseLatency(t *testing.T) {
 		t.Logf("PAUSE-BENCH %-34s p50 %8s  max %8s  (n=%d)", m.name, m.ds[len(m.ds)/2].Round(10*time.Microsecond), m.ds[len(m.ds)-1].Round(10*time.Microsecond), len(m.ds))
 	}
 	t.Logf("PAUSE-BENCH %-34s      %8s", "proxy exec to a READY lease", warm.Round(10*time.Microsecond))
+}
+
+// On containerd, freeze is the task pause and hibernate the task's stop:
+// files kept through both, the background process only through freeze;
+// a proxied exec resumes a paused lease.
+func TestPauseContainerd(t *testing.T) {
+	requireCtrdImage(t, minimalImage)
+	env := newCtrdEnv(t)
+	o := startCtrdOrch(t, env)
+	r := o.acq(t, "c-ctrd-pause", minimalImage, "600s")
+	id, tok := r.GetLease().GetId(), r.GetToken()
+	pexec(t, o.api, id, tok, `echo kept > /workspace/f`)
+	pid := startSleep(t, o.api, id, tok)
+	check := `cat /workspace/f; grep -qs 3599 /proc/` + pid + `/cmdline && echo alive; true`
+
+	pauseCall(t, o.api, id, "freeze")
+	_, took := pauseCall(t, o.api, id, "")
+	t.Logf("containerd freeze→resume: %s", took)
+	if out, _ := pexec(t, o.api, id, tok, check); out != "kept\nalive\n" {
+		t.Fatalf("after freeze/resume: %q", out)
+	}
+	pauseCall(t, o.api, id, "hibernate")
+	out, took := pexec(t, o.api, id, tok, check) // resumes through the proxy
+	t.Logf("containerd hibernate→first proxied exec: %s", took)
+	if out != "kept\n" {
+		t.Fatalf("after hibernate/resume: %q", out)
+	}
 }
