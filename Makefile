@@ -83,6 +83,8 @@ bench: deps build images ## benchmarks; each prints ratios measured in one run
 	$(GO) test -run '^$$' -bench 'ProxyFiles256MiB' -benchtime 1x ./e2e/
 	@echo "== docker: a 10,000-file tree (1 KiB files, 100 dirs) with orchestrator cp vs docker cp, both ways"
 	$(GO) test -run '^$$' -bench 'CpDir10k' -benchtime 3x ./e2e/
+	@echo "== docker: pause/resume: freeze->resume, hibernate->resume, the proxy's first request to a paused lease (p50 of 10; targets < 20 ms, < 500 ms)"
+	@out=$$($(GO) test -count=1 -run '^TestPauseLatency$$' -v ./e2e/ 2>&1); rc=$$?; echo "$$out" | grep -E 'PAUSE-BENCH|^(--- FAIL|FAIL|ok)'; exit $$rc
 	@echo "== containerd vs docker backend: cold create and exec round trip"
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./pkg/runtime/containerd/
 
