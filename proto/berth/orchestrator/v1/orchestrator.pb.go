@@ -808,7 +808,7 @@ func (x *GetLeaseRequest) GetId() string {
 type ListLeasesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// state filters by state; unspecified lists live leases (PENDING, READY,
-	// RELEASING) unless include_ended is set.
+	// PAUSED, RELEASING) unless include_ended is set.
 	State LeaseState `protobuf:"varint,1,opt,name=state,proto3,enum=berth.orchestrator.v1.LeaseState" json:"state,omitempty"`
 	Owner string     `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	// label_selector is "k=v,k2=v2"; all must match.
