@@ -64,7 +64,9 @@ func dockerState(tb testing.TB, cid string) string {
 
 // startSleep starts a background process (the agent's StartProcess: sleep
 // 3599, which a test finds by its /proc cmdline, as pids are reused after a
-// restart) in lease id's sandbox and returns its pid.
+// restart; the pattern 35[9]9 does not match the checking shell's own
+// cmdline, which may hold the reused pid) in lease id's sandbox and returns
+// its pid.
 func startSleep(tb testing.TB, a *api, id, tok string) string {
 	tb.Helper()
 	code, _, b := a.mustCall(tb, http.MethodPost, sandboxPath(id, "/v1/processes"), map[string]any{"argv": []string{"sleep", "3599"}}, tok)
@@ -77,14 +79,22 @@ func startSleep(tb testing.TB, a *api, id, tok string) string {
 	return strconv.Itoa(proc.Pid)
 }
 
-func TestPauseFreezeResume(t *testing.T) {
+// pauseFixture starts an orchestrator on Docker and acquires a lease for
+// conv whose sandbox has a file (/workspace/f) and a background process
+// (pid).
+func pauseFixture(t *testing.T, conv string) (o *orch, dir, id, tok, cid, pid string) {
+	t.Helper()
 	requireImage(t, baseImage)
-	dir, _ := newDataDir(t)
-	o := startOrch(t, dir)
-	r := o.mustAcquire(t, "c-freeze", baseImage, "600s")
-	id, tok, cid := r.GetLease().GetId(), r.GetToken(), r.GetLease().GetContainerId()
+	dir, _ = newDataDir(t)
+	o = startOrch(t, dir)
+	r := o.mustAcquire(t, conv, baseImage, "600s")
+	id, tok, cid = r.GetLease().GetId(), r.GetToken(), r.GetLease().GetContainerId()
 	pexec(t, o.api, id, tok, `echo kept > /workspace/f`)
-	pid := startSleep(t, o.api, id, tok)
+	return o, dir, id, tok, cid, startSleep(t, o.api, id, tok)
+}
+
+func TestPauseFreezeResume(t *testing.T) {
+	o, dir, id, tok, cid, pid := pauseFixture(t, "c-freeze")
 
 	l, took := pauseCall(t, o.api, id, "freeze")
 	if l.GetPaused() != "freeze" || dockerState(t, cid) != "paused" {
@@ -99,20 +109,14 @@ func TestPauseFreezeResume(t *testing.T) {
 	}
 	_, took = pauseCall(t, o.api, id, "")
 	t.Logf("resume (freeze): %s", took)
-	out, _ := pexec(t, o.api, id, tok, `cat /workspace/f; grep -qs 3599 /proc/`+pid+`/cmdline && echo alive`)
+	out, _ := pexec(t, o.api, id, tok, `cat /workspace/f; grep -qs '35[9]9' /proc/`+pid+`/cmdline && echo alive`)
 	if out != "kept\nalive\n" {
 		t.Fatalf("after freeze/resume: %q, want the file and the process", out)
 	}
 }
 
 func TestPauseHibernateResume(t *testing.T) {
-	requireImage(t, baseImage)
-	dir, _ := newDataDir(t)
-	o := startOrch(t, dir)
-	r := o.mustAcquire(t, "c-hibernate", baseImage, "600s")
-	id, tok, cid := r.GetLease().GetId(), r.GetToken(), r.GetLease().GetContainerId()
-	pexec(t, o.api, id, tok, `echo kept > /workspace/f`)
-	pid := startSleep(t, o.api, id, tok)
+	o, dir, id, tok, cid, pid := pauseFixture(t, "c-hibernate")
 
 	l, took := pauseCall(t, o.api, id, "hibernate")
 	if l.GetPaused() != "hibernate" || !strings.Contains(l.GetReason(), "processes are gone") || dockerState(t, cid) != "exited" {
@@ -133,7 +137,7 @@ func TestPauseHibernateResume(t *testing.T) {
 	if l.GetRestarts() != 0 || !strings.Contains(l.GetReason(), "processes that were running are gone") {
 		t.Fatalf("resumed: %d restarts, reason %q", l.GetRestarts(), l.GetReason())
 	}
-	out, _ := pexec(t, o.api, id, tok, `cat /workspace/f; grep -qs 3599 /proc/`+pid+`/cmdline && echo alive; true`)
+	out, _ := pexec(t, o.api, id, tok, `cat /workspace/f; grep -qs '35[9]9' /proc/`+pid+`/cmdline && echo alive; true`)
 	if out != "kept\n" {
 		t.Fatalf("after hibernate/resume: %q, want the file without the process", out)
 	}
@@ -216,7 +220,7 @@ func TestPauseContainerd(t *testing.T) {
 	id, tok := r.GetLease().GetId(), r.GetToken()
 	pexec(t, o.api, id, tok, `echo kept > /workspace/f`)
 	pid := startSleep(t, o.api, id, tok)
-	check := `cat /workspace/f; grep -qs 3599 /proc/` + pid + `/cmdline && echo alive; true`
+	check := `cat /workspace/f; grep -qs '35[9]9' /proc/` + pid + `/cmdline && echo alive; true`
 
 	pauseCall(t, o.api, id, "freeze")
 	_, took := pauseCall(t, o.api, id, "")

@@ -45,6 +45,22 @@ func (f *fakeRuntime) state(id string) runtime.State {
 
 func lastReason(l Lease) string { return l.Transitions[len(l.Transitions)-1].Reason }
 
+// pausedAcross acquires a lease, pauses it with mode, stops the Manager,
+// sets its container's engine state to st (as a crash or an engine restart
+// would leave it), starts the Manager again and returns the lease as it
+// was at the pause.
+func (h *harness) pausedAcross(mode PauseMode, st runtime.State) Lease {
+	h.t.Helper()
+	l, _ := h.acquire("c1")
+	if _, err := h.m.Pause(context.Background(), l.ID, mode); err != nil {
+		h.t.Fatal(err)
+	}
+	h.stop()
+	h.rt.set(func(f *fakeRuntime) { f.boxes[l.ContainerID].State = st })
+	h.start()
+	return l
+}
+
 func TestPauseFreezeResume(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
@@ -253,13 +269,7 @@ func TestReconcileRepauses(t *testing.T) {
 	for _, mode := range []PauseMode{PauseFreeze, PauseHibernate} {
 		t.Run(string(mode), func(t *testing.T) {
 			h := newHarness(t, nil)
-			l, _ := h.acquire("c1")
-			if _, err := h.m.Pause(context.Background(), l.ID, mode); err != nil {
-				t.Fatal(err)
-			}
-			h.stop()
-			h.rt.set(func(f *fakeRuntime) { f.boxes[l.ContainerID].State = runtime.StateRunning })
-			h.start()
+			l := h.pausedAcross(mode, runtime.StateRunning)
 			want := runtime.StatePaused
 			if mode == PauseHibernate {
 				want = runtime.StateExited
@@ -275,13 +285,7 @@ func TestReconcileRepauses(t *testing.T) {
 // restart) is hibernated now, and says so.
 func TestReconcileFreezeLost(t *testing.T) {
 	h := newHarness(t, nil)
-	l, _ := h.acquire("c1")
-	if _, err := h.m.Pause(context.Background(), l.ID, PauseFreeze); err != nil {
-		t.Fatal(err)
-	}
-	h.stop()
-	h.rt.set(func(f *fakeRuntime) { f.boxes[l.ContainerID].State = runtime.StateExited })
-	h.start()
+	l := h.pausedAcross(PauseFreeze, runtime.StateExited)
 	g := h.get(l.ID)
 	if g.State != StatePaused || g.Paused != PauseHibernate || g.Reason != ReasonFreezeLost {
 		t.Fatalf("lease %s %s %q", g.State, g.Paused, g.Reason)
