@@ -357,3 +357,32 @@ func TestDefaultIdlePolicy(t *testing.T) {
 		t.Fatalf("parse: %v %v", p, err)
 	}
 }
+
+// Pause and resume are events with their transitions (the Watch stream).
+func TestPauseEvents(t *testing.T) {
+	h := newHarness(t, nil)
+	l, _ := h.acquire("c1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := h.m.Subscribe(ctx, EventFilter{})
+	if _, err := h.m.Pause(ctx, l.ID, PauseHibernate); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Resume(ctx, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(got) < 2 {
+		select {
+		case ev := <-ch:
+			if ev.Transition != nil && ev.Lease.ID == l.ID {
+				got = append(got, ev.Transition.From.String()+"->"+ev.Transition.To.String())
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("events: %v", got)
+		}
+	}
+	if got[0] != "READY->PAUSED" || got[1] != "PAUSED->READY" {
+		t.Fatalf("events: %v", got)
+	}
+}
