@@ -166,6 +166,26 @@ func pausesWhenIdle(l *Lease) bool {
 	return l.IdlePolicy == IdleFreeze || l.IdlePolicy == IdleHibernate
 }
 
+// expireIfDueLocked expires READY lease e if it is past its TTL or idle
+// timeout at now (as the reaper would on its next pass) and returns the
+// precondition error to answer; mu is then released. Otherwise it returns
+// nil with mu still held.
+func (m *Manager) expireIfDueLocked(e *entry, now time.Time) error {
+	if e.l.State != StateReady {
+		return nil
+	}
+	reason := expiryReason(&e.l, now)
+	if reason == "" {
+		return nil
+	}
+	_ = m.transitionLocked(e, StateExpired, reason)
+	m.enqueueCleanLocked(e)
+	l, rev := e.snapshot()
+	m.mu.Unlock()
+	_ = m.persist(l, rev)
+	return errNotUsable(&l)
+}
+
 // Renew extends a live lease: ExpiresAt becomes now + ttl, and ttl becomes
 // the lease's TTL; ttl 0 reuses the lease's TTL. Only READY and PENDING
 // leases can be renewed; others (or a READY lease already past its expiry,
@@ -192,15 +212,8 @@ func (m *Manager) Renew(ctx context.Context, id string, ttl time.Duration) (Leas
 		return Lease{}, errdefs.NotFound("lease %s", id)
 	}
 	now := m.now()
-	if e.l.State == StateReady {
-		if reason := expiryReason(&e.l, now); reason != "" {
-			_ = m.transitionLocked(e, StateExpired, reason)
-			m.enqueueCleanLocked(e)
-			l, rev := e.snapshot()
-			m.mu.Unlock()
-			_ = m.persist(l, rev)
-			return Lease{}, errNotUsable(&l)
-		}
+	if err := m.expireIfDueLocked(e, now); err != nil {
+		return Lease{}, err
 	}
 	if e.l.State != StateReady && e.l.State != StatePending {
 		err := errNotUsable(&e.l)

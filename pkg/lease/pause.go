@@ -139,7 +139,8 @@ func awaitPauseOp(ctx context.Context, op *pauseOp) error {
 // PauseHibernate its container is stopped with its files kept. The PAUSED
 // state is written to the store before the runtime acts, so a crash in
 // between is repaired by reconcile. Pausing a lease already paused the
-// same way returns it; another state (or another mode) is
+// same way returns it; another state (or another mode), or a READY lease
+// already past its TTL (which Pause expires), is
 // errdefs.ErrFailedPrecondition, an unknown id errdefs.ErrNotFound. If the
 // runtime fails, the lease goes back to READY and the error is returned.
 func (m *Manager) Pause(ctx context.Context, id string, mode PauseMode) (Lease, error) {
@@ -176,6 +177,9 @@ func (m *Manager) Pause(ctx context.Context, id string, mode PauseMode) (Lease, 
 		err := errNotUsable(&e.l)
 		m.mu.Unlock()
 		return Lease{}, err
+	}
+	if err := m.expireIfDueLocked(e, m.now()); err != nil {
+		return Lease{}, err // past its TTL: expired now rather than paused
 	}
 	op := m.beginPauseLocked(e, mode, "")
 	cid := e.l.ContainerID

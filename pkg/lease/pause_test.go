@@ -386,3 +386,19 @@ func TestPauseEvents(t *testing.T) {
 		t.Fatalf("events: %v", got)
 	}
 }
+
+// A READY lease past its TTL is expired by Pause, not paused.
+func TestPauseExpiredLease(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ReapInterval = time.Hour })
+	l, _, _, err := h.m.Acquire(context.Background(), AcquireRequest{ConversationID: "c1", TTL: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := h.m.Pause(context.Background(), l.ID, PauseFreeze); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("pause past the ttl: %v", err)
+	}
+	if g := h.get(l.ID); g.State != StateExpired || h.rt.state(l.ContainerID) == runtime.StatePaused {
+		t.Fatalf("lease %s, container %s", g.State, h.rt.state(l.ContainerID))
+	}
+}
