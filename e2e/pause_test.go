@@ -235,3 +235,58 @@ func TestPauseContainerd(t *testing.T) {
 		t.Fatalf("after hibernate/resume: %q", out)
 	}
 }
+
+// kill -9 of the orchestrator in the middle of a pause or a resume: after a
+// restart the lease is PAUSED or READY (never FAILED, never restarted as a
+// crash), its container agrees with it, and it resumes with its files.
+func TestPauseKill9(t *testing.T) {
+	requireImage(t, baseImage)
+	dir, _ := newDataDir(t)
+	addr := freeAddr(t)
+	p := startProc(t, dir, addr)
+	r := p.mustAcquire(t, "c-kill9", baseImage, "600s")
+	id, tok, cid := r.GetLease().GetId(), r.GetToken(), r.GetLease().GetContainerId()
+	pexec(t, p.api, id, tok, `echo kept > /workspace/f`)
+	wantEngine := map[string]string{"freeze": "paused", "hibernate": "exited"}
+	for i, step := range []struct{ op, mode string }{
+		{"pause", "hibernate"}, {"resume", ""}, {"pause", "freeze"}, {"resume", ""}, {"pause", "hibernate"}, {"resume", ""},
+	} {
+		delay := time.Duration(i%3) * 40 * time.Millisecond
+		path, body := "/v1/leases/"+id+":"+step.op, map[string]any{}
+		if step.mode != "" {
+			body["mode"] = step.mode
+		}
+		go func() { _, _, _, _ = p.call(http.MethodPost, path, body) }()
+		time.Sleep(delay)
+		p.kill9(t)
+		p = startProc(t, dir, addr)
+		// The engine may still finish a start or stop the killed process had
+		// asked for: the orchestrator's resyncs (1s and 5s after start)
+		// bring the container back to what the lease records.
+		var g *orchv1.Lease
+		var engine string
+		eventually(10*time.Second, 100*time.Millisecond, func() bool {
+			g, engine = p.mustGet(t, id), dockerState(t, cid)
+			return g.GetState() == orchv1.LeaseState_LEASE_STATE_READY && engine == "running" ||
+				g.GetState() == orchv1.LeaseState_LEASE_STATE_PAUSED && engine == wantEngine[g.GetPaused()]
+		})
+		t.Logf("%s %s, kill -9 after %s: lease %s %q (%s), container %s", step.op, step.mode, delay, g.GetState(), g.GetPaused(), g.GetReason(), engine)
+		switch {
+		case g.GetRestarts() != 0:
+			t.Fatalf("a deliberate pause was taken for a crash: %d restarts", g.GetRestarts())
+		case g.GetState() == orchv1.LeaseState_LEASE_STATE_READY && engine != "running",
+			g.GetState() == orchv1.LeaseState_LEASE_STATE_PAUSED && engine != wantEngine[g.GetPaused()],
+			g.GetState() != orchv1.LeaseState_LEASE_STATE_READY && g.GetState() != orchv1.LeaseState_LEASE_STATE_PAUSED:
+			t.Fatalf("after kill -9: lease %s %q, container %s", g.GetState(), g.GetPaused(), engine)
+		}
+		// Bring it to the state the step aimed at, so the next step starts there.
+		if step.op == "pause" && g.GetState() == orchv1.LeaseState_LEASE_STATE_READY {
+			pauseCall(t, p.api, id, step.mode)
+		}
+		if step.op == "resume" {
+			if out, _ := pexec(t, p.api, id, tok, "cat /workspace/f"); out != "kept\n" {
+				t.Fatalf("files after resume: %q", out)
+			}
+		}
+	}
+}

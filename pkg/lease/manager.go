@@ -529,7 +529,7 @@ func (m *Manager) transitionLocked(e *entry, to State, reason string) error {
 	m.counts[to]++
 	m.entered[to]++
 	m.trackLiveLocked(e.l.Owner, from, to)
-	if to == StateReady {
+	if to == StateReady || to == StatePaused { // resync races (reconcile.go)
 		m.seq++
 		e.readySeq = m.seq
 	}

@@ -419,10 +419,21 @@ func (m *Manager) pausedExpiryReason(l *Lease, now time.Time) string {
 	return fmt.Sprintf("paused for %s (paused retention)", m.cfg.PausedRetention)
 }
 
-// pauseFix is a paused sandbox reconcile found in the wrong engine state.
+// pauseFix is a paused sandbox found running (reconcile, resync): it is
+// paused again while op keeps resumes of e waiting.
 type pauseFix struct {
+	e       *entry
+	op      *pauseOp
 	id, cid string
 	mode    PauseMode
+}
+
+// pauseFixLocked marks PAUSED e's running container cid for pausing again.
+// Called with mu held.
+func (m *Manager) pauseFixLocked(e *entry, cid string) pauseFix {
+	op := &pauseOp{done: make(chan struct{})}
+	e.pause = op
+	return pauseFix{e: e, op: op, id: e.l.ID, cid: cid, mode: e.l.Paused}
 }
 
 // reconcilePausedLocked adopts PAUSED lease e's container sb (found is
@@ -438,9 +449,12 @@ func (m *Manager) reconcilePausedLocked(e *entry, sb runtime.Sandbox, found bool
 	}
 	e.l.ContainerID = sb.ID
 	e.rev++
+	// A resume the previous process had in flight may still start the
+	// container after this list: the resyncs 1s and 5s after start catch it.
+	m.interrupted = true
 	switch {
 	case sb.State == runtime.StateRunning:
-		return pauseFix{id: e.l.ID, cid: sb.ID, mode: e.l.Paused}, true
+		return m.pauseFixLocked(e, sb.ID), true
 	case e.l.Paused == PauseFreeze && sb.State != runtime.StatePaused:
 		e.l.Paused = PauseHibernate
 		_ = m.transitionLocked(e, StatePaused, ReasonFreezeLost)
@@ -449,21 +463,30 @@ func (m *Manager) reconcilePausedLocked(e *entry, sb runtime.Sandbox, found bool
 	return pauseFix{}, false
 }
 
-// applyPauseFixes pauses again the sandboxes reconcile found running.
+// applyPauseFixes pauses again the sandboxes of PAUSED leases found
+// running, then lets their resumes go on.
 func (m *Manager) applyPauseFixes(ctx context.Context, fixes []pauseFix) {
 	for _, f := range fixes {
-		rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
-		var err error
-		if fr, ok := m.rt.(runtime.Freezer); ok && f.mode == PauseFreeze {
-			err = fr.Pause(rctx, f.cid)
-		} else {
-			err = m.rt.Stop(rctx, f.cid, hibernateGrace)
-		}
-		cancel()
-		if err != nil {
-			m.log.Warn("reconcile: pausing a paused lease's sandbox again failed", "lease_id", f.id, "container_id", f.cid, "err", err)
-			continue
-		}
-		m.log.Info("reconcile: paused a paused lease's sandbox again", "lease_id", f.id, "container_id", f.cid, "mode", string(f.mode))
+		m.applyPauseFix(ctx, f)
+		m.mu.Lock()
+		f.e.pause = nil
+		m.mu.Unlock()
+		close(f.op.done)
 	}
+}
+
+func (m *Manager) applyPauseFix(ctx context.Context, f pauseFix) {
+	rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+	defer cancel()
+	var err error
+	if fr, ok := m.rt.(runtime.Freezer); ok && f.mode == PauseFreeze {
+		err = fr.Pause(rctx, f.cid)
+	} else {
+		err = m.rt.Stop(rctx, f.cid, hibernateGrace)
+	}
+	if err != nil {
+		m.log.Warn("pausing a paused lease's running sandbox again failed", "lease_id", f.id, "container_id", f.cid, "err", err)
+		return
+	}
+	m.log.Info("paused a paused lease's running sandbox again", "lease_id", f.id, "container_id", f.cid, "mode", string(f.mode))
 }

@@ -402,3 +402,23 @@ func TestPauseExpiredLease(t *testing.T) {
 		t.Fatalf("lease %s, container %s", g.State, h.rt.state(l.ContainerID))
 	}
 }
+
+// A paused lease's container found running after reconcile (a resume the
+// previous process had sent finished in the engine later) is paused again
+// by resync.
+func TestResyncRepauses(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ResyncInterval = 50 * time.Millisecond })
+	l, _ := h.acquire("c1")
+	if _, err := h.m.Pause(context.Background(), l.ID, PauseHibernate); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	h.rt.set(func(f *fakeRuntime) { f.boxes[l.ContainerID].State = runtime.StateRunning })
+	eventually(t, 2*time.Second, "container stopped again", func() bool { return h.rt.state(l.ContainerID) == runtime.StateExited })
+	if g := h.get(l.ID); g.State != StatePaused || g.Restarts != 0 {
+		t.Fatalf("lease %s, %d restarts", g.State, g.Restarts)
+	}
+	if r, err := h.m.Resume(context.Background(), l.ID); err != nil || r.State != StateReady {
+		t.Fatalf("resume: %v", err)
+	}
+}

@@ -343,7 +343,8 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 }
 
 // resync compares READY leases with the runtime's containers, failing those
-// whose container is gone or dead, and removes containers of this instance
+// whose container is gone or dead (PAUSED leases: gone, or found running —
+// paused again), and removes containers of this instance
 // that no live lease owns (orphans). Leases that became READY after the
 // list was taken are left for the next resync.
 func (m *Manager) resync(ctx context.Context) {
@@ -366,14 +367,24 @@ func (m *Manager) resync(ctx context.Context) {
 	var snaps []snap
 	var orphans []runtime.Sandbox
 	var restarts []restartJob
+	var fixes []pauseFix
 	m.mu.Lock()
 	for _, e := range m.leases {
-		if e.l.State == StatePaused && e.pause == nil {
-			if _, ok := byID[e.l.ContainerID]; !ok {
+		if e.l.State == StatePaused {
+			if e.pause != nil || e.readySeq > seq {
+				continue // pausing or resuming, or paused after the list
+			}
+			sb, ok := byID[e.l.ContainerID]
+			switch {
+			case !ok:
 				_ = m.transitionLocked(e, StateFailed, ReasonVanished)
 				m.enqueueCleanLocked(e)
 				l, rev := e.snapshot()
 				snaps = append(snaps, snap{l, rev})
+			case sb.State == runtime.StateRunning:
+				// Started by a resume of a process that died (the engine
+				// finished it after reconcile), or from outside.
+				fixes = append(fixes, m.pauseFixLocked(e, sb.ID))
 			}
 			continue
 		}
@@ -414,6 +425,7 @@ func (m *Manager) resync(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	m.persistAll(snaps)
+	m.applyPauseFixes(ctx, fixes)
 	for _, j := range restarts {
 		m.goRestart(ctx, j)
 	}
