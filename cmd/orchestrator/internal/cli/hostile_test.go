@@ -28,10 +28,10 @@ func TestHelpNeverPrintsToken(t *testing.T) {
 	}
 	ctx := context.Background()
 	var cmds []string
-	for _, sub := range []string{"acquire", "get", "list", "renew", "release", "reap", "watch"} {
+	for _, sub := range []string{"acquire", "get", "list", "renew", "release", "reap", "watch", "pause", "resume"} {
 		cmds = append(cmds, "lease "+sub)
 	}
-	cmds = append(cmds, "exec", "cp", "git status", "git diff")
+	cmds = append(cmds, "exec", "shell", "cp", "git status", "git diff")
 	for _, name := range cmds {
 		var out, errb bytes.Buffer
 		Run(ctx, append(strings.Fields(name), "-h"), env(&out, &errb))
