@@ -35,10 +35,18 @@ func NoChildrenLeft(code int, grace time.Duration) int {
 // LiveChildren lists the live (not zombie) children of this process as
 // "PID(command line)".
 func LiveChildren() []string {
+	self := os.Getpid()
+	return LiveProcs(func(_, ppid, _ int) bool { return ppid == self })
+}
+
+// LiveProcs lists the live (not zombie) processes of the host, as
+// "PID(command line)", for which match(pid, ppid, pgid) is true.
+func LiveProcs(match func(pid, ppid, pgid int) bool) []string {
 	ents, _ := os.ReadDir("/proc")
 	var out []string
 	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
@@ -50,14 +58,16 @@ func LiveChildren() []string {
 			continue
 		}
 		f := strings.Fields(string(data[i+1:]))
-		if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
+		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
 			continue
 		}
-		if ppid, _ := strconv.Atoi(f[1]); ppid != os.Getpid() {
+		ppid, _ := strconv.Atoi(f[1])
+		pgid, _ := strconv.Atoi(f[2])
+		if !match(pid, ppid, pgid) {
 			continue
 		}
 		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		out = append(out, fmt.Sprintf("%s(%s)", e.Name(), bytes.ReplaceAll(bytes.TrimRight(cmdline, "\x00"), []byte{0}, []byte{' '})))
+		out = append(out, fmt.Sprintf("%d(%s)", pid, bytes.ReplaceAll(bytes.TrimRight(cmdline, "\x00"), []byte{0}, []byte{' '})))
 	}
 	return out
 }

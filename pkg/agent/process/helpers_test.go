@@ -1,10 +1,8 @@
 package process
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -34,37 +32,6 @@ func newRunner(t testing.TB, cfg Config) *Runner {
 	return r
 }
 
-// liveProcs returns the pids of processes that are not zombies and match.
-func liveProcs(match func(pid, ppid, pgid int) bool) []string {
-	ents, _ := os.ReadDir("/proc")
-	var out []string
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(data, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(data[i+1:]))
-		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		pgid, _ := strconv.Atoi(f[2])
-		if match(pid, ppid, pgid) {
-			cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			out = append(out, fmt.Sprintf("%d(%s)", pid, bytes.ReplaceAll(bytes.TrimRight(cmdline, "\x00"), []byte{0}, []byte{' '})))
-		}
-	}
-	return out
-}
-
 // requireGroupGone fails unless no live process is left in process group
 // pgid within a short time.
 func requireGroupGone(t *testing.T, pgid int) {
@@ -74,7 +41,7 @@ func requireGroupGone(t *testing.T, pgid int) {
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		left := liveProcs(func(_, _, g int) bool { return g == pgid })
+		left := testenv.LiveProcs(func(_, _, g int) bool { return g == pgid })
 		if len(left) == 0 {
 			return
 		}
