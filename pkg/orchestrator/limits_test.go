@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -14,9 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/testsupport/orchtest"
-	"github.com/berth-dev/berth/internal/testsupport/testserve"
 	"github.com/berth-dev/berth/pkg/orchestrator"
-	"github.com/berth-dev/berth/pkg/runtime/inproc"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -54,33 +51,13 @@ func (c *countingConn) Read(p []byte) (int, error) {
 // counts what the server reads.
 func startCounting(t *testing.T, mutate func(*orchestrator.Config)) (string, *countingListener) {
 	t.Helper()
-	cfg := orchestrator.Defaults()
-	cfg.DataDir = t.TempDir()
-	cfg.OperatorToken = orchtest.OperatorToken
-	cfg.Clients = []orchestrator.Client{{Owner: "team-a", Token: orchtest.ClientAToken}}
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rt, err := inproc.New(t.TempDir(), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	srv, err := orchestrator.New(context.Background(), cfg, rt, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	var cl *countingListener
-	addr := testserve.Serve(t, func(ctx context.Context, ln net.Listener) error {
-		cl = &countingListener{Listener: ln}
-		return srv.Serve(ctx, cl)
+	wrapped := make(chan *countingListener, 1)
+	s := orchtest.StartWrapped(t, mutate, func(ln net.Listener) net.Listener {
+		cl := &countingListener{Listener: ln}
+		wrapped <- cl
+		return cl
 	})
-	for cl == nil { // set by the goroutine testserve started
-		time.Sleep(time.Millisecond)
-	}
-	return addr, cl
+	return s.Addr, <-wrapped // sent by the goroutine testserve started
 }
 
 // An unauthenticated 19 MiB Acquire is refused from its headers: the

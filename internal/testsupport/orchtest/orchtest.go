@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"testing"
 
 	"github.com/berth-dev/berth/internal/testsupport/testserve"
@@ -36,6 +37,13 @@ type Server struct {
 // change the configuration first. Everything stops in t.Cleanup.
 func Start(t testing.TB, mutate func(*orchestrator.Config)) *Server {
 	t.Helper()
+	return StartWrapped(t, mutate, nil)
+}
+
+// StartWrapped is Start with the server's listener wrapped by wrap (nil
+// for none), for tests that watch what the server reads or accepts.
+func StartWrapped(t testing.TB, mutate func(*orchestrator.Config), wrap func(net.Listener) net.Listener) *Server {
+	t.Helper()
 	cfg := orchestrator.Defaults()
 	cfg.DataDir = t.TempDir()
 	cfg.OperatorToken = OperatorToken
@@ -54,6 +62,10 @@ func Start(t testing.TB, mutate func(*orchestrator.Config)) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() }) // runs after the server has stopped
-	addr := testserve.Serve(t, srv.Serve)
+	serve := srv.Serve
+	if wrap != nil {
+		serve = func(ctx context.Context, ln net.Listener) error { return srv.Serve(ctx, wrap(ln)) }
+	}
+	addr := testserve.Serve(t, serve)
 	return &Server{Base: "http://" + addr, Addr: addr, Srv: srv, Runtime: rt}
 }
