@@ -321,28 +321,10 @@ func newDataDir(tb testing.TB) (dir, instance string) {
 	return dir, instance
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testLogger returns a logger whose output is printed if the test fails
 // (and streamed to stderr with BERTH_E2E_LOG=1).
 func testLogger(tb testing.TB, name string) *slog.Logger {
-	buf := &syncBuffer{}
+	buf := &testenv.SyncBuffer{}
 	var w io.Writer = buf
 	if os.Getenv("BERTH_E2E_LOG") != "" {
 		w = io.MultiWriter(buf, os.Stderr)

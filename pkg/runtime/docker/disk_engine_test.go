@@ -1,37 +1,18 @@
 package docker_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
 
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/runtime/docker"
 )
-
-// lockedBuffer is a log sink safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // claimOverlay2 is the real engine's client, except that docker info
 // claims overlay2, a driver that may support StorageOpt size: the backend
@@ -61,7 +42,7 @@ func TestDiskLimitOnThisEngine(t *testing.T) {
 		cli  docker.Client
 	}{{"as reported", nil}, {"driver claimed overlay2", claimOverlay2{dockerCli}}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs lockedBuffer
+			var logs testenv.SyncBuffer
 			rt := newRuntime(t, func(c *docker.Config) {
 				c.Client = tc.cli
 				c.Logger = slog.New(slog.NewTextHandler(&logs, nil))

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -258,24 +257,6 @@ func TestCompletion(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // list --watch prints the current leases, then each change; get --watch
 // follows one lease; an interrupted watch exits 0.
 func TestListWatch(t *testing.T) {
@@ -283,9 +264,9 @@ func TestListWatch(t *testing.T) {
 	_, out, _ := runCLI(t, s, "acquire", "--conversation", "before", "--label", "w=1", "-o", "json")
 	first, _ := acquired(t, out)
 
-	watch := func(args ...string) (*syncBuffer, func() int) {
+	watch := func(args ...string) (*testenv.SyncBuffer, func() int) {
 		ctx, cancel := context.WithCancel(context.Background())
-		var stdout, stderr syncBuffer
+		var stdout, stderr testenv.SyncBuffer
 		done := make(chan int, 1)
 		go func() { done <- Run(ctx, args, operatorEnv(s, &stdout, &stderr)) }()
 		return &stdout, func() int {
@@ -302,7 +283,7 @@ func TestListWatch(t *testing.T) {
 			}
 		}
 	}
-	waitFor := func(b *syncBuffer, what ...string) {
+	waitFor := func(b *testenv.SyncBuffer, what ...string) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {

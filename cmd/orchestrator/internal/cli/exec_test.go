@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/testsupport/orchtest"
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
@@ -247,9 +248,9 @@ func TestLeaseWatchShowsCurrentFirst(t *testing.T) {
 	_, out, _ := runCLI(t, s, "acquire", "--conversation", "watch-before", "-o", "json")
 	first, _ := acquired(t, out)
 
-	start := func(args ...string) (*syncBuffer, func()) {
+	start := func(args ...string) (*testenv.SyncBuffer, func()) {
 		ctx, cancel := context.WithCancel(context.Background())
-		var stdout, stderr syncBuffer
+		var stdout, stderr testenv.SyncBuffer
 		done := make(chan int, 1)
 		go func() {
 			done <- Run(ctx, append([]string{"lease", "watch"}, args...), operatorEnv(s, &stdout, &stderr))
@@ -266,7 +267,7 @@ func TestLeaseWatchShowsCurrentFirst(t *testing.T) {
 			}
 		}
 	}
-	waitFor := func(b *syncBuffer, what string) {
+	waitFor := func(b *testenv.SyncBuffer, what string) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for !strings.Contains(b.String(), what) {
