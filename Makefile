@@ -8,6 +8,7 @@ LDFLAGS := -s -w -X github.com/berth-dev/berth/internal/version.Version=$(VERSIO
 PROTOC_GEN_GO_VERSION := v1.36.11
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_GEN_GATEWAY_VERSION := v2.27.8
+PROTOC_GEN_OPENAPIV2_VERSION := v2.30.0
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
 .PHONY: help deps build run run-agent images images-dev e2e proto proto-tools proto-check lint test chaos bench leakcheck clean
@@ -41,14 +42,16 @@ proto-tools: ## install protoc (Debian) and the pinned Go plugins
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	$(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(PROTOC_GEN_GATEWAY_VERSION)
+	$(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(PROTOC_GEN_OPENAPIV2_VERSION)
 
-proto: proto-tools ## regenerate the committed Go code from proto/
+proto: proto-tools ## regenerate the committed Go code and OpenAPI v2 descriptions (*.swagger.json) from proto/
 	for svc in agent/v1/agent orchestrator/v1/orchestrator; do \
 	  PATH="$(GOBIN_DIR):$$PATH" protoc -I proto -I /usr/include \
 	    --go_out=proto --go_opt=paths=source_relative \
 	    --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
 	    --grpc-gateway_out=proto --grpc-gateway_opt=paths=source_relative \
 	    --grpc-gateway_opt=grpc_api_configuration=proto/berth/$${svc}_http.yaml \
+	    --openapiv2_out=proto --openapiv2_opt=grpc_api_configuration=proto/berth/$${svc}_http.yaml \
 	    proto/berth/$$svc.proto || exit 1; \
 	done
 
