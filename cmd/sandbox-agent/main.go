@@ -99,12 +99,13 @@ func run(args []string) int {
 	}
 	// Commands run by the agent must not inherit the token.
 	_ = os.Unsetenv("BERTH_AGENT_TOKEN")
+	secrets := readSecrets()
 	if err := os.MkdirAll(*workDir, 0o755); err != nil {
 		log.Error("cannot create workdir", "workdir", *workDir, "err", err)
 		return 1
 	}
 	srv, err := agent.New(agent.Config{Token: tok, NoAuth: *noAuth, WorkDir: *workDir, MaxProcesses: *maxProcs,
-		User: *user, DenyRoot: !*allowRoot, Logger: log})
+		User: *user, DenyRoot: !*allowRoot, Secrets: secrets, Logger: log})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 2
@@ -119,6 +120,26 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// secretsEnv names, comma-separated, the environment variables whose
+// values are secrets the agent masks in its output
+// (runtime.AgentSecretsEnv). The variables themselves stay in the
+// commands' environment; the list does not.
+const secretsEnv = "BERTH_AGENT_SECRETS"
+
+// readSecrets returns the secrets named by secretsEnv with their values
+// from the environment, and removes secretsEnv from it.
+func readSecrets() map[string]string {
+	names := os.Getenv(secretsEnv)
+	_ = os.Unsetenv(secretsEnv)
+	secrets := make(map[string]string)
+	for _, n := range strings.Split(names, ",") {
+		if v, ok := os.LookupEnv(n); ok && n != "" {
+			secrets[n] = v
+		}
+	}
+	return secrets
 }
 
 // readToken picks the token from --token, --token-file or BERTH_AGENT_TOKEN.

@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/internal/version"
 	"github.com/berth-dev/berth/pkg/agent/files"
 	"github.com/berth-dev/berth/pkg/agent/git"
+	"github.com/berth-dev/berth/pkg/agent/mask"
 	"github.com/berth-dev/berth/pkg/agent/process"
 	"github.com/berth-dev/berth/pkg/agent/terminal"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
@@ -55,6 +56,11 @@ type Config struct {
 	DenyRoot bool
 	// Logger receives the agent's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Secrets (name → value) are masked as <secret:NAME> in every output
+	// the agent returns: exec results, streams, background logs and
+	// terminals (see package mask for what is and is not caught). The
+	// commands get the values from the environment, not from here.
+	Secrets map[string]string
 }
 
 // maxGRPCMessage bounds one gRPC message (inline stdin is capped lower).
@@ -109,7 +115,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	runner := process.NewRunner(process.Config{WorkDir: cfg.WorkDir, MaxProcesses: cfg.MaxProcesses, OOMScoreAdj: 500, Users: us, Logger: log.With("component", "process")})
+	masker := mask.New(cfg.Secrets)
+	runner := process.NewRunner(process.Config{WorkDir: cfg.WorkDir, MaxProcesses: cfg.MaxProcesses, OOMScoreAdj: 500, Users: us, Masker: masker, Logger: log.With("component", "process")})
 	fcfg := files.Config{Logger: log.With("component", "files")}
 	if us != nil && !us.Default.Root() && os.Geteuid() == 0 {
 		if cfg.DenyRoot {
@@ -119,7 +126,7 @@ func New(cfg Config) (*Server, error) {
 			fcfg.Chown = us.Chown
 		}
 	}
-	terms := terminal.New(terminal.Config{Commands: runner, OOMScoreAdj: 500, Logger: log.With("component", "terminal")})
+	terms := terminal.New(terminal.Config{Commands: runner, OOMScoreAdj: 500, Masker: masker, Logger: log.With("component", "terminal")})
 	mt.gauges(runner, terms)
 	fsys := files.New(fcfg)
 	g := git.New(git.Config{WorkDir: cfg.WorkDir, Logger: log.With("component", "git")})
@@ -161,6 +168,7 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.Handle("GET /metrics", mt.handler())
+	mux.HandleFunc("GET /openapi.json", serveOpenAPI) // openapi.go
 	mux.Handle("/v1/files/", raw)
 	mux.Handle(files.ArchiveRoutePrefix+"/", raw)
 	mux.Handle("/v1/terminals/ws", terminal.WebSocket(terms))

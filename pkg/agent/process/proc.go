@@ -195,12 +195,18 @@ func (p *proc) read(f *os.File, kind EventKind, sink sinkFunc) {
 	bp := readBufs.Get().(*[]byte)
 	defer readBufs.Put(bp)
 	buf := *bp
+	ms := p.r.cfg.Masker.Stream()
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
-			sink(kind, buf[:n])
+			if out := ms.Write(buf[:n]); len(out) > 0 {
+				sink(kind, out)
+			}
 		}
 		if err != nil {
+			if out := ms.Close(); len(out) > 0 {
+				sink(kind, out)
+			}
 			return
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/pkg/agent/internal/retain"
+	"github.com/berth-dev/berth/pkg/agent/mask"
 	"github.com/berth-dev/berth/pkg/agent/users"
 	"github.com/berth-dev/berth/pkg/errdefs"
 )
@@ -84,6 +85,11 @@ type Config struct {
 	// Logger receives debug records about commands and warnings; default
 	// slog.Default().
 	Logger *slog.Logger
+	// Masker replaces secret values in every command's output (Exec
+	// results, Stream chunks, background logs) before anything else sees
+	// it; default nil: output is passed as is. Each stream holds back a
+	// tail that could start a value until more output or the end.
+	Masker *mask.Masker
 }
 
 // Runner runs commands. It is safe for concurrent use. Close it to kill

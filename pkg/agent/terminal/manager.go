@@ -21,6 +21,7 @@ import (
 	"github.com/moby/sys/user"
 
 	"github.com/berth-dev/berth/pkg/agent/internal/retain"
+	"github.com/berth-dev/berth/pkg/agent/mask"
 	"github.com/berth-dev/berth/pkg/agent/process"
 	"github.com/berth-dev/berth/pkg/errdefs"
 )
@@ -84,6 +85,10 @@ type Config struct {
 	Passwd string
 	// Logger receives session starts and ends; default slog.Default().
 	Logger *slog.Logger
+	// Masker replaces secret values in the terminal's output (scrollback
+	// and clients); default nil: output is passed as is. A tail that could
+	// start a value is held back until more output, or 100 ms of quiet.
+	Masker *mask.Masker
 }
 
 // Spec describes a session to open.

@@ -92,6 +92,7 @@ type Session struct {
 	ptmx      *os.File // the terminal's master side, non-blocking
 
 	readDone   chan struct{} // closed when the reader stopped
+	draining   atomic.Bool   // wait gave up on the output: the reader must stop
 	leaderDone chan struct{} // closed when the program has exited and was reaped
 	stopOnce   sync.Once
 	done       chan struct{} // closed when the exit is published
@@ -148,16 +149,41 @@ func (s *Session) Info() Info {
 func (s *Session) read() {
 	defer close(s.readDone)
 	buf := make([]byte, readBufSize)
+	ms := s.m.cfg.Masker.Stream()
 	for {
 		n, err := s.ptmx.Read(buf)
 		if n > 0 {
-			s.publish(buf[:n])
+			if out := ms.Write(buf[:n]); len(out) > 0 {
+				s.publish(out)
+			}
+			if ms.Pending() && !s.draining.Load() {
+				// A held-back tail that could start a secret waits for the
+				// next output, but no longer than maskQuiet: a terminal
+				// must not sit on an echo.
+				_ = s.ptmx.SetReadDeadline(time.Now().Add(maskQuiet))
+			}
+		}
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && ms.Pending() && !s.draining.Load() {
+			if out := ms.Close(); len(out) > 0 {
+				s.publish(out)
+			}
+			_ = s.ptmx.SetReadDeadline(time.Time{})
+			if !s.draining.Load() {
+				continue
+			}
 		}
 		if err != nil {
+			if out := ms.Close(); len(out) > 0 {
+				s.publish(out)
+			}
 			return
 		}
 	}
 }
+
+// maskQuiet is how long a terminal holds back output that could start a
+// secret value (Config.Masker) before passing it on unmasked.
+const maskQuiet = 100 * time.Millisecond
 
 // publish appends p to the scrollback and queues a copy for every client;
 // a client whose queue is full is disconnected, never waited for.
@@ -229,6 +255,7 @@ func (s *Session) wait() {
 	case <-s.readDone:
 	case <-t.C:
 		s.m.log.Debug("terminal still open after its session was killed; no longer reading", "session_id", s.id, "pid", s.pid)
+		s.draining.Store(true)
 		_ = s.ptmx.SetReadDeadline(time.Now())
 		<-s.readDone
 	}
