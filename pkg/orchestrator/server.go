@@ -190,6 +190,8 @@ func (s *Server) buildAPI() error {
 		_, _ = w.Write([]byte(`{"status":"SERVING"}` + "\n"))
 	})
 	mux.Handle("GET /metrics", met.handler())
+	// openapi.go; public API description, like /healthz.
+	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	mux.Handle(proxy.RoutePrefix, px) // not under MaxBytesHandler: bodies stream
 	mux.Handle("/", s.authHTTP(http.MaxBytesHandler(gw, 4<<20)))
 	s.handler = rec.HTTP(px.HostRouter(mux))
