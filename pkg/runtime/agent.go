@@ -34,6 +34,11 @@ const (
 	// AgentTokenEnv carries the agent's token when it is not in TokenPath;
 	// the agent removes it from the environment of the commands it runs.
 	AgentTokenEnv = AgentEnvPrefix + "TOKEN"
+	// AgentSecretsEnv names, comma-separated, the variables of the
+	// environment that are secrets (Spec.Secrets): the agent masks their
+	// values in its output and removes this variable (not the secrets) from
+	// the environment of the commands it runs.
+	AgentSecretsEnv = AgentEnvPrefix + "SECRETS"
 )
 
 // AgentCommand is how a backend starts the agent as a sandbox's PID 1.

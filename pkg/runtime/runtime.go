@@ -76,6 +76,10 @@ type Spec struct {
 	AgentToken string
 	// Env is added to the image's environment.
 	Env map[string]string
+	// Secrets are added to the environment like Env (a name may not be in
+	// both), and named in AgentSecretsEnv so that the agent masks their
+	// values in the output it returns. See Spec.Environ.
+	Secrets map[string]string
 	// Labels are user labels, stored with LabelUserPrefix.
 	Labels map[string]string
 	// Resources are the limits; zero fields take the backend's defaults.

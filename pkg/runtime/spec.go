@@ -1,7 +1,9 @@
 package runtime
 
 import (
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -57,14 +59,17 @@ func (s Spec) Validate() error {
 			return errdefs.InvalidArgument("image", "%q is not a valid image reference: %v", s.Image, err)
 		}
 	}
+	for k, v := range s.Secrets {
+		if _, ok := s.Env[k]; ok || strings.Contains(k, ",") {
+			return errdefs.InvalidArgument("secrets", "%s: a secret's name may not contain ',' nor also be in env", k)
+		}
+		if err := validEnvVar("secrets", k, v); err != nil {
+			return err
+		}
+	}
 	for k, v := range s.Env {
-		switch {
-		case k == "" || strings.ContainsAny(k, "=\x00"):
-			return errdefs.InvalidArgument("env", "invalid variable name %q", k)
-		case strings.HasPrefix(k, AgentEnvPrefix):
-			return errdefs.InvalidArgument("env", "%s: the %s prefix is reserved for the agent", k, AgentEnvPrefix)
-		case strings.ContainsRune(v, 0):
-			return errdefs.InvalidArgument("env", "%s: value contains a NUL byte", k)
+		if err := validEnvVar("env", k, v); err != nil {
+			return err
 		}
 	}
 	for k := range s.Labels {
@@ -73,4 +78,30 @@ func (s Spec) Validate() error {
 		}
 	}
 	return s.Resources.Validate("resources")
+}
+
+// validEnvVar checks one variable of field (env or secrets).
+func validEnvVar(field, k, v string) error {
+	switch {
+	case k == "" || strings.ContainsAny(k, "=\x00"):
+		return errdefs.InvalidArgument(field, "invalid variable name %q", k)
+	case strings.HasPrefix(k, AgentEnvPrefix):
+		return errdefs.InvalidArgument(field, "%s: the %s prefix is reserved for the agent", k, AgentEnvPrefix)
+	case strings.ContainsRune(v, 0):
+		return errdefs.InvalidArgument(field, "%s: value contains a NUL byte", k)
+	}
+	return nil
+}
+
+// Environ returns the variables a backend adds to the image's environment:
+// Env, Secrets, and AgentSecretsEnv naming the secrets (sorted) when there
+// are any.
+func (s Spec) Environ() map[string]string {
+	env := make(map[string]string, len(s.Env)+len(s.Secrets)+1)
+	maps.Copy(env, s.Env)
+	maps.Copy(env, s.Secrets)
+	if len(s.Secrets) > 0 {
+		env[AgentSecretsEnv] = strings.Join(slices.Sorted(maps.Keys(s.Secrets)), ",")
+	}
+	return env
 }

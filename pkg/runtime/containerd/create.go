@@ -229,7 +229,7 @@ func (r *Runtime) specOpts(id string, spec runtime.Spec, info imageInfo) []oci.S
 		oci.WithDefaultUnixDevices,
 		oci.WithProcessArgs(args...),
 		oci.WithProcessCwd(workDir),
-		withEnv(info.config.Env, spec.Env),
+		withEnv(info.config.Env, spec.Environ()),
 		withImageUser(user, info.config.WorkingDir == "", hostBase),
 		withRootAgent,
 		r.withUserNS,

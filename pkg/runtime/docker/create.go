@@ -196,8 +196,9 @@ func (r *Runtime) containerStart(ctx context.Context, id string) error {
 // containerConfig builds the container and host configuration: the agent as
 // entrypoint, berth's labels, the limits and the hardening defaults.
 func (r *Runtime) containerConfig(spec runtime.Spec, workDir, netID, agentVolume string) (*container.Config, *container.HostConfig) {
-	env := make([]string, 0, len(spec.Env)+1)
-	for k, v := range spec.Env {
+	vars := spec.Environ()
+	env := make([]string, 0, len(vars)+1)
+	for k, v := range vars {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
