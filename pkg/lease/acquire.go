@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -61,6 +62,12 @@ type AcquireRequest struct {
 	// Env is added to the sandbox's environment; keys may not start with
 	// ReservedEnvPrefix. It is persisted with the lease.
 	Env map[string]string
+	// Secrets are added to the sandbox's environment like Env (names are
+	// checked like Env's keys, may not also be in Env nor contain ',';
+	// MaxEnv and Config.MaxEnvBytes count both). Their values are never
+	// stored: the lease records only their names (Lease.SecretNames), and
+	// the sandbox's agent masks the values in the output it returns.
+	Secrets map[string]string
 	// Resources are limits; zero fields take Config.DefaultResources.
 	Resources runtime.Resources
 	// User runs the sandbox's commands as this user of the image ("name",
@@ -193,20 +200,23 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if err := validLabels("labels", req.Labels, m.cfg.MaxLabels); err != nil {
 		return req, err
 	}
-	if len(req.Env) > MaxEnv {
-		return req, errdefs.InvalidArgument("env", "%d variables, at most %d", len(req.Env), MaxEnv)
+	if n := len(req.Env) + len(req.Secrets); n > MaxEnv {
+		return req, errdefs.InvalidArgument("env", "%d variables (env and secrets), at most %d", n, MaxEnv)
 	}
-	if n := envBytes(req.Env); n > m.cfg.MaxEnvBytes {
-		return req, errdefs.InvalidArgument("env", "%d bytes in total, at most %d", n, m.cfg.MaxEnvBytes)
+	if n := envBytes(req.Env) + envBytes(req.Secrets); n > m.cfg.MaxEnvBytes {
+		return req, errdefs.InvalidArgument("env", "%d bytes in total (env and secrets), at most %d", n, m.cfg.MaxEnvBytes)
 	}
 	for k, v := range req.Env {
-		switch {
-		case k == "" || len(k) > MaxEnvKeyLen || strings.ContainsAny(k, "=\x00") || strings.ContainsFunc(k, unicode.IsSpace):
-			return req, errdefs.InvalidArgument("env", "bad variable name %q", k)
-		case strings.HasPrefix(k, ReservedEnvPrefix):
-			return req, errdefs.InvalidArgument("env", "%s: names starting with %s are reserved", k, ReservedEnvPrefix)
-		case len(v) > MaxEnvValueLen || strings.ContainsRune(v, 0):
-			return req, errdefs.InvalidArgument("env", "value of %s: at most %d bytes, no NUL", k, MaxEnvValueLen)
+		if err := validEnvVar("env", k, v); err != nil {
+			return req, err
+		}
+	}
+	for k, v := range req.Secrets {
+		if _, ok := req.Env[k]; ok || strings.Contains(k, ",") {
+			return req, errdefs.InvalidArgument("secrets."+k, "a secret's name may not contain ',' nor also be in env")
+		}
+		if err := validEnvVar("secrets."+k, k, v); err != nil {
+			return req, err
 		}
 	}
 	if err := validResources("resources", req.Resources); err != nil {
@@ -226,7 +236,21 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	}
 	req.Labels = maps.Clone(req.Labels)
 	req.Env = maps.Clone(req.Env)
+	req.Secrets = maps.Clone(req.Secrets)
 	return req, nil
+}
+
+// validEnvVar checks one variable of env or secrets; errors name field.
+func validEnvVar(field, k, v string) error {
+	switch {
+	case k == "" || len(k) > MaxEnvKeyLen || strings.ContainsAny(k, "=\x00") || strings.ContainsFunc(k, unicode.IsSpace):
+		return errdefs.InvalidArgument(field, "bad variable name %q", k)
+	case strings.HasPrefix(k, ReservedEnvPrefix):
+		return errdefs.InvalidArgument(field, "%s: names starting with %s are reserved", k, ReservedEnvPrefix)
+	case len(v) > MaxEnvValueLen || strings.ContainsRune(v, 0):
+		return errdefs.InvalidArgument(field, "value of %s: at most %d bytes, no NUL", k, MaxEnvValueLen)
+	}
+	return nil
 }
 
 // Acquire returns the live lease of req.ConversationID, creating it and its
@@ -393,6 +417,7 @@ func (m *Manager) addPendingLocked(req AcquireRequest) *entry {
 			Image:          req.Image,
 			User:           req.User,
 			Env:            req.Env,
+			SecretNames:    slices.Sorted(maps.Keys(req.Secrets)),
 			Resources:      req.Resources,
 			PublicPorts:    req.PublicPorts,
 			CreatedAt:      now,
@@ -402,8 +427,9 @@ func (m *Manager) addPendingLocked(req AcquireRequest) *entry {
 			IdleTimeout:    req.IdleTimeout,
 			IdlePolicy:     req.IdlePolicy,
 		},
-		call:  &acquireCall{done: make(chan struct{})},
-		ended: make(chan struct{}),
+		call:    &acquireCall{done: make(chan struct{})},
+		ended:   make(chan struct{}),
+		secrets: req.Secrets,
 	}
 	m.leases[e.l.ID] = e
 	m.counts[StateUnspecified]++ // balanced by transitionLocked
@@ -460,12 +486,14 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 		Image:          e.l.Image,
 		AgentToken:     m.AgentToken(e.l.ID),
 		Env:            maps.Clone(e.l.Env),
+		Secrets:        e.secrets,
 		Labels:         maps.Clone(e.l.Labels),
 		Resources:      e.l.Resources,
 		ReadyTimeout:   m.cfg.ReadyTimeout,
 		User:           e.l.User,
 		DenyRootUser:   m.cfg.DenyRootUser,
 	}
+	e.secrets = nil // in the container's environment now; not kept here
 	m.mu.Unlock()
 
 	start := time.Now()

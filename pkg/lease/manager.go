@@ -337,6 +337,10 @@ type entry struct {
 	disk diskState // disk measurement bookkeeping (disk.go)
 
 	pause *pauseOp // set while a pause or resume runs (pause.go)
+
+	// secrets are the acquire's Secrets until the sandbox is created with
+	// them; never persisted (the lease records only their names).
+	secrets map[string]string
 }
 
 // acquireCall is one in-flight creation; concurrent acquires of the same

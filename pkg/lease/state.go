@@ -128,6 +128,9 @@ type Lease struct {
 	User string `json:"user,omitempty"`
 	// Env is the environment given to the sandbox (persisted, see above).
 	Env map[string]string `json:"env,omitempty"`
+	// SecretNames are the names of the secrets given to the sandbox
+	// (AcquireRequest.Secrets), sorted; their values are never stored.
+	SecretNames []string `json:"secretNames,omitempty"`
 	// Resources are the limits the sandbox was created with (after defaults).
 	Resources runtime.Resources `json:"resources"`
 	// PublicPorts are preview ports the proxy serves without a token.
@@ -207,6 +210,7 @@ type Usage struct {
 func (l Lease) Clone() Lease {
 	l.Labels = maps.Clone(l.Labels)
 	l.Env = maps.Clone(l.Env)
+	l.SecretNames = slices.Clone(l.SecretNames)
 	l.Transitions = slices.Clone(l.Transitions)
 	l.PublicPorts = slices.Clone(l.PublicPorts)
 	l.Warnings = slices.Clone(l.Warnings)
