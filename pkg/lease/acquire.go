@@ -201,10 +201,10 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 		return req, err
 	}
 	if n := len(req.Env) + len(req.Secrets); n > MaxEnv {
-		return req, errdefs.InvalidArgument("env", "%d variables (env and secrets), at most %d", n, MaxEnv)
+		return req, errdefs.InvalidArgument("env", "%d variables, at most %d", n, MaxEnv)
 	}
 	if n := envBytes(req.Env) + envBytes(req.Secrets); n > m.cfg.MaxEnvBytes {
-		return req, errdefs.InvalidArgument("env", "%d bytes in total (env and secrets), at most %d", n, m.cfg.MaxEnvBytes)
+		return req, errdefs.InvalidArgument("env", "%d bytes in total, at most %d", n, m.cfg.MaxEnvBytes)
 	}
 	for k, v := range req.Env {
 		if err := validEnvVar("env", k, v); err != nil {

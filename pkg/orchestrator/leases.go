@@ -130,7 +130,7 @@ func (s *leaseServer) Acquire(ctx context.Context, req *orchv1.AcquireRequest) (
 	}
 	ar := lease.AcquireRequest{
 		ConversationID: req.ConversationId, Owner: owner, Image: req.Image,
-		Labels: req.Labels, Env: req.Env, Resources: res, User: req.User,
+		Labels: req.Labels, Env: req.Env, Secrets: req.Secrets, Resources: res, User: req.User,
 		NoOwnerLimit: p.Role == RoleOperator,
 	}
 	for _, p := range req.PublicPorts {
@@ -403,7 +403,7 @@ func toTransition(t lease.Transition) *orchv1.Transition {
 }
 
 // toLease converts a lease for the wire. Env is deliberately left out: it
-// may hold secrets.
+// may hold secrets. Secrets show by name only (the lease has no values).
 func toLease(l lease.Lease) *orchv1.Lease {
 	out := &orchv1.Lease{
 		Id: l.ID, ConversationId: l.ConversationID, Owner: l.Owner, Labels: l.Labels, Image: l.Image, User: l.User,
@@ -415,6 +415,7 @@ func toLease(l lease.Lease) *orchv1.Lease {
 		ContainerId: l.ContainerID, Endpoint: l.Endpoint, EndedAt: ts(l.EndedAt),
 		Restarts: int32(min(l.Restarts, math.MaxInt32)),
 		Paused:   string(l.Paused), PausedAt: ts(l.PausedAt), IdlePolicy: string(l.IdlePolicy),
+		SecretNames: l.SecretNames,
 	}
 	for _, p := range l.PublicPorts {
 		out.PublicPorts = append(out.PublicPorts, int32(p))

@@ -340,7 +340,11 @@ type Lease struct {
 	// configured paused retention.
 	PausedAt *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
 	// idle_policy is what the idle timeout does: expire, freeze or hibernate.
-	IdlePolicy    string `protobuf:"bytes,26,opt,name=idle_policy,json=idlePolicy,proto3" json:"idle_policy,omitempty"`
+	IdlePolicy string `protobuf:"bytes,26,opt,name=idle_policy,json=idlePolicy,proto3" json:"idle_policy,omitempty"`
+	// secret_names are the names of the secrets the lease was acquired with
+	// (AcquireRequest.secrets), sorted. Their values are never shown nor
+	// stored by the orchestrator.
+	SecretNames   []string `protobuf:"bytes,27,rep,name=secret_names,json=secretNames,proto3" json:"secret_names,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -557,6 +561,13 @@ func (x *Lease) GetIdlePolicy() string {
 	return ""
 }
 
+func (x *Lease) GetSecretNames() []string {
+	if x != nil {
+		return x.SecretNames
+	}
+	return nil
+}
+
 // AcquireRequest asks for a conversation's sandbox.
 type AcquireRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -583,7 +594,15 @@ type AcquireRequest struct {
 	// idle_policy is what the idle timeout does: "expire" ends the lease,
 	// "freeze" or "hibernate" pause it (see Pause). Empty takes the
 	// configured default (expire unless the operator set another).
-	IdlePolicy    string `protobuf:"bytes,11,opt,name=idle_policy,json=idlePolicy,proto3" json:"idle_policy,omitempty"`
+	IdlePolicy string `protobuf:"bytes,11,opt,name=idle_policy,json=idlePolicy,proto3" json:"idle_policy,omitempty"`
+	// secrets are added to the sandbox's environment like env (a name may not
+	// be in both; names are checked like env's, and the env limits count
+	// both), but their values are never stored by the orchestrator nor shown
+	// by it (leases show only secret_names), and the sandbox's agent replaces
+	// each value with <secret:NAME> in the output it returns. They are set
+	// when the sandbox is created: acquiring an existing lease does not
+	// change them. The host's operator can still see them (docker inspect).
+	Secrets       map[string]string `protobuf:"bytes,12,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -693,6 +712,13 @@ func (x *AcquireRequest) GetIdlePolicy() string {
 		return x.IdlePolicy
 	}
 	return ""
+}
+
+func (x *AcquireRequest) GetSecrets() map[string]string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
 }
 
 // AcquireResponse holds the lease and its token.
@@ -1420,7 +1446,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xac\t\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xcf\t\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x14\n" +
@@ -1452,10 +1478,11 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x06paused\x18\x18 \x01(\tR\x06paused\x127\n" +
 	"\tpaused_at\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x12\x1f\n" +
 	"\vidle_policy\x18\x1a \x01(\tR\n" +
-	"idlePolicy\x1a9\n" +
+	"idlePolicy\x12!\n" +
+	"\fsecret_names\x18\x1b \x03(\tR\vsecretNames\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe8\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf2\x05\n" +
 	"\x0eAcquireRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12+\n" +
@@ -1469,11 +1496,15 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04user\x18\n" +
 	" \x01(\tR\x04user\x12\x1f\n" +
 	"\vidle_policy\x18\v \x01(\tR\n" +
-	"idlePolicy\x1a9\n" +
+	"idlePolicy\x12L\n" +
+	"\asecrets\x18\f \x03(\v22.berth.orchestrator.v1.AcquireRequest.SecretsEntryR\asecrets\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"u\n" +
 	"\x0fAcquireResponse\x122\n" +
@@ -1557,7 +1588,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(LeaseState)(0),               // 0: berth.orchestrator.v1.LeaseState
 	(*Resources)(nil),             // 1: berth.orchestrator.v1.Resources
@@ -1580,61 +1611,63 @@ var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	nil,                           // 18: berth.orchestrator.v1.Lease.LabelsEntry
 	nil,                           // 19: berth.orchestrator.v1.AcquireRequest.LabelsEntry
 	nil,                           // 20: berth.orchestrator.v1.AcquireRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	nil,                           // 21: berth.orchestrator.v1.AcquireRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
 }
 var file_berth_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	21, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
+	22, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: berth.orchestrator.v1.Transition.from:type_name -> berth.orchestrator.v1.LeaseState
 	0,  // 2: berth.orchestrator.v1.Transition.to:type_name -> berth.orchestrator.v1.LeaseState
-	21, // 3: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
+	22, // 3: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
 	18, // 4: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
 	1,  // 5: berth.orchestrator.v1.Lease.resources:type_name -> berth.orchestrator.v1.Resources
 	0,  // 6: berth.orchestrator.v1.Lease.state:type_name -> berth.orchestrator.v1.LeaseState
-	21, // 7: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
-	21, // 8: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
-	21, // 9: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	21, // 10: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
-	22, // 11: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	22, // 12: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
+	22, // 7: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
+	22, // 8: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
+	22, // 9: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 10: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
+	23, // 11: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	23, // 12: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
 	3,  // 13: berth.orchestrator.v1.Lease.transitions:type_name -> berth.orchestrator.v1.Transition
-	21, // 14: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	22, // 14: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
 	2,  // 15: berth.orchestrator.v1.Lease.usage:type_name -> berth.orchestrator.v1.Usage
-	21, // 16: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
-	22, // 17: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	22, // 18: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
+	22, // 16: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
+	23, // 17: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	23, // 18: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
 	19, // 19: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
 	1,  // 20: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
 	20, // 21: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
-	4,  // 22: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
-	0,  // 23: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
-	4,  // 24: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
-	22, // 25: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	4,  // 26: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
-	3,  // 27: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
-	5,  // 28: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
-	7,  // 29: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
-	8,  // 30: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
-	10, // 31: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
-	11, // 32: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
-	12, // 33: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
-	13, // 34: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
-	14, // 35: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
-	16, // 36: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
-	6,  // 37: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
-	4,  // 38: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
-	9,  // 39: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
-	4,  // 40: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
-	4,  // 41: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
-	4,  // 42: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
-	4,  // 43: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
-	15, // 44: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
-	17, // 45: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
-	37, // [37:46] is the sub-list for method output_type
-	28, // [28:37] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	21, // 22: berth.orchestrator.v1.AcquireRequest.secrets:type_name -> berth.orchestrator.v1.AcquireRequest.SecretsEntry
+	4,  // 23: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
+	0,  // 24: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
+	4,  // 25: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
+	23, // 26: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	4,  // 27: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
+	3,  // 28: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
+	5,  // 29: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
+	7,  // 30: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
+	8,  // 31: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
+	10, // 32: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
+	11, // 33: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
+	12, // 34: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
+	13, // 35: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
+	14, // 36: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
+	16, // 37: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
+	6,  // 38: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
+	4,  // 39: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
+	9,  // 40: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
+	4,  // 41: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
+	4,  // 42: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
+	4,  // 43: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
+	4,  // 44: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
+	15, // 45: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
+	17, // 46: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
+	38, // [38:47] is the sub-list for method output_type
+	29, // [29:38] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_berth_orchestrator_v1_orchestrator_proto_init() }
@@ -1648,7 +1681,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_orchestrator_v1_orchestrator_proto_rawDesc), len(file_berth_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
