@@ -1,0 +1,73 @@
+package e2e
+
+import (
+	"bytes"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
+)
+
+// TestSecretMaskedThroughProxy acquires a Docker sandbox with a secret and
+// runs `orchestrator exec` through the proxy: the command gets the value
+// in its environment, the output shows <secret:TOKEN> where the value was
+// printed as is and (as documented) the value itself once transformed; the
+// lease shows only the name, and no file of the data dir holds the value.
+func TestSecretMaskedThroughProxy(t *testing.T) {
+	requireImage(t, baseImage)
+	dir, _ := newDataDir(t)
+	addr := freeAddr(t)
+	startProc(t, dir, addr)
+	a := newAPI(addr)
+	defer a.close()
+
+	const val = "sk-e2e-secret-abcdef"
+	code, _, b := a.mustCall(t, http.MethodPost, "/v1/leases", map[string]any{
+		"conversationId": "secrets-" + randHex(4), "image": baseImage, "ttl": "600s",
+		"secrets": map[string]string{"TOKEN": val}, "env": map[string]string{"PLAIN": "plain-value"},
+	})
+	if code != http.StatusOK {
+		t.Fatalf("acquire: %d %s", code, b)
+	}
+	var acq orchv1.AcquireResponse
+	if err := decode(b, &acq); err != nil {
+		t.Fatal(err)
+	}
+	id := acq.GetLease().GetId()
+	defer a.mustRelease(t, id)
+	if bytes.Contains(b, []byte(val)) || strings.Join(acq.GetLease().GetSecretNames(), ",") != "TOKEN" {
+		t.Errorf("acquire answer: %s", b)
+	}
+
+	out, errs, rc := cliExec(t, addr, acq.GetToken(), "", nil, id, "--", "sh", "-c",
+		`echo $TOKEN; echo $TOKEN | tr a-z A-Z; echo "plain=$PLAIN agent=${BERTH_AGENT_SECRETS:-unset}"; echo $TOKEN >&2`)
+	if rc != 0 {
+		t.Fatalf("exec: exit %d: %s", rc, errs)
+	}
+	want := "<secret:TOKEN>\n" + strings.ToUpper(val) + "\nplain=plain-value agent=unset\n"
+	if out != want || !strings.Contains(errs, "<secret:TOKEN>") || strings.Contains(errs, val) {
+		t.Errorf("exec stdout %q (want %q), stderr %q", out, want, errs)
+	}
+
+	// get and list show the name only.
+	for _, path := range []string{"/v1/leases/" + id, "/v1/leases"} {
+		_, _, b := a.mustCall(t, http.MethodGet, path, nil)
+		if bytes.Contains(b, []byte(val)) || !bytes.Contains(b, []byte(`"secretNames":["TOKEN"]`)) {
+			t.Errorf("GET %s: %s", path, b)
+		}
+	}
+	// No file of the data dir holds the value.
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(val)) {
+			t.Errorf("%s holds the secret's value", p)
+		}
+		return nil
+	})
+}
