@@ -65,6 +65,7 @@ func newAcquireCommand(env Env, lf *leaseFlags) *cobra.Command {
 		mem, disk                quantity.Bytes
 		pids                     int64
 		labels                   = labelFlag{}
+		secrets, secretEnv       []string
 	)
 	cmd := &cobra.Command{
 		Use:   "acquire --conversation ID [flags]",
@@ -74,16 +75,28 @@ that already holds a live lease returns that lease. The answer carries the
 lease's token, which exec, cp and git use (BERTH_TOKEN).
 
 Sizes take units: --memory 2Gi --disk 10Gi (Ki, Mi, Gi, Ti or k, M, G, T; a
-plain integer is bytes). --cpus takes CPUs (1.5) or millicpus (500m).`,
+plain integer is bytes). --cpus takes CPUs (1.5) or millicpus (500m).
+
+Secrets reach the sandbox's commands as environment variables; the
+orchestrator never stores nor shows their values (leases list their names),
+and the sandbox's agent prints <secret:NAME> where a command prints a value.
+--secret-env NAME takes the value from this environment, which keeps it out
+of your shell history and of the process list (--secret NAME=VALUE does
+not).`,
 		Example: `  orchestrator lease acquire --conversation ci-42
   orchestrator lease acquire --conversation ci-42 --memory 2Gi --disk 10Gi --cpus 1.5 --ttl 30m
   orchestrator lease acquire --conversation ci-42 --label team=infra --label job=build -o json
+  orchestrator lease acquire --conversation ci-42 --secret-env GITHUB_TOKEN
   TOKEN=$(orchestrator lease acquire --conversation ci-42 -o json | jq -r .token)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			sec, err := secretValues(env, secrets, secretEnv)
+			if err != nil {
+				return err
+			}
 			return lf.call(cmd.Context(), env, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
 				req := &orchv1.AcquireRequest{ConversationId: conv, Image: image, Labels: labels, Owner: owner, User: user, IdlePolicy: idlePolicy,
-					Resources: &orchv1.Resources{Cpus: float64(cpus), MemoryBytes: int64(mem), DiskBytes: int64(disk), Pids: pids}}
+					Resources: &orchv1.Resources{Cpus: float64(cpus), MemoryBytes: int64(mem), DiskBytes: int64(disk), Pids: pids}, Secrets: sec}
 				if ttl != 0 {
 					req.Ttl = durationpb.New(ttl)
 				}
@@ -107,7 +120,34 @@ plain integer is bytes). --cpus takes CPUs (1.5) or millicpus (500m).`,
 	fs.StringVar(&owner, "owner", "", "owner (operator token only)")
 	fs.StringVar(&user, "user", "", "user the sandbox's commands run as: NAME, UID, NAME:GROUP or UID:GID (default: the orchestrator's default user for berth's images, else the image's user)")
 	fs.Var(labels, "label", "label key=value (repeatable)")
+	fs.StringArrayVar(&secrets, "secret", nil, "secret `NAME=VALUE` for the sandbox's environment, masked in its output (repeatable; prefer --secret-env)")
+	fs.StringArrayVar(&secretEnv, "secret-env", nil, "secret `NAME` whose value is this environment's NAME (repeatable)")
 	return cmd
+}
+
+// secretValues builds an acquire's secrets from --secret NAME=VALUE and
+// --secret-env NAME (read from env; an unset one is a usage error). Errors
+// never show a value.
+func secretValues(env Env, pairs, names []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usagef("--secret: want NAME=VALUE") // the argument may be a bare value: not shown
+		}
+		out[k] = v
+	}
+	for _, k := range names {
+		v, ok := env.lookupEnv(k)
+		if !ok || k == "" {
+			return nil, usagef("--secret-env %q: not set in this environment", k)
+		}
+		out[k] = v
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
 }
 
 func newGetCommand(env Env, lf *leaseFlags) *cobra.Command {
