@@ -16,12 +16,13 @@ import (
 // runs `orchestrator exec` through the proxy: the command gets the value
 // in its environment, the output shows <secret:TOKEN> where the value was
 // printed as is and (as documented) the value itself once transformed; the
-// lease shows only the name, and no file of the data dir holds the value.
+// lease shows only the name, and neither the orchestrator's log nor a file
+// of the data dir holds the value.
 func TestSecretMaskedThroughProxy(t *testing.T) {
 	requireImage(t, baseImage)
 	dir, _ := newDataDir(t)
 	addr := freeAddr(t)
-	startProc(t, dir, addr)
+	p := startProc(t, dir, addr)
 	a := newAPI(addr)
 	defer a.close()
 
@@ -60,7 +61,11 @@ func TestSecretMaskedThroughProxy(t *testing.T) {
 			t.Errorf("GET %s: %s", path, b)
 		}
 	}
-	// No file of the data dir holds the value.
+	// Neither the orchestrator's (debug) log nor any file of the data dir
+	// holds the value.
+	if b, err := os.ReadFile(p.logPath); err != nil || bytes.Contains(b, []byte(val)) {
+		t.Errorf("orchestrator log %s: %v, or it holds the secret's value", p.logPath, err)
+	}
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return nil
