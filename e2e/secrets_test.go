@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
@@ -16,7 +18,7 @@ import (
 // runs `orchestrator exec` through the proxy: the command gets the value
 // in its environment, the output shows <secret:TOKEN> where the value was
 // printed as is and (as documented) the value itself once transformed; the
-// lease shows only the name, and neither the orchestrator's log nor a file
+// secrets survive an in-place restart; the lease shows only the name, and neither the orchestrator's log nor a file
 // of the data dir holds the value.
 func TestSecretMaskedThroughProxy(t *testing.T) {
 	requireImage(t, baseImage)
@@ -52,6 +54,15 @@ func TestSecretMaskedThroughProxy(t *testing.T) {
 	want := "<secret:TOKEN>\n" + strings.ToUpper(val) + "\nplain=plain-value agent=unset\n"
 	if out != want || !strings.Contains(errs, "<secret:TOKEN>") || strings.Contains(errs, val) {
 		t.Errorf("exec stdout %q (want %q), stderr %q", out, want, errs)
+	}
+
+	// A sandbox restarted in place keeps its secrets (the engine keeps the
+	// container's environment) and its agent masks them again.
+	mustDocker(t, "kill", acq.GetLease().GetContainerId())
+	waitRestarted(t, a, id, 1, 30*time.Second)
+	out, errs, rc = cliExec(t, addr, acq.GetToken(), "", nil, id, "--", "sh", "-c", `echo $TOKEN; echo ${#TOKEN}`)
+	if want := "<secret:TOKEN>\n" + strconv.Itoa(len(val)) + "\n"; rc != 0 || out != want {
+		t.Errorf("exec after restart: exit %d, stdout %q (want %q), stderr %q", rc, out, want, errs)
 	}
 
 	// get and list show the name only.
