@@ -87,3 +87,26 @@ func TestSecretMaskedThroughProxy(t *testing.T) {
 		return nil
 	})
 }
+
+// TestContainerdSecretMasked: the containerd backend passes secrets to the
+// sandbox's environment and names them for the agent, which masks them.
+func TestContainerdSecretMasked(t *testing.T) {
+	requireCtrdImage(t, minimalImage)
+	o := startCtrdOrch(t, newCtrdEnv(t))
+	const val = "sk-ctrd-secret-abcdef"
+	code, _, b := o.mustCall(t, http.MethodPost, "/v1/leases", map[string]any{
+		"conversationId": "c-ctrd-secret", "image": minimalImage, "ttl": "600s", "secrets": map[string]string{"TOKEN": val},
+	})
+	if code != http.StatusOK {
+		t.Fatalf("acquire: %d %s", code, b)
+	}
+	var acq orchv1.AcquireResponse
+	if err := decode(b, &acq); err != nil {
+		t.Fatal(err)
+	}
+	o.env.track(acq.GetLease().GetContainerId())
+	res := o.mustProxyExec(t, acq.GetLease().GetId(), acq.GetToken(), "sh", "-c", `echo $TOKEN; echo ${#TOKEN}; echo ${BERTH_AGENT_SECRETS:-unset}`)
+	if want := "<secret:TOKEN>\n" + strconv.Itoa(len(val)) + "\nunset\n"; res.Stdout != want {
+		t.Errorf("exec stdout %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
+	}
+}
