@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/volume"
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/berth-dev/berth/internal/testsupport/testenv"
@@ -148,6 +150,22 @@ func newDockerRuntime(b *testing.B, mode docker.Injection) *docker.Runtime {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = rt.Close() })
+	if mode == docker.InjectVolume {
+		// The volume injection caches the agent in a volume per agent
+		// build, which the engine keeps; the benchmark's is removed (a
+		// volume still in use stays).
+		b.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			vols, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "dev.berth.agent.sha256"))})
+			if err != nil {
+				return
+			}
+			for _, v := range vols.Volumes {
+				_ = cli.VolumeRemove(ctx, v.Name, false)
+			}
+		})
+	}
 	return rt
 }
 
