@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 )
 
@@ -400,7 +401,7 @@ func waitGone(t *testing.T, pidFile string) {
 func TestCancelKillsProcessGroup(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("needs /proc")
+		testenv.SkipOrFail(t, "needs /proc")
 	}
 	repo := t.TempDir()
 

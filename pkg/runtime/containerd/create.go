@@ -379,12 +379,6 @@ func (r *Runtime) exitedErr(ctx context.Context, id string, proc *tasktypes.Proc
 	return r.backend().ExitedErr(id, int(proc.GetExitStatus()), oom, "")
 }
 
-// timeoutErr is runtime.Backend.TimeoutErr for Restart, which bounds its
-// own context.
-func (r *Runtime) timeoutErr(parent, ctx context.Context, timeout time.Duration, err error) error {
-	return r.backend().TimeoutErr(parent, ctx, timeout, err)
-}
-
 // tailFile returns the last n lines of the file at path (read from its last
 // 64 KiB), indented (runtime.TailLines), or "" when there are none or it
 // cannot be read.

@@ -50,7 +50,7 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 			return runtime.Sandbox{}, errdefs.FailedPrecondition("containerd: sandbox %s runs without a recorded address", id)
 		}
 		if err := r.waitReady(ctx, id, sb.Endpoint); err != nil {
-			return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
+			return runtime.Sandbox{}, r.backend().TimeoutErr(parent, ctx, timeout, err)
 		}
 		return sb, nil
 	case proc != nil:
@@ -68,7 +68,7 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 		return runtime.Sandbox{}, errdefs.FailedPrecondition("containerd: cannot restart %s: its host files are gone: %v", id, err)
 	}
 	if err := r.ensureHost(ctx); err != nil {
-		return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
+		return runtime.Sandbox{}, r.backend().TimeoutErr(parent, ctx, timeout, err)
 	}
 	nsPath := r.netnsPath(id)
 	if err := r.cniDel(ctx, id, nsPath); err != nil {
@@ -76,7 +76,7 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 	}
 	ni, err := r.setupNetwork(ctx, id)
 	if err != nil {
-		return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
+		return runtime.Sandbox{}, r.backend().TimeoutErr(parent, ctx, timeout, err)
 	}
 	if err := r.recordNetwork(ctx, id, ni); err != nil {
 		return runtime.Sandbox{}, err
@@ -97,7 +97,7 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 	}
 	endpoint := ni.endpoint()
 	if err := r.waitReady(ctx, id, endpoint); err != nil {
-		return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, fmt.Errorf("containerd: restart %s: %w", id, err))
+		return runtime.Sandbox{}, r.backend().TimeoutErr(parent, ctx, timeout, fmt.Errorf("containerd: restart %s: %w", id, err))
 	}
 	c, err = r.getManaged(ctx, id)
 	if err != nil {

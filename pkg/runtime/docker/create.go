@@ -319,12 +319,6 @@ func (r *Runtime) waitReady(ctx context.Context, id, endpoint string) error {
 	})
 }
 
-// timeoutErr is runtime.Backend.TimeoutErr for Restart, which bounds its
-// own context.
-func (r *Runtime) timeoutErr(parent, ctx context.Context, timeout time.Duration, err error) error {
-	return r.backend().TimeoutErr(parent, ctx, timeout, err)
-}
-
 // tailLogs returns the last n lines of the container's stdout and stderr,
 // indented (runtime.TailLines), or "" when there are none or they cannot
 // be read.

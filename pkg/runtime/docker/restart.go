@@ -41,7 +41,7 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 			if errors.Is(mapped, errdefs.ErrInternal) {
 				return runtime.Sandbox{}, fmt.Errorf("%w: docker: container %s cannot start again: %w", errdefs.ErrFailedPrecondition, id, err)
 			}
-			return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, mapped)
+			return runtime.Sandbox{}, r.backend().TimeoutErr(parent, ctx, timeout, mapped)
 		}
 		if ins, err = r.cli.ContainerInspect(ctx, ins.ID); err != nil {
 			return runtime.Sandbox{}, r.mapErr(err, "inspect container", id)
@@ -52,7 +52,7 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 		return runtime.Sandbox{}, err
 	}
 	if err := r.waitReady(ctx, ins.ID, sb.Endpoint); err != nil {
-		return runtime.Sandbox{}, r.timeoutErr(parent, ctx, timeout, err)
+		return runtime.Sandbox{}, r.backend().TimeoutErr(parent, ctx, timeout, err)
 	}
 	sb.State = runtime.StateRunning
 	r.log.Debug("sandbox restarted", "container_id", ins.ID, "lease_id", sb.LeaseID, "endpoint", sb.Endpoint, "duration", time.Since(began))
