@@ -20,6 +20,12 @@ const (
 	LabelConversation = "dev.berth.conversation"
 	LabelInstance     = "dev.berth.instance"
 	LabelUserPrefix   = "dev.berth.label."
+	// LabelPool names the warm pool a sandbox was created for
+	// (Spec.Pool); it stays on the container after a lease claims it.
+	LabelPool = "dev.berth.pool"
+	// LabelPoolProfile is a digest of the profile (image, user,
+	// resources) a pooled sandbox was created with (Spec.PoolProfile).
+	LabelPoolProfile = "dev.berth.pool-profile"
 )
 
 // AgentPort is the TCP port the agent listens on inside every sandbox.
@@ -97,6 +103,14 @@ type Spec struct {
 	// (PERMISSION_DENIED), and fail to start when the default user is
 	// root. Default false: the lease token may run commands as root.
 	DenyRootUser bool
+	// Mounts are volumes and host directories to mount (see Mount;
+	// ValidateMounts). A MountVolume's volume is created when missing.
+	// Default none.
+	Mounts []Mount
+	// Pool and PoolProfile, when set, are written as LabelPool and
+	// LabelPoolProfile: the sandbox is a warm pool's, created before any
+	// lease claims it. Default "": not pooled.
+	Pool, PoolProfile string
 }
 
 // State is a sandbox's container state.

@@ -77,6 +77,9 @@ func (s Spec) Validate() error {
 			return errdefs.InvalidArgument("labels", "invalid label key %q", k)
 		}
 	}
+	if err := ValidateMounts("mounts", s.Mounts); err != nil {
+		return err
+	}
 	return s.Resources.Validate("resources")
 }
 
