@@ -180,7 +180,31 @@ type Usage struct {
 	// disk_bytes is the size of the sandbox's writable layer (and volumes).
 	DiskBytes int64 `protobuf:"varint,1,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
 	// measured_at is when disk_bytes was measured.
-	MeasuredAt    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=measured_at,json=measuredAt,proto3" json:"measured_at,omitempty"`
+	MeasuredAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=measured_at,json=measuredAt,proto3" json:"measured_at,omitempty"`
+	// cpu_nanos is the CPU time the sandbox used since it started (all its
+	// processes, user and system), in nanoseconds.
+	CpuNanos int64 `protobuf:"varint,3,opt,name=cpu_nanos,json=cpuNanos,proto3" json:"cpu_nanos,omitempty"`
+	// cpu_percent is the CPU use between the two latest samples, in percent
+	// of one CPU (200 is two CPUs busy); 0 until two samples exist.
+	CpuPercent float64 `protobuf:"fixed64,4,opt,name=cpu_percent,json=cpuPercent,proto3" json:"cpu_percent,omitempty"`
+	// memory_bytes is the memory in use now (the cgroup's usage, page cache
+	// included, as docker stats counts it minus inactive file pages).
+	MemoryBytes int64 `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// memory_peak_bytes is the highest memory use seen (cgroup peak or
+	// max_usage; 0 when the kernel does not report it).
+	MemoryPeakBytes int64 `protobuf:"varint,6,opt,name=memory_peak_bytes,json=memoryPeakBytes,proto3" json:"memory_peak_bytes,omitempty"`
+	// memory_limit_bytes is the memory limit (0: none).
+	MemoryLimitBytes int64 `protobuf:"varint,7,opt,name=memory_limit_bytes,json=memoryLimitBytes,proto3" json:"memory_limit_bytes,omitempty"`
+	// network_rx_bytes and network_tx_bytes count the bytes the sandbox's
+	// network interfaces received and sent.
+	NetworkRxBytes int64 `protobuf:"varint,8,opt,name=network_rx_bytes,json=networkRxBytes,proto3" json:"network_rx_bytes,omitempty"`
+	NetworkTxBytes int64 `protobuf:"varint,9,opt,name=network_tx_bytes,json=networkTxBytes,proto3" json:"network_tx_bytes,omitempty"`
+	// processes is the number of processes (and threads) in the sandbox
+	// (pids.current).
+	Processes int64 `protobuf:"varint,10,opt,name=processes,proto3" json:"processes,omitempty"`
+	// sampled_at is when the CPU, memory, network and process figures were
+	// taken (filled by Get; List leaves them out).
+	SampledAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=sampled_at,json=sampledAt,proto3" json:"sampled_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -225,6 +249,69 @@ func (x *Usage) GetDiskBytes() int64 {
 func (x *Usage) GetMeasuredAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.MeasuredAt
+	}
+	return nil
+}
+
+func (x *Usage) GetCpuNanos() int64 {
+	if x != nil {
+		return x.CpuNanos
+	}
+	return 0
+}
+
+func (x *Usage) GetCpuPercent() float64 {
+	if x != nil {
+		return x.CpuPercent
+	}
+	return 0
+}
+
+func (x *Usage) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *Usage) GetMemoryPeakBytes() int64 {
+	if x != nil {
+		return x.MemoryPeakBytes
+	}
+	return 0
+}
+
+func (x *Usage) GetMemoryLimitBytes() int64 {
+	if x != nil {
+		return x.MemoryLimitBytes
+	}
+	return 0
+}
+
+func (x *Usage) GetNetworkRxBytes() int64 {
+	if x != nil {
+		return x.NetworkRxBytes
+	}
+	return 0
+}
+
+func (x *Usage) GetNetworkTxBytes() int64 {
+	if x != nil {
+		return x.NetworkTxBytes
+	}
+	return 0
+}
+
+func (x *Usage) GetProcesses() int64 {
+	if x != nil {
+		return x.Processes
+	}
+	return 0
+}
+
+func (x *Usage) GetSampledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SampledAt
 	}
 	return nil
 }
@@ -1425,6 +1512,318 @@ func (x *LeaseEvent) GetTransition() *Transition {
 	return nil
 }
 
+// SignRequest asks for a signed URL of a lease: exactly one of port,
+// download and upload.
+type SignRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// port is a preview port (1-65535): the URL opens the app on it.
+	Port int32 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// download is a file path in the sandbox (absolute, or relative to the
+	// workspace): the URL downloads it with GET.
+	Download string `protobuf:"bytes,3,opt,name=download,proto3" json:"download,omitempty"`
+	// upload is a file path in the sandbox: the URL takes its content with PUT.
+	Upload string `protobuf:"bytes,4,opt,name=upload,proto3" json:"upload,omitempty"`
+	// expires is how long the URL works; default 1h, at most 7 days.
+	Expires *durationpb.Duration `protobuf:"bytes,5,opt,name=expires,proto3" json:"expires,omitempty"`
+	// method limits a preview URL to one HTTP method ("GET" also allows
+	// HEAD); default any method. Downloads are GET, uploads PUT.
+	Method        string `protobuf:"bytes,6,opt,name=method,proto3" json:"method,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignRequest) Reset() {
+	*x = SignRequest{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignRequest) ProtoMessage() {}
+
+func (x *SignRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignRequest.ProtoReflect.Descriptor instead.
+func (*SignRequest) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SignRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SignRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *SignRequest) GetDownload() string {
+	if x != nil {
+		return x.Download
+	}
+	return ""
+}
+
+func (x *SignRequest) GetUpload() string {
+	if x != nil {
+		return x.Upload
+	}
+	return ""
+}
+
+func (x *SignRequest) GetExpires() *durationpb.Duration {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+func (x *SignRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+// SignResponse holds a signed URL.
+type SignResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url is the absolute URL, on the address the call was made to.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// path is the URL's path and query, to append to another base address.
+	Path      string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// method is the HTTP method the URL is signed for ("*": any).
+	Method        string `protobuf:"bytes,4,opt,name=method,proto3" json:"method,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignResponse) Reset() {
+	*x = SignResponse{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignResponse) ProtoMessage() {}
+
+func (x *SignResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignResponse.ProtoReflect.Descriptor instead.
+func (*SignResponse) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SignResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *SignResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SignResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *SignResponse) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+// LogsRequest selects a lease's log.
+type LogsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// follow keeps the stream open: new container output and transitions
+	// are sent as they happen, until the lease ends or the caller cancels.
+	Follow bool `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"`
+	// tail limits the container output to its last lines; 0: all.
+	Tail int32 `protobuf:"varint,3,opt,name=tail,proto3" json:"tail,omitempty"`
+	// since skips container output and transitions before this time.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogsRequest) Reset() {
+	*x = LogsRequest{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogsRequest) ProtoMessage() {}
+
+func (x *LogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
+func (*LogsRequest) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *LogsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *LogsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+func (x *LogsRequest) GetTail() int32 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
+func (x *LogsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+// LogEntry is one line of a lease's log.
+type LogEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// source is "transition" (a lease state change; text is its reason),
+	// "stdout" or "stderr" (the container's output; "output" when the
+	// backend does not tell them apart).
+	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// text is one line, without its newline.
+	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	// transition is set when source is "transition".
+	Transition    *Transition `protobuf:"bytes,4,opt,name=transition,proto3" json:"transition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogEntry) Reset() {
+	*x = LogEntry{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogEntry) ProtoMessage() {}
+
+func (x *LogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
+func (*LogEntry) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LogEntry) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *LogEntry) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *LogEntry) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *LogEntry) GetTransition() *Transition {
+	if x != nil {
+		return x.Transition
+	}
+	return nil
+}
+
 var File_berth_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
@@ -1435,12 +1834,24 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x12\n" +
 	"\x04pids\x18\x03 \x01(\x03R\x04pids\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"c\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xcb\x03\n" +
 	"\x05Usage\x12\x1d\n" +
 	"\n" +
 	"disk_bytes\x18\x01 \x01(\x03R\tdiskBytes\x12;\n" +
 	"\vmeasured_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"measuredAt\"\xba\x01\n" +
+	"measuredAt\x12\x1b\n" +
+	"\tcpu_nanos\x18\x03 \x01(\x03R\bcpuNanos\x12\x1f\n" +
+	"\vcpu_percent\x18\x04 \x01(\x01R\n" +
+	"cpuPercent\x12!\n" +
+	"\fmemory_bytes\x18\x05 \x01(\x03R\vmemoryBytes\x12*\n" +
+	"\x11memory_peak_bytes\x18\x06 \x01(\x03R\x0fmemoryPeakBytes\x12,\n" +
+	"\x12memory_limit_bytes\x18\a \x01(\x03R\x10memoryLimitBytes\x12(\n" +
+	"\x10network_rx_bytes\x18\b \x01(\x03R\x0enetworkRxBytes\x12(\n" +
+	"\x10network_tx_bytes\x18\t \x01(\x03R\x0enetworkTxBytes\x12\x1c\n" +
+	"\tprocesses\x18\n" +
+	" \x01(\x03R\tprocesses\x129\n" +
+	"\n" +
+	"sampled_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tsampledAt\"\xba\x01\n" +
 	"\n" +
 	"Transition\x125\n" +
 	"\x04from\x18\x01 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x04from\x121\n" +
@@ -1553,6 +1964,31 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\v2\x1c.berth.orchestrator.v1.LeaseR\x05lease\x12A\n" +
 	"\n" +
 	"transition\x18\x02 \x01(\v2!.berth.orchestrator.v1.TransitionR\n" +
+	"transition\"\xb2\x01\n" +
+	"\vSignRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x1a\n" +
+	"\bdownload\x18\x03 \x01(\tR\bdownload\x12\x16\n" +
+	"\x06upload\x18\x04 \x01(\tR\x06upload\x123\n" +
+	"\aexpires\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\aexpires\x12\x16\n" +
+	"\x06method\x18\x06 \x01(\tR\x06method\"\x87\x01\n" +
+	"\fSignResponse\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x129\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
+	"\x06method\x18\x04 \x01(\tR\x06method\"{\n" +
+	"\vLogsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06follow\x18\x02 \x01(\bR\x06follow\x12\x12\n" +
+	"\x04tail\x18\x03 \x01(\x05R\x04tail\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xa9\x01\n" +
+	"\bLogEntry\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x12A\n" +
+	"\n" +
+	"transition\x18\x04 \x01(\v2!.berth.orchestrator.v1.TransitionR\n" +
 	"transition*\xd7\x01\n" +
 	"\n" +
 	"LeaseState\x12\x1b\n" +
@@ -1563,7 +1999,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x14LEASE_STATE_RELEASED\x10\x04\x12\x17\n" +
 	"\x13LEASE_STATE_EXPIRED\x10\x05\x12\x16\n" +
 	"\x12LEASE_STATE_FAILED\x10\x06\x12\x16\n" +
-	"\x12LEASE_STATE_PAUSED\x10\a2\xec\x05\n" +
+	"\x12LEASE_STATE_PAUSED\x10\a2\x8c\a\n" +
 	"\fLeaseService\x12X\n" +
 	"\aAcquire\x12%.berth.orchestrator.v1.AcquireRequest\x1a&.berth.orchestrator.v1.AcquireResponse\x12K\n" +
 	"\x03Get\x12&.berth.orchestrator.v1.GetLeaseRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12[\n" +
@@ -1573,7 +2009,9 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x05Pause\x12#.berth.orchestrator.v1.PauseRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12L\n" +
 	"\x06Resume\x12$.berth.orchestrator.v1.ResumeRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12O\n" +
 	"\x04Reap\x12\".berth.orchestrator.v1.ReapRequest\x1a#.berth.orchestrator.v1.ReapResponse\x12Q\n" +
-	"\x05Watch\x12#.berth.orchestrator.v1.WatchRequest\x1a!.berth.orchestrator.v1.LeaseEvent0\x01BGZEgithub.com/berth-dev/berth/proto/berth/orchestrator/v1;orchestratorv1b\x06proto3"
+	"\x05Watch\x12#.berth.orchestrator.v1.WatchRequest\x1a!.berth.orchestrator.v1.LeaseEvent0\x01\x12O\n" +
+	"\x04Sign\x12\".berth.orchestrator.v1.SignRequest\x1a#.berth.orchestrator.v1.SignResponse\x12M\n" +
+	"\x04Logs\x12\".berth.orchestrator.v1.LogsRequest\x1a\x1f.berth.orchestrator.v1.LogEntry0\x01BGZEgithub.com/berth-dev/berth/proto/berth/orchestrator/v1;orchestratorv1b\x06proto3"
 
 var (
 	file_berth_orchestrator_v1_orchestrator_proto_rawDescOnce sync.Once
@@ -1588,7 +2026,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(LeaseState)(0),               // 0: berth.orchestrator.v1.LeaseState
 	(*Resources)(nil),             // 1: berth.orchestrator.v1.Resources
@@ -1608,66 +2046,80 @@ var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*ReapResponse)(nil),          // 15: berth.orchestrator.v1.ReapResponse
 	(*WatchRequest)(nil),          // 16: berth.orchestrator.v1.WatchRequest
 	(*LeaseEvent)(nil),            // 17: berth.orchestrator.v1.LeaseEvent
-	nil,                           // 18: berth.orchestrator.v1.Lease.LabelsEntry
-	nil,                           // 19: berth.orchestrator.v1.AcquireRequest.LabelsEntry
-	nil,                           // 20: berth.orchestrator.v1.AcquireRequest.EnvEntry
-	nil,                           // 21: berth.orchestrator.v1.AcquireRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(*SignRequest)(nil),           // 18: berth.orchestrator.v1.SignRequest
+	(*SignResponse)(nil),          // 19: berth.orchestrator.v1.SignResponse
+	(*LogsRequest)(nil),           // 20: berth.orchestrator.v1.LogsRequest
+	(*LogEntry)(nil),              // 21: berth.orchestrator.v1.LogEntry
+	nil,                           // 22: berth.orchestrator.v1.Lease.LabelsEntry
+	nil,                           // 23: berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	nil,                           // 24: berth.orchestrator.v1.AcquireRequest.EnvEntry
+	nil,                           // 25: berth.orchestrator.v1.AcquireRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
 }
 var file_berth_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	22, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
-	0,  // 1: berth.orchestrator.v1.Transition.from:type_name -> berth.orchestrator.v1.LeaseState
-	0,  // 2: berth.orchestrator.v1.Transition.to:type_name -> berth.orchestrator.v1.LeaseState
-	22, // 3: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
-	18, // 4: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
-	1,  // 5: berth.orchestrator.v1.Lease.resources:type_name -> berth.orchestrator.v1.Resources
-	0,  // 6: berth.orchestrator.v1.Lease.state:type_name -> berth.orchestrator.v1.LeaseState
-	22, // 7: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
-	22, // 8: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
-	22, // 9: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	22, // 10: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
-	23, // 11: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	23, // 12: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
-	3,  // 13: berth.orchestrator.v1.Lease.transitions:type_name -> berth.orchestrator.v1.Transition
-	22, // 14: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
-	2,  // 15: berth.orchestrator.v1.Lease.usage:type_name -> berth.orchestrator.v1.Usage
-	22, // 16: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
-	23, // 17: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	23, // 18: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
-	19, // 19: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
-	1,  // 20: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
-	20, // 21: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
-	21, // 22: berth.orchestrator.v1.AcquireRequest.secrets:type_name -> berth.orchestrator.v1.AcquireRequest.SecretsEntry
-	4,  // 23: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
-	0,  // 24: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
-	4,  // 25: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
-	23, // 26: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	4,  // 27: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
-	3,  // 28: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
-	5,  // 29: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
-	7,  // 30: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
-	8,  // 31: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
-	10, // 32: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
-	11, // 33: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
-	12, // 34: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
-	13, // 35: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
-	14, // 36: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
-	16, // 37: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
-	6,  // 38: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
-	4,  // 39: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
-	9,  // 40: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
-	4,  // 41: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
-	4,  // 42: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
-	4,  // 43: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
-	4,  // 44: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
-	15, // 45: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
-	17, // 46: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
-	38, // [38:47] is the sub-list for method output_type
-	29, // [29:38] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	26, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
+	26, // 1: berth.orchestrator.v1.Usage.sampled_at:type_name -> google.protobuf.Timestamp
+	0,  // 2: berth.orchestrator.v1.Transition.from:type_name -> berth.orchestrator.v1.LeaseState
+	0,  // 3: berth.orchestrator.v1.Transition.to:type_name -> berth.orchestrator.v1.LeaseState
+	26, // 4: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
+	22, // 5: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
+	1,  // 6: berth.orchestrator.v1.Lease.resources:type_name -> berth.orchestrator.v1.Resources
+	0,  // 7: berth.orchestrator.v1.Lease.state:type_name -> berth.orchestrator.v1.LeaseState
+	26, // 8: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
+	26, // 9: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
+	26, // 10: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 11: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
+	27, // 12: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	27, // 13: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
+	3,  // 14: berth.orchestrator.v1.Lease.transitions:type_name -> berth.orchestrator.v1.Transition
+	26, // 15: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	2,  // 16: berth.orchestrator.v1.Lease.usage:type_name -> berth.orchestrator.v1.Usage
+	26, // 17: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
+	27, // 18: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	27, // 19: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
+	23, // 20: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	1,  // 21: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
+	24, // 22: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
+	25, // 23: berth.orchestrator.v1.AcquireRequest.secrets:type_name -> berth.orchestrator.v1.AcquireRequest.SecretsEntry
+	4,  // 24: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
+	0,  // 25: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
+	4,  // 26: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
+	27, // 27: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	4,  // 28: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
+	3,  // 29: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
+	27, // 30: berth.orchestrator.v1.SignRequest.expires:type_name -> google.protobuf.Duration
+	26, // 31: berth.orchestrator.v1.SignResponse.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 32: berth.orchestrator.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	26, // 33: berth.orchestrator.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	3,  // 34: berth.orchestrator.v1.LogEntry.transition:type_name -> berth.orchestrator.v1.Transition
+	5,  // 35: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
+	7,  // 36: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
+	8,  // 37: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
+	10, // 38: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
+	11, // 39: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
+	12, // 40: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
+	13, // 41: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
+	14, // 42: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
+	16, // 43: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
+	18, // 44: berth.orchestrator.v1.LeaseService.Sign:input_type -> berth.orchestrator.v1.SignRequest
+	20, // 45: berth.orchestrator.v1.LeaseService.Logs:input_type -> berth.orchestrator.v1.LogsRequest
+	6,  // 46: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
+	4,  // 47: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
+	9,  // 48: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
+	4,  // 49: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
+	4,  // 50: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
+	4,  // 51: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
+	4,  // 52: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
+	15, // 53: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
+	17, // 54: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
+	19, // 55: berth.orchestrator.v1.LeaseService.Sign:output_type -> berth.orchestrator.v1.SignResponse
+	21, // 56: berth.orchestrator.v1.LeaseService.Logs:output_type -> berth.orchestrator.v1.LogEntry
+	46, // [46:57] is the sub-list for method output_type
+	35, // [35:46] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_berth_orchestrator_v1_orchestrator_proto_init() }
@@ -1681,7 +2133,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_orchestrator_v1_orchestrator_proto_rawDesc), len(file_berth_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,8 @@ const (
 	LeaseService_Resume_FullMethodName  = "/berth.orchestrator.v1.LeaseService/Resume"
 	LeaseService_Reap_FullMethodName    = "/berth.orchestrator.v1.LeaseService/Reap"
 	LeaseService_Watch_FullMethodName   = "/berth.orchestrator.v1.LeaseService/Watch"
+	LeaseService_Sign_FullMethodName    = "/berth.orchestrator.v1.LeaseService/Sign"
+	LeaseService_Logs_FullMethodName    = "/berth.orchestrator.v1.LeaseService/Logs"
 )
 
 // LeaseServiceClient is the client API for LeaseService service.
@@ -65,6 +67,16 @@ type LeaseServiceClient interface {
 	Reap(ctx context.Context, in *ReapRequest, opts ...grpc.CallOption) (*ReapResponse, error)
 	// Watch streams lease events as they happen.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaseEvent], error)
+	// Sign returns a URL that opens one preview port of a live lease, or
+	// downloads or uploads one file, without any other credential: it is
+	// signed (HMAC-SHA256) for that lease, port or path, and method, and stops
+	// working when it expires or the lease ends. See docs/signed-urls.md.
+	Sign(ctx context.Context, in *SignRequest, opts ...grpc.CallOption) (*SignResponse, error)
+	// Logs streams a lease's log: its transitions with their reasons, then
+	// the sandbox container's output (the agent's own log and anything the
+	// container's main process writes), and with follow set, what comes
+	// next. See docs/usage-and-logs.md.
+	Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogEntry], error)
 }
 
 type leaseServiceClient struct {
@@ -174,6 +186,35 @@ func (c *leaseServiceClient) Watch(ctx context.Context, in *WatchRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LeaseService_WatchClient = grpc.ServerStreamingClient[LeaseEvent]
 
+func (c *leaseServiceClient) Sign(ctx context.Context, in *SignRequest, opts ...grpc.CallOption) (*SignResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SignResponse)
+	err := c.cc.Invoke(ctx, LeaseService_Sign_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *leaseServiceClient) Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogEntry], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &LeaseService_ServiceDesc.Streams[1], LeaseService_Logs_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LogsRequest, LogEntry]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LeaseService_LogsClient = grpc.ServerStreamingClient[LogEntry]
+
 // LeaseServiceServer is the server API for LeaseService service.
 // All implementations must embed UnimplementedLeaseServiceServer
 // for forward compatibility.
@@ -205,6 +246,16 @@ type LeaseServiceServer interface {
 	Reap(context.Context, *ReapRequest) (*ReapResponse, error)
 	// Watch streams lease events as they happen.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[LeaseEvent]) error
+	// Sign returns a URL that opens one preview port of a live lease, or
+	// downloads or uploads one file, without any other credential: it is
+	// signed (HMAC-SHA256) for that lease, port or path, and method, and stops
+	// working when it expires or the lease ends. See docs/signed-urls.md.
+	Sign(context.Context, *SignRequest) (*SignResponse, error)
+	// Logs streams a lease's log: its transitions with their reasons, then
+	// the sandbox container's output (the agent's own log and anything the
+	// container's main process writes), and with follow set, what comes
+	// next. See docs/usage-and-logs.md.
+	Logs(*LogsRequest, grpc.ServerStreamingServer[LogEntry]) error
 	mustEmbedUnimplementedLeaseServiceServer()
 }
 
@@ -241,6 +292,12 @@ func (UnimplementedLeaseServiceServer) Reap(context.Context, *ReapRequest) (*Rea
 }
 func (UnimplementedLeaseServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[LeaseEvent]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedLeaseServiceServer) Sign(context.Context, *SignRequest) (*SignResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Sign not implemented")
+}
+func (UnimplementedLeaseServiceServer) Logs(*LogsRequest, grpc.ServerStreamingServer[LogEntry]) error {
+	return status.Error(codes.Unimplemented, "method Logs not implemented")
 }
 func (UnimplementedLeaseServiceServer) mustEmbedUnimplementedLeaseServiceServer() {}
 func (UnimplementedLeaseServiceServer) testEmbeddedByValue()                      {}
@@ -418,6 +475,35 @@ func _LeaseService_Watch_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LeaseService_WatchServer = grpc.ServerStreamingServer[LeaseEvent]
 
+func _LeaseService_Sign_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SignRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).Sign(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_Sign_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).Sign(ctx, req.(*SignRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LeaseService_Logs_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(LogsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(LeaseServiceServer).Logs(m, &grpc.GenericServerStream[LogsRequest, LogEntry]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LeaseService_LogsServer = grpc.ServerStreamingServer[LogEntry]
+
 // LeaseService_ServiceDesc is the grpc.ServiceDesc for LeaseService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -457,11 +543,20 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Reap",
 			Handler:    _LeaseService_Reap_Handler,
 		},
+		{
+			MethodName: "Sign",
+			Handler:    _LeaseService_Sign_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Watch",
 			Handler:       _LeaseService_Watch_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Logs",
+			Handler:       _LeaseService_Logs_Handler,
 			ServerStreams: true,
 		},
 	},
