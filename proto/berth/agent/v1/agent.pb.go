@@ -3802,6 +3802,99 @@ func (*GetInfoRequest) Descriptor() ([]byte, []int) {
 	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
+// ConfigureRequest is the environment of the lease that claimed the
+// sandbox.
+type ConfigureRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// env is added to the environment of every command.
+	Env map[string]string `protobuf:"bytes,1,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// secrets are added to that environment too, and their values masked.
+	Secrets       map[string]string `protobuf:"bytes,2,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigureRequest) Reset() {
+	*x = ConfigureRequest{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigureRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigureRequest) ProtoMessage() {}
+
+func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
+func (*ConfigureRequest) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ConfigureRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *ConfigureRequest) GetSecrets() map[string]string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+// ConfigureResponse is empty.
+type ConfigureResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigureResponse) Reset() {
+	*x = ConfigureResponse{}
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigureResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigureResponse) ProtoMessage() {}
+
+func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
+func (*ConfigureResponse) Descriptor() ([]byte, []int) {
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+}
+
 // Info describes the agent.
 type Info struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3820,7 +3913,7 @@ type Info struct {
 
 func (x *Info) Reset() {
 	*x = Info{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3832,7 +3925,7 @@ func (x *Info) String() string {
 func (*Info) ProtoMessage() {}
 
 func (x *Info) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3845,7 +3938,7 @@ func (x *Info) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Info.ProtoReflect.Descriptor instead.
 func (*Info) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Info) GetVersion() string {
@@ -3937,7 +4030,7 @@ type TerminalOpen struct {
 
 func (x *TerminalOpen) Reset() {
 	*x = TerminalOpen{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3949,7 +4042,7 @@ func (x *TerminalOpen) String() string {
 func (*TerminalOpen) ProtoMessage() {}
 
 func (x *TerminalOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3962,7 +4055,7 @@ func (x *TerminalOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalOpen.ProtoReflect.Descriptor instead.
 func (*TerminalOpen) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TerminalOpen) GetArgv() []string {
@@ -4034,7 +4127,7 @@ type TerminalAttach struct {
 
 func (x *TerminalAttach) Reset() {
 	*x = TerminalAttach{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4046,7 +4139,7 @@ func (x *TerminalAttach) String() string {
 func (*TerminalAttach) ProtoMessage() {}
 
 func (x *TerminalAttach) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4059,7 +4152,7 @@ func (x *TerminalAttach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalAttach.ProtoReflect.Descriptor instead.
 func (*TerminalAttach) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TerminalAttach) GetSessionId() string {
@@ -4087,7 +4180,7 @@ type TerminalResize struct {
 
 func (x *TerminalResize) Reset() {
 	*x = TerminalResize{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4099,7 +4192,7 @@ func (x *TerminalResize) String() string {
 func (*TerminalResize) ProtoMessage() {}
 
 func (x *TerminalResize) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4112,7 +4205,7 @@ func (x *TerminalResize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalResize.ProtoReflect.Descriptor instead.
 func (*TerminalResize) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TerminalResize) GetRows() uint32 {
@@ -4146,7 +4239,7 @@ type TerminalClientMessage struct {
 
 func (x *TerminalClientMessage) Reset() {
 	*x = TerminalClientMessage{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4158,7 +4251,7 @@ func (x *TerminalClientMessage) String() string {
 func (*TerminalClientMessage) ProtoMessage() {}
 
 func (x *TerminalClientMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4171,7 +4264,7 @@ func (x *TerminalClientMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalClientMessage.ProtoReflect.Descriptor instead.
 func (*TerminalClientMessage) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TerminalClientMessage) GetMsg() isTerminalClientMessage_Msg {
@@ -4281,7 +4374,7 @@ type TerminalServerMessage struct {
 
 func (x *TerminalServerMessage) Reset() {
 	*x = TerminalServerMessage{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4293,7 +4386,7 @@ func (x *TerminalServerMessage) String() string {
 func (*TerminalServerMessage) ProtoMessage() {}
 
 func (x *TerminalServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4306,7 +4399,7 @@ func (x *TerminalServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalServerMessage.ProtoReflect.Descriptor instead.
 func (*TerminalServerMessage) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TerminalServerMessage) GetMsg() isTerminalServerMessage_Msg {
@@ -4381,7 +4474,7 @@ type TerminalExit struct {
 
 func (x *TerminalExit) Reset() {
 	*x = TerminalExit{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4393,7 +4486,7 @@ func (x *TerminalExit) String() string {
 func (*TerminalExit) ProtoMessage() {}
 
 func (x *TerminalExit) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4406,7 +4499,7 @@ func (x *TerminalExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalExit.ProtoReflect.Descriptor instead.
 func (*TerminalExit) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TerminalExit) GetExitCode() int32 {
@@ -4449,7 +4542,7 @@ type TerminalInfo struct {
 
 func (x *TerminalInfo) Reset() {
 	*x = TerminalInfo{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4461,7 +4554,7 @@ func (x *TerminalInfo) String() string {
 func (*TerminalInfo) ProtoMessage() {}
 
 func (x *TerminalInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4474,7 +4567,7 @@ func (x *TerminalInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalInfo.ProtoReflect.Descriptor instead.
 func (*TerminalInfo) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TerminalInfo) GetId() string {
@@ -4584,7 +4677,7 @@ type ListTerminalsRequest struct {
 
 func (x *ListTerminalsRequest) Reset() {
 	*x = ListTerminalsRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4596,7 +4689,7 @@ func (x *ListTerminalsRequest) String() string {
 func (*ListTerminalsRequest) ProtoMessage() {}
 
 func (x *ListTerminalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[60]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4609,7 +4702,7 @@ func (x *ListTerminalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTerminalsRequest.ProtoReflect.Descriptor instead.
 func (*ListTerminalsRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 // ListTerminalsResponse holds the sessions, oldest first.
@@ -4622,7 +4715,7 @@ type ListTerminalsResponse struct {
 
 func (x *ListTerminalsResponse) Reset() {
 	*x = ListTerminalsResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4634,7 +4727,7 @@ func (x *ListTerminalsResponse) String() string {
 func (*ListTerminalsResponse) ProtoMessage() {}
 
 func (x *ListTerminalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[61]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4647,7 +4740,7 @@ func (x *ListTerminalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTerminalsResponse.ProtoReflect.Descriptor instead.
 func (*ListTerminalsResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListTerminalsResponse) GetSessions() []*TerminalInfo {
@@ -4670,7 +4763,7 @@ type KillTerminalRequest struct {
 
 func (x *KillTerminalRequest) Reset() {
 	*x = KillTerminalRequest{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4682,7 +4775,7 @@ func (x *KillTerminalRequest) String() string {
 func (*KillTerminalRequest) ProtoMessage() {}
 
 func (x *KillTerminalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[62]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4695,7 +4788,7 @@ func (x *KillTerminalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTerminalRequest.ProtoReflect.Descriptor instead.
 func (*KillTerminalRequest) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *KillTerminalRequest) GetId() string {
@@ -4721,7 +4814,7 @@ type KillTerminalResponse struct {
 
 func (x *KillTerminalResponse) Reset() {
 	*x = KillTerminalResponse{}
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4733,7 +4826,7 @@ func (x *KillTerminalResponse) String() string {
 func (*KillTerminalResponse) ProtoMessage() {}
 
 func (x *KillTerminalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_agent_v1_agent_proto_msgTypes[63]
+	mi := &file_berth_agent_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4746,7 +4839,7 @@ func (x *KillTerminalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTerminalResponse.ProtoReflect.Descriptor instead.
 func (*KillTerminalResponse) Descriptor() ([]byte, []int) {
-	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_berth_agent_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 var File_berth_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -4998,7 +5091,17 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\aparents\x18\x06 \x03(\tR\aparents\"E\n" +
 	"\x0eGitLogResponse\x123\n" +
 	"\acommits\x18\x01 \x03(\v2\x19.berth.agent.v1.GitCommitR\acommits\"\x10\n" +
-	"\x0eGetInfoRequest\"\xaa\x02\n" +
+	"\x0eGetInfoRequest\"\x8c\x02\n" +
+	"\x10ConfigureRequest\x12;\n" +
+	"\x03env\x18\x01 \x03(\v2).berth.agent.v1.ConfigureRequest.EnvEntryR\x03env\x12G\n" +
+	"\asecrets\x18\x02 \x03(\v2-.berth.agent.v1.ConfigureRequest.SecretsEntryR\asecrets\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fSecretsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x13\n" +
+	"\x11ConfigureResponse\"\xaa\x02\n" +
 	"\x04Info\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x121\n" +
 	"\x06uptime\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06uptime\x129\n" +
@@ -5133,7 +5236,9 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\x06Commit\x12 .berth.agent.v1.GitCommitRequest\x1a!.berth.agent.v1.GitCommitResponse\x12D\n" +
 	"\x03Log\x12\x1d.berth.agent.v1.GitLogRequest\x1a\x1e.berth.agent.v1.GitLogResponse2N\n" +
 	"\vInfoService\x12?\n" +
-	"\aGetInfo\x12\x1e.berth.agent.v1.GetInfoRequest\x1a\x14.berth.agent.v1.Info2\xa7\x02\n" +
+	"\aGetInfo\x12\x1e.berth.agent.v1.GetInfoRequest\x1a\x14.berth.agent.v1.Info2a\n" +
+	"\rConfigService\x12P\n" +
+	"\tConfigure\x12 .berth.agent.v1.ConfigureRequest\x1a!.berth.agent.v1.ConfigureResponse2\xa7\x02\n" +
 	"\x0fTerminalService\x12[\n" +
 	"\aConnect\x12%.berth.agent.v1.TerminalClientMessage\x1a%.berth.agent.v1.TerminalServerMessage(\x010\x01\x12\\\n" +
 	"\rListTerminals\x12$.berth.agent.v1.ListTerminalsRequest\x1a%.berth.agent.v1.ListTerminalsResponse\x12Y\n" +
@@ -5152,7 +5257,7 @@ func file_berth_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_berth_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_berth_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_berth_agent_v1_agent_proto_goTypes = []any{
 	(ProcessState)(0),               // 0: berth.agent.v1.ProcessState
 	(OverwritePolicy)(0),            // 1: berth.agent.v1.OverwritePolicy
@@ -5211,123 +5316,131 @@ var file_berth_agent_v1_agent_proto_goTypes = []any{
 	(*GitCommit)(nil),               // 54: berth.agent.v1.GitCommit
 	(*GitLogResponse)(nil),          // 55: berth.agent.v1.GitLogResponse
 	(*GetInfoRequest)(nil),          // 56: berth.agent.v1.GetInfoRequest
-	(*Info)(nil),                    // 57: berth.agent.v1.Info
-	(*TerminalOpen)(nil),            // 58: berth.agent.v1.TerminalOpen
-	(*TerminalAttach)(nil),          // 59: berth.agent.v1.TerminalAttach
-	(*TerminalResize)(nil),          // 60: berth.agent.v1.TerminalResize
-	(*TerminalClientMessage)(nil),   // 61: berth.agent.v1.TerminalClientMessage
-	(*TerminalServerMessage)(nil),   // 62: berth.agent.v1.TerminalServerMessage
-	(*TerminalExit)(nil),            // 63: berth.agent.v1.TerminalExit
-	(*TerminalInfo)(nil),            // 64: berth.agent.v1.TerminalInfo
-	(*ListTerminalsRequest)(nil),    // 65: berth.agent.v1.ListTerminalsRequest
-	(*ListTerminalsResponse)(nil),   // 66: berth.agent.v1.ListTerminalsResponse
-	(*KillTerminalRequest)(nil),     // 67: berth.agent.v1.KillTerminalRequest
-	(*KillTerminalResponse)(nil),    // 68: berth.agent.v1.KillTerminalResponse
-	nil,                             // 69: berth.agent.v1.ExecRequest.EnvEntry
-	nil,                             // 70: berth.agent.v1.TerminalOpen.EnvEntry
-	(*durationpb.Duration)(nil),     // 71: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 72: google.protobuf.Timestamp
+	(*ConfigureRequest)(nil),        // 57: berth.agent.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),       // 58: berth.agent.v1.ConfigureResponse
+	(*Info)(nil),                    // 59: berth.agent.v1.Info
+	(*TerminalOpen)(nil),            // 60: berth.agent.v1.TerminalOpen
+	(*TerminalAttach)(nil),          // 61: berth.agent.v1.TerminalAttach
+	(*TerminalResize)(nil),          // 62: berth.agent.v1.TerminalResize
+	(*TerminalClientMessage)(nil),   // 63: berth.agent.v1.TerminalClientMessage
+	(*TerminalServerMessage)(nil),   // 64: berth.agent.v1.TerminalServerMessage
+	(*TerminalExit)(nil),            // 65: berth.agent.v1.TerminalExit
+	(*TerminalInfo)(nil),            // 66: berth.agent.v1.TerminalInfo
+	(*ListTerminalsRequest)(nil),    // 67: berth.agent.v1.ListTerminalsRequest
+	(*ListTerminalsResponse)(nil),   // 68: berth.agent.v1.ListTerminalsResponse
+	(*KillTerminalRequest)(nil),     // 69: berth.agent.v1.KillTerminalRequest
+	(*KillTerminalResponse)(nil),    // 70: berth.agent.v1.KillTerminalResponse
+	nil,                             // 71: berth.agent.v1.ExecRequest.EnvEntry
+	nil,                             // 72: berth.agent.v1.ConfigureRequest.EnvEntry
+	nil,                             // 73: berth.agent.v1.ConfigureRequest.SecretsEntry
+	nil,                             // 74: berth.agent.v1.TerminalOpen.EnvEntry
+	(*durationpb.Duration)(nil),     // 75: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 76: google.protobuf.Timestamp
 }
 var file_berth_agent_v1_agent_proto_depIdxs = []int32{
-	69, // 0: berth.agent.v1.ExecRequest.env:type_name -> berth.agent.v1.ExecRequest.EnvEntry
-	71, // 1: berth.agent.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	71, // 2: berth.agent.v1.ExecRequest.kill_grace:type_name -> google.protobuf.Duration
-	71, // 3: berth.agent.v1.ExecResponse.duration:type_name -> google.protobuf.Duration
+	71, // 0: berth.agent.v1.ExecRequest.env:type_name -> berth.agent.v1.ExecRequest.EnvEntry
+	75, // 1: berth.agent.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	75, // 2: berth.agent.v1.ExecRequest.kill_grace:type_name -> google.protobuf.Duration
+	75, // 3: berth.agent.v1.ExecResponse.duration:type_name -> google.protobuf.Duration
 	8,  // 4: berth.agent.v1.ExecEvent.started:type_name -> berth.agent.v1.Started
 	9,  // 5: berth.agent.v1.ExecEvent.exited:type_name -> berth.agent.v1.Exited
 	10, // 6: berth.agent.v1.ExecEvent.gap:type_name -> berth.agent.v1.Gap
-	71, // 7: berth.agent.v1.Exited.duration:type_name -> google.protobuf.Duration
+	75, // 7: berth.agent.v1.Exited.duration:type_name -> google.protobuf.Duration
 	0,  // 8: berth.agent.v1.ProcessInfo.state:type_name -> berth.agent.v1.ProcessState
-	72, // 9: berth.agent.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	72, // 10: berth.agent.v1.ProcessInfo.exited_at:type_name -> google.protobuf.Timestamp
+	76, // 9: berth.agent.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	76, // 10: berth.agent.v1.ProcessInfo.exited_at:type_name -> google.protobuf.Timestamp
 	11, // 11: berth.agent.v1.ListProcessesResponse.processes:type_name -> berth.agent.v1.ProcessInfo
 	1,  // 12: berth.agent.v1.UploadHeader.overwrite:type_name -> berth.agent.v1.OverwritePolicy
 	20, // 13: berth.agent.v1.UploadRequest.header:type_name -> berth.agent.v1.UploadHeader
 	30, // 14: berth.agent.v1.DownloadResponse.info:type_name -> berth.agent.v1.FileInfo
 	25, // 15: berth.agent.v1.UploadArchiveRequest.header:type_name -> berth.agent.v1.UploadArchiveHeader
 	2,  // 16: berth.agent.v1.FileInfo.type:type_name -> berth.agent.v1.FileType
-	72, // 17: berth.agent.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	76, // 17: berth.agent.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	30, // 18: berth.agent.v1.ListResponse.entries:type_name -> berth.agent.v1.FileInfo
 	3,  // 19: berth.agent.v1.WatchEvent.kind:type_name -> berth.agent.v1.WatchEventKind
-	72, // 20: berth.agent.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	76, // 20: berth.agent.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
 	4,  // 21: berth.agent.v1.GitFileChange.kind:type_name -> berth.agent.v1.ChangeKind
 	43, // 22: berth.agent.v1.GitStatusResponse.files:type_name -> berth.agent.v1.GitFileChange
 	4,  // 23: berth.agent.v1.GitDiffResponse.kind:type_name -> berth.agent.v1.ChangeKind
-	72, // 24: berth.agent.v1.GitCommit.time:type_name -> google.protobuf.Timestamp
+	76, // 24: berth.agent.v1.GitCommit.time:type_name -> google.protobuf.Timestamp
 	54, // 25: berth.agent.v1.GitLogResponse.commits:type_name -> berth.agent.v1.GitCommit
-	71, // 26: berth.agent.v1.Info.uptime:type_name -> google.protobuf.Duration
-	72, // 27: berth.agent.v1.Info.started_at:type_name -> google.protobuf.Timestamp
-	70, // 28: berth.agent.v1.TerminalOpen.env:type_name -> berth.agent.v1.TerminalOpen.EnvEntry
-	58, // 29: berth.agent.v1.TerminalClientMessage.open:type_name -> berth.agent.v1.TerminalOpen
-	59, // 30: berth.agent.v1.TerminalClientMessage.attach:type_name -> berth.agent.v1.TerminalAttach
-	60, // 31: berth.agent.v1.TerminalClientMessage.resize:type_name -> berth.agent.v1.TerminalResize
-	64, // 32: berth.agent.v1.TerminalServerMessage.session:type_name -> berth.agent.v1.TerminalInfo
-	63, // 33: berth.agent.v1.TerminalServerMessage.exit:type_name -> berth.agent.v1.TerminalExit
-	63, // 34: berth.agent.v1.TerminalInfo.exit:type_name -> berth.agent.v1.TerminalExit
-	72, // 35: berth.agent.v1.TerminalInfo.started_at:type_name -> google.protobuf.Timestamp
-	72, // 36: berth.agent.v1.TerminalInfo.exited_at:type_name -> google.protobuf.Timestamp
-	64, // 37: berth.agent.v1.ListTerminalsResponse.sessions:type_name -> berth.agent.v1.TerminalInfo
-	5,  // 38: berth.agent.v1.ProcessService.Exec:input_type -> berth.agent.v1.ExecRequest
-	5,  // 39: berth.agent.v1.ProcessService.ExecStream:input_type -> berth.agent.v1.ExecRequest
-	5,  // 40: berth.agent.v1.ProcessService.StartProcess:input_type -> berth.agent.v1.ExecRequest
-	12, // 41: berth.agent.v1.ProcessService.GetProcess:input_type -> berth.agent.v1.GetProcessRequest
-	13, // 42: berth.agent.v1.ProcessService.ListProcesses:input_type -> berth.agent.v1.ListProcessesRequest
-	15, // 43: berth.agent.v1.ProcessService.ProcessLogs:input_type -> berth.agent.v1.ProcessLogsRequest
-	16, // 44: berth.agent.v1.ProcessService.WriteStdin:input_type -> berth.agent.v1.WriteStdinRequest
-	18, // 45: berth.agent.v1.ProcessService.SignalProcess:input_type -> berth.agent.v1.SignalProcessRequest
-	21, // 46: berth.agent.v1.FileService.Upload:input_type -> berth.agent.v1.UploadRequest
-	23, // 47: berth.agent.v1.FileService.Download:input_type -> berth.agent.v1.DownloadRequest
-	31, // 48: berth.agent.v1.FileService.Stat:input_type -> berth.agent.v1.StatRequest
-	32, // 49: berth.agent.v1.FileService.List:input_type -> berth.agent.v1.ListRequest
-	34, // 50: berth.agent.v1.FileService.MakeDir:input_type -> berth.agent.v1.MakeDirRequest
-	36, // 51: berth.agent.v1.FileService.Move:input_type -> berth.agent.v1.MoveRequest
-	38, // 52: berth.agent.v1.FileService.Remove:input_type -> berth.agent.v1.RemoveRequest
-	40, // 53: berth.agent.v1.FileService.Watch:input_type -> berth.agent.v1.WatchRequest
-	26, // 54: berth.agent.v1.FileService.UploadArchive:input_type -> berth.agent.v1.UploadArchiveRequest
-	28, // 55: berth.agent.v1.FileService.DownloadArchive:input_type -> berth.agent.v1.DownloadArchiveRequest
-	42, // 56: berth.agent.v1.GitService.Status:input_type -> berth.agent.v1.GitStatusRequest
-	45, // 57: berth.agent.v1.GitService.Diff:input_type -> berth.agent.v1.GitDiffRequest
-	47, // 58: berth.agent.v1.GitService.Clone:input_type -> berth.agent.v1.GitCloneRequest
-	49, // 59: berth.agent.v1.GitService.Checkout:input_type -> berth.agent.v1.GitCheckoutRequest
-	51, // 60: berth.agent.v1.GitService.Commit:input_type -> berth.agent.v1.GitCommitRequest
-	53, // 61: berth.agent.v1.GitService.Log:input_type -> berth.agent.v1.GitLogRequest
-	56, // 62: berth.agent.v1.InfoService.GetInfo:input_type -> berth.agent.v1.GetInfoRequest
-	61, // 63: berth.agent.v1.TerminalService.Connect:input_type -> berth.agent.v1.TerminalClientMessage
-	65, // 64: berth.agent.v1.TerminalService.ListTerminals:input_type -> berth.agent.v1.ListTerminalsRequest
-	67, // 65: berth.agent.v1.TerminalService.KillTerminal:input_type -> berth.agent.v1.KillTerminalRequest
-	6,  // 66: berth.agent.v1.ProcessService.Exec:output_type -> berth.agent.v1.ExecResponse
-	7,  // 67: berth.agent.v1.ProcessService.ExecStream:output_type -> berth.agent.v1.ExecEvent
-	11, // 68: berth.agent.v1.ProcessService.StartProcess:output_type -> berth.agent.v1.ProcessInfo
-	11, // 69: berth.agent.v1.ProcessService.GetProcess:output_type -> berth.agent.v1.ProcessInfo
-	14, // 70: berth.agent.v1.ProcessService.ListProcesses:output_type -> berth.agent.v1.ListProcessesResponse
-	7,  // 71: berth.agent.v1.ProcessService.ProcessLogs:output_type -> berth.agent.v1.ExecEvent
-	17, // 72: berth.agent.v1.ProcessService.WriteStdin:output_type -> berth.agent.v1.WriteStdinResponse
-	19, // 73: berth.agent.v1.ProcessService.SignalProcess:output_type -> berth.agent.v1.SignalProcessResponse
-	22, // 74: berth.agent.v1.FileService.Upload:output_type -> berth.agent.v1.UploadResponse
-	24, // 75: berth.agent.v1.FileService.Download:output_type -> berth.agent.v1.DownloadResponse
-	30, // 76: berth.agent.v1.FileService.Stat:output_type -> berth.agent.v1.FileInfo
-	33, // 77: berth.agent.v1.FileService.List:output_type -> berth.agent.v1.ListResponse
-	35, // 78: berth.agent.v1.FileService.MakeDir:output_type -> berth.agent.v1.MakeDirResponse
-	37, // 79: berth.agent.v1.FileService.Move:output_type -> berth.agent.v1.MoveResponse
-	39, // 80: berth.agent.v1.FileService.Remove:output_type -> berth.agent.v1.RemoveResponse
-	41, // 81: berth.agent.v1.FileService.Watch:output_type -> berth.agent.v1.WatchEvent
-	27, // 82: berth.agent.v1.FileService.UploadArchive:output_type -> berth.agent.v1.UploadArchiveResponse
-	29, // 83: berth.agent.v1.FileService.DownloadArchive:output_type -> berth.agent.v1.DownloadArchiveResponse
-	44, // 84: berth.agent.v1.GitService.Status:output_type -> berth.agent.v1.GitStatusResponse
-	46, // 85: berth.agent.v1.GitService.Diff:output_type -> berth.agent.v1.GitDiffResponse
-	48, // 86: berth.agent.v1.GitService.Clone:output_type -> berth.agent.v1.GitCloneResponse
-	50, // 87: berth.agent.v1.GitService.Checkout:output_type -> berth.agent.v1.GitCheckoutResponse
-	52, // 88: berth.agent.v1.GitService.Commit:output_type -> berth.agent.v1.GitCommitResponse
-	55, // 89: berth.agent.v1.GitService.Log:output_type -> berth.agent.v1.GitLogResponse
-	57, // 90: berth.agent.v1.InfoService.GetInfo:output_type -> berth.agent.v1.Info
-	62, // 91: berth.agent.v1.TerminalService.Connect:output_type -> berth.agent.v1.TerminalServerMessage
-	66, // 92: berth.agent.v1.TerminalService.ListTerminals:output_type -> berth.agent.v1.ListTerminalsResponse
-	68, // 93: berth.agent.v1.TerminalService.KillTerminal:output_type -> berth.agent.v1.KillTerminalResponse
-	66, // [66:94] is the sub-list for method output_type
-	38, // [38:66] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	72, // 26: berth.agent.v1.ConfigureRequest.env:type_name -> berth.agent.v1.ConfigureRequest.EnvEntry
+	73, // 27: berth.agent.v1.ConfigureRequest.secrets:type_name -> berth.agent.v1.ConfigureRequest.SecretsEntry
+	75, // 28: berth.agent.v1.Info.uptime:type_name -> google.protobuf.Duration
+	76, // 29: berth.agent.v1.Info.started_at:type_name -> google.protobuf.Timestamp
+	74, // 30: berth.agent.v1.TerminalOpen.env:type_name -> berth.agent.v1.TerminalOpen.EnvEntry
+	60, // 31: berth.agent.v1.TerminalClientMessage.open:type_name -> berth.agent.v1.TerminalOpen
+	61, // 32: berth.agent.v1.TerminalClientMessage.attach:type_name -> berth.agent.v1.TerminalAttach
+	62, // 33: berth.agent.v1.TerminalClientMessage.resize:type_name -> berth.agent.v1.TerminalResize
+	66, // 34: berth.agent.v1.TerminalServerMessage.session:type_name -> berth.agent.v1.TerminalInfo
+	65, // 35: berth.agent.v1.TerminalServerMessage.exit:type_name -> berth.agent.v1.TerminalExit
+	65, // 36: berth.agent.v1.TerminalInfo.exit:type_name -> berth.agent.v1.TerminalExit
+	76, // 37: berth.agent.v1.TerminalInfo.started_at:type_name -> google.protobuf.Timestamp
+	76, // 38: berth.agent.v1.TerminalInfo.exited_at:type_name -> google.protobuf.Timestamp
+	66, // 39: berth.agent.v1.ListTerminalsResponse.sessions:type_name -> berth.agent.v1.TerminalInfo
+	5,  // 40: berth.agent.v1.ProcessService.Exec:input_type -> berth.agent.v1.ExecRequest
+	5,  // 41: berth.agent.v1.ProcessService.ExecStream:input_type -> berth.agent.v1.ExecRequest
+	5,  // 42: berth.agent.v1.ProcessService.StartProcess:input_type -> berth.agent.v1.ExecRequest
+	12, // 43: berth.agent.v1.ProcessService.GetProcess:input_type -> berth.agent.v1.GetProcessRequest
+	13, // 44: berth.agent.v1.ProcessService.ListProcesses:input_type -> berth.agent.v1.ListProcessesRequest
+	15, // 45: berth.agent.v1.ProcessService.ProcessLogs:input_type -> berth.agent.v1.ProcessLogsRequest
+	16, // 46: berth.agent.v1.ProcessService.WriteStdin:input_type -> berth.agent.v1.WriteStdinRequest
+	18, // 47: berth.agent.v1.ProcessService.SignalProcess:input_type -> berth.agent.v1.SignalProcessRequest
+	21, // 48: berth.agent.v1.FileService.Upload:input_type -> berth.agent.v1.UploadRequest
+	23, // 49: berth.agent.v1.FileService.Download:input_type -> berth.agent.v1.DownloadRequest
+	31, // 50: berth.agent.v1.FileService.Stat:input_type -> berth.agent.v1.StatRequest
+	32, // 51: berth.agent.v1.FileService.List:input_type -> berth.agent.v1.ListRequest
+	34, // 52: berth.agent.v1.FileService.MakeDir:input_type -> berth.agent.v1.MakeDirRequest
+	36, // 53: berth.agent.v1.FileService.Move:input_type -> berth.agent.v1.MoveRequest
+	38, // 54: berth.agent.v1.FileService.Remove:input_type -> berth.agent.v1.RemoveRequest
+	40, // 55: berth.agent.v1.FileService.Watch:input_type -> berth.agent.v1.WatchRequest
+	26, // 56: berth.agent.v1.FileService.UploadArchive:input_type -> berth.agent.v1.UploadArchiveRequest
+	28, // 57: berth.agent.v1.FileService.DownloadArchive:input_type -> berth.agent.v1.DownloadArchiveRequest
+	42, // 58: berth.agent.v1.GitService.Status:input_type -> berth.agent.v1.GitStatusRequest
+	45, // 59: berth.agent.v1.GitService.Diff:input_type -> berth.agent.v1.GitDiffRequest
+	47, // 60: berth.agent.v1.GitService.Clone:input_type -> berth.agent.v1.GitCloneRequest
+	49, // 61: berth.agent.v1.GitService.Checkout:input_type -> berth.agent.v1.GitCheckoutRequest
+	51, // 62: berth.agent.v1.GitService.Commit:input_type -> berth.agent.v1.GitCommitRequest
+	53, // 63: berth.agent.v1.GitService.Log:input_type -> berth.agent.v1.GitLogRequest
+	56, // 64: berth.agent.v1.InfoService.GetInfo:input_type -> berth.agent.v1.GetInfoRequest
+	57, // 65: berth.agent.v1.ConfigService.Configure:input_type -> berth.agent.v1.ConfigureRequest
+	63, // 66: berth.agent.v1.TerminalService.Connect:input_type -> berth.agent.v1.TerminalClientMessage
+	67, // 67: berth.agent.v1.TerminalService.ListTerminals:input_type -> berth.agent.v1.ListTerminalsRequest
+	69, // 68: berth.agent.v1.TerminalService.KillTerminal:input_type -> berth.agent.v1.KillTerminalRequest
+	6,  // 69: berth.agent.v1.ProcessService.Exec:output_type -> berth.agent.v1.ExecResponse
+	7,  // 70: berth.agent.v1.ProcessService.ExecStream:output_type -> berth.agent.v1.ExecEvent
+	11, // 71: berth.agent.v1.ProcessService.StartProcess:output_type -> berth.agent.v1.ProcessInfo
+	11, // 72: berth.agent.v1.ProcessService.GetProcess:output_type -> berth.agent.v1.ProcessInfo
+	14, // 73: berth.agent.v1.ProcessService.ListProcesses:output_type -> berth.agent.v1.ListProcessesResponse
+	7,  // 74: berth.agent.v1.ProcessService.ProcessLogs:output_type -> berth.agent.v1.ExecEvent
+	17, // 75: berth.agent.v1.ProcessService.WriteStdin:output_type -> berth.agent.v1.WriteStdinResponse
+	19, // 76: berth.agent.v1.ProcessService.SignalProcess:output_type -> berth.agent.v1.SignalProcessResponse
+	22, // 77: berth.agent.v1.FileService.Upload:output_type -> berth.agent.v1.UploadResponse
+	24, // 78: berth.agent.v1.FileService.Download:output_type -> berth.agent.v1.DownloadResponse
+	30, // 79: berth.agent.v1.FileService.Stat:output_type -> berth.agent.v1.FileInfo
+	33, // 80: berth.agent.v1.FileService.List:output_type -> berth.agent.v1.ListResponse
+	35, // 81: berth.agent.v1.FileService.MakeDir:output_type -> berth.agent.v1.MakeDirResponse
+	37, // 82: berth.agent.v1.FileService.Move:output_type -> berth.agent.v1.MoveResponse
+	39, // 83: berth.agent.v1.FileService.Remove:output_type -> berth.agent.v1.RemoveResponse
+	41, // 84: berth.agent.v1.FileService.Watch:output_type -> berth.agent.v1.WatchEvent
+	27, // 85: berth.agent.v1.FileService.UploadArchive:output_type -> berth.agent.v1.UploadArchiveResponse
+	29, // 86: berth.agent.v1.FileService.DownloadArchive:output_type -> berth.agent.v1.DownloadArchiveResponse
+	44, // 87: berth.agent.v1.GitService.Status:output_type -> berth.agent.v1.GitStatusResponse
+	46, // 88: berth.agent.v1.GitService.Diff:output_type -> berth.agent.v1.GitDiffResponse
+	48, // 89: berth.agent.v1.GitService.Clone:output_type -> berth.agent.v1.GitCloneResponse
+	50, // 90: berth.agent.v1.GitService.Checkout:output_type -> berth.agent.v1.GitCheckoutResponse
+	52, // 91: berth.agent.v1.GitService.Commit:output_type -> berth.agent.v1.GitCommitResponse
+	55, // 92: berth.agent.v1.GitService.Log:output_type -> berth.agent.v1.GitLogResponse
+	59, // 93: berth.agent.v1.InfoService.GetInfo:output_type -> berth.agent.v1.Info
+	58, // 94: berth.agent.v1.ConfigService.Configure:output_type -> berth.agent.v1.ConfigureResponse
+	64, // 95: berth.agent.v1.TerminalService.Connect:output_type -> berth.agent.v1.TerminalServerMessage
+	68, // 96: berth.agent.v1.TerminalService.ListTerminals:output_type -> berth.agent.v1.ListTerminalsResponse
+	70, // 97: berth.agent.v1.TerminalService.KillTerminal:output_type -> berth.agent.v1.KillTerminalResponse
+	69, // [69:98] is the sub-list for method output_type
+	40, // [40:69] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_berth_agent_v1_agent_proto_init() }
@@ -5351,14 +5464,14 @@ func file_berth_agent_v1_agent_proto_init() {
 		(*UploadArchiveRequest_Header)(nil),
 		(*UploadArchiveRequest_Chunk)(nil),
 	}
-	file_berth_agent_v1_agent_proto_msgTypes[56].OneofWrappers = []any{
+	file_berth_agent_v1_agent_proto_msgTypes[58].OneofWrappers = []any{
 		(*TerminalClientMessage_Open)(nil),
 		(*TerminalClientMessage_Attach)(nil),
 		(*TerminalClientMessage_Input)(nil),
 		(*TerminalClientMessage_Resize)(nil),
 		(*TerminalClientMessage_Signal)(nil),
 	}
-	file_berth_agent_v1_agent_proto_msgTypes[57].OneofWrappers = []any{
+	file_berth_agent_v1_agent_proto_msgTypes[59].OneofWrappers = []any{
 		(*TerminalServerMessage_Session)(nil),
 		(*TerminalServerMessage_Output)(nil),
 		(*TerminalServerMessage_Exit)(nil),
@@ -5369,9 +5482,9 @@ func file_berth_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_agent_v1_agent_proto_rawDesc), len(file_berth_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   66,
+			NumMessages:   70,
 			NumExtensions: 0,
-			NumServices:   5,
+			NumServices:   6,
 		},
 		GoTypes:           file_berth_agent_v1_agent_proto_goTypes,
 		DependencyIndexes: file_berth_agent_v1_agent_proto_depIdxs,

@@ -1325,6 +1325,134 @@ var InfoService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
+	ConfigService_Configure_FullMethodName = "/berth.agent.v1.ConfigService/Configure"
+)
+
+// ConfigServiceClient is the client API for ConfigService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// ConfigService is the orchestrator's own call to an agent; the
+// orchestrator's proxy refuses it to every client (lease and operator
+// tokens alike). It has no REST binding.
+type ConfigServiceClient interface {
+	// Configure gives a sandbox that was created ahead of its lease (a warm
+	// pool's) the lease's environment and secrets: env and secrets become
+	// the default environment of every command and terminal the agent
+	// starts from now on (a request's own env still overrides them), and
+	// the secrets' values are masked in the output it returns like those
+	// given at creation. The configuration is kept on the sandbox's disk,
+	// root-only, so it survives a restart of the container. An agent
+	// accepts one Configure in its life: another is FAILED_PRECONDITION, so
+	// a claimed sandbox can never be configured for a second lease.
+	Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error)
+}
+
+type configServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewConfigServiceClient(cc grpc.ClientConnInterface) ConfigServiceClient {
+	return &configServiceClient{cc}
+}
+
+func (c *configServiceClient) Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfigureResponse)
+	err := c.cc.Invoke(ctx, ConfigService_Configure_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ConfigServiceServer is the server API for ConfigService service.
+// All implementations must embed UnimplementedConfigServiceServer
+// for forward compatibility.
+//
+// ConfigService is the orchestrator's own call to an agent; the
+// orchestrator's proxy refuses it to every client (lease and operator
+// tokens alike). It has no REST binding.
+type ConfigServiceServer interface {
+	// Configure gives a sandbox that was created ahead of its lease (a warm
+	// pool's) the lease's environment and secrets: env and secrets become
+	// the default environment of every command and terminal the agent
+	// starts from now on (a request's own env still overrides them), and
+	// the secrets' values are masked in the output it returns like those
+	// given at creation. The configuration is kept on the sandbox's disk,
+	// root-only, so it survives a restart of the container. An agent
+	// accepts one Configure in its life: another is FAILED_PRECONDITION, so
+	// a claimed sandbox can never be configured for a second lease.
+	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
+	mustEmbedUnimplementedConfigServiceServer()
+}
+
+// UnimplementedConfigServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedConfigServiceServer struct{}
+
+func (UnimplementedConfigServiceServer) Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Configure not implemented")
+}
+func (UnimplementedConfigServiceServer) mustEmbedUnimplementedConfigServiceServer() {}
+func (UnimplementedConfigServiceServer) testEmbeddedByValue()                       {}
+
+// UnsafeConfigServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ConfigServiceServer will
+// result in compilation errors.
+type UnsafeConfigServiceServer interface {
+	mustEmbedUnimplementedConfigServiceServer()
+}
+
+func RegisterConfigServiceServer(s grpc.ServiceRegistrar, srv ConfigServiceServer) {
+	// If the following call panics, it indicates UnimplementedConfigServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&ConfigService_ServiceDesc, srv)
+}
+
+func _ConfigService_Configure_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfigureRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).Configure(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_Configure_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).Configure(ctx, req.(*ConfigureRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// ConfigService_ServiceDesc is the grpc.ServiceDesc for ConfigService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var ConfigService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "berth.agent.v1.ConfigService",
+	HandlerType: (*ConfigServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Configure",
+			Handler:    _ConfigService_Configure_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "berth/agent/v1/agent.proto",
+}
+
+const (
 	TerminalService_Connect_FullMethodName       = "/berth.agent.v1.TerminalService/Connect"
 	TerminalService_ListTerminals_FullMethodName = "/berth.agent.v1.TerminalService/ListTerminals"
 	TerminalService_KillTerminal_FullMethodName  = "/berth.agent.v1.TerminalService/KillTerminal"
