@@ -47,8 +47,21 @@ type Client interface {
 	ContainerLogs(ctx context.Context, id string, opts container.LogsOptions) (io.ReadCloser, error)
 
 	VolumeCreate(ctx context.Context, opts volume.CreateOptions) (volume.Volume, error)
+	// VolumeInspect, VolumeList, VolumeRemove and DiskUsage serve the
+	// workspace volumes (volumes.go).
+	VolumeInspect(ctx context.Context, name string) (volume.Volume, error)
+	VolumeList(ctx context.Context, opts volume.ListOptions) (volume.ListResponse, error)
+	VolumeRemove(ctx context.Context, name string, force bool) error
+	DiskUsage(ctx context.Context, opts types.DiskUsageOptions) (types.DiskUsage, error)
 
 	Events(ctx context.Context, opts events.ListOptions) (<-chan events.Message, <-chan error)
+
+	// ContainerCommit, ImageList, ImageHistory and ImageRemove serve the
+	// snapshots (snapshot.go).
+	ContainerCommit(ctx context.Context, id string, opts container.CommitOptions) (container.CommitResponse, error)
+	ImageList(ctx context.Context, opts image.ListOptions) ([]image.Summary, error)
+	ImageHistory(ctx context.Context, id string, opts ...client.ImageHistoryOption) ([]image.HistoryResponseItem, error)
+	ImageRemove(ctx context.Context, id string, opts image.RemoveOptions) ([]image.DeleteResponse, error)
 }
 
 var _ Client = (*client.Client)(nil)

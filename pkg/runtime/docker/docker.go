@@ -79,6 +79,8 @@ type Runtime struct {
 	netMu sync.Mutex
 	netID string // id of the sandbox network once ensured
 
+	snapMu sync.Mutex // one Snapshot at a time (snapshot.go)
+
 	hostInputWarn sync.Once // the warning that the host input filter is missing
 
 	volMu   sync.Mutex
