@@ -33,6 +33,9 @@ type target struct {
 	status     int         // final status, for metrics
 	upload     *budgetBody // an upload held to the lease's disk limit (disk.go)
 	uploadMsg  string      // the 507's message should it pass the limit
+	// disposition, when set, is the Content-Disposition of a successful
+	// response (signed downloads, signed.go).
+	disposition string
 	// wsProtocols, when set, replaces the upgrade's subprotocols: those
 	// offered without the tokens (websocket.go).
 	wsProtocols *[]string
@@ -55,6 +58,13 @@ func targetFrom(ctx context.Context) *target {
 func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath string) {
 	var ts tokens
 	ts.addAll(r.Header.Values(bearer.Header), r.Header.Values(TokenHeader))
+	for _, v := range r.Header.Values(SessionKeyHeader) { // openhands.go
+		ts.add(v)
+	}
+	if isOpenHealth(r, rawPath, &ts) {
+		p.serveOpenHealth(w, r, id)
+		return
+	}
 	wt, wsToken := protocolTokens(r)
 	if wsToken {
 		if rerr := checkOrigin(r); rerr != nil {
@@ -77,6 +87,10 @@ func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath s
 		return
 	}
 	if rerr := operatorOnly(path, op.acc); rerr != nil { // metrics.go
+		p.fail(w, r, false, id, rerr)
+		return
+	}
+	if rerr := orchestratorOnly(path); rerr != nil { // orchestratoronly.go
 		p.fail(w, r, false, id, rerr)
 		return
 	}
@@ -170,6 +184,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		h.Set("X-Forwarded-Prefix", t.prefix)
 	}
 	h.Del(TokenHeader)
+	h.Del(SessionKeyHeader)
 	tokenCookies(h, true)
 	if t.stripAuth {
 		h.Del("Authorization")
@@ -186,6 +201,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	if t := targetFrom(res.Request.Context()); t != nil {
 		t.status = res.StatusCode
+		if t.disposition != "" && res.StatusCode/100 == 2 && res.Header.Get("Content-Disposition") == "" {
+			res.Header.Set("Content-Disposition", t.disposition)
+		}
 		if t.upload != nil {
 			if t.upload.exceeded.Load() {
 				return errDiskBudget // answered with 507 by the error handler

@@ -267,6 +267,10 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request) {
 		p.servePreview(w, r, id, port, "", r.URL.EscapedPath())
 		return
 	}
+	if rest, ok := strings.CutPrefix(r.URL.EscapedPath(), SignedPrefix); ok {
+		p.serveSigned(w, r, rest) // signed.go
+		return
+	}
 	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), RoutePrefix)
 	if !ok {
 		p.fail(w, r, false, "", errNoRoute("not a sandbox route: "+r.URL.Path))

@@ -1,0 +1,63 @@
+package lease
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSignedScopeVerify(t *testing.T) {
+	m := &Manager{cfg: Config{Secret: []byte("0123456789abcdef0123456789abcdef")}}
+	exp := time.Unix(1_900_000_000, 0)
+	base := SignedScope{LeaseID: "0123456789abcdefghijklmnop", Kind: SignedPort, Port: 8080, Method: AnyMethod, Expires: exp}
+	sig := m.Sign(base)
+	if !m.VerifySigned(base, sig) {
+		t.Fatal("a fresh signature does not verify")
+	}
+	if sig == m.Token(base.LeaseID) || strings.Contains(m.Token(base.LeaseID), sig) {
+		t.Fatal("a signature equals the lease token")
+	}
+	// Every field is covered: changing any one must fail.
+	changes := map[string]func(s *SignedScope){
+		"lease":   func(s *SignedScope) { s.LeaseID = "0123456789abcdefghijklmnoq" },
+		"kind":    func(s *SignedScope) { s.Kind = SignedDownload },
+		"port":    func(s *SignedScope) { s.Port = 8081 },
+		"path":    func(s *SignedScope) { s.Path = "/etc/passwd" },
+		"method":  func(s *SignedScope) { s.Method = "GET" },
+		"expires": func(s *SignedScope) { s.Expires = exp.Add(time.Second) },
+	}
+	for name, change := range changes {
+		s := base
+		change(&s)
+		if m.VerifySigned(s, sig) {
+			t.Errorf("a signature verifies after changing the %s", name)
+		}
+	}
+	// Field boundaries cannot be moved: path "a" + method "b" differs from path "ab".
+	d := SignedScope{LeaseID: base.LeaseID, Kind: SignedDownload, Path: "/x", Method: "GET", Expires: exp}
+	u := d
+	u.Kind, u.Method = SignedUpload, "PUT"
+	if m.VerifySigned(u, m.Sign(d)) {
+		t.Error("a download signature verifies as an upload")
+	}
+	// Tampered, truncated, padded or re-encoded signatures fail.
+	for _, bad := range []string{"", sig[:len(sig)-1], sig + "A", sig + "=", strings.ToUpper(sig), "!!!!", flip(sig)} {
+		if m.VerifySigned(base, bad) {
+			t.Errorf("tampered signature %q verifies", bad)
+		}
+	}
+	// Another server secret signs differently.
+	other := &Manager{cfg: Config{Secret: []byte("fedcba9876543210fedcba9876543210")}}
+	if other.VerifySigned(base, sig) {
+		t.Error("a signature verifies under another secret")
+	}
+}
+
+// flip changes the first character of a base64url string to another valid one.
+func flip(s string) string {
+	c := byte('A')
+	if s[0] == 'A' {
+		c = 'B'
+	}
+	return string(c) + s[1:]
+}
