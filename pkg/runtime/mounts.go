@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -310,4 +311,41 @@ func (v *Volume) SetLabels(labels map[string]string) {
 // IsWorkspaceVolume reports whether labels mark a berth workspace volume.
 func IsWorkspaceVolume(labels map[string]string) bool {
 	return IsManaged(labels) && labels[LabelVolume] == VolumeKindWorkspace
+}
+
+// DirSize returns the apparent size of the regular files under dir
+// (hard links counted once). Backends measure a volume's directory with it
+// when they can read it.
+func DirSize(dir string) (int64, error) {
+	var total int64
+	type inode struct{ dev, ino uint64 }
+	seen := map[inode]bool{}
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while walking
+			}
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			k := inode{uint64(st.Dev), st.Ino}
+			if seen[k] {
+				return nil
+			}
+			seen[k] = true
+		}
+		total += info.Size()
+		return nil
+	})
+	return total, err
 }

@@ -215,6 +215,7 @@ func (r *Runtime) specOpts(id string, spec runtime.Spec, info imageInfo) []oci.S
 		bind(filepath.Join(dir, "resolv.conf"), "/etc/resolv.conf", "noexec", "rw"),
 		{Type: "cgroup", Source: "cgroup", Destination: "/sys/fs/cgroup", Options: []string{"ro", "nosuid", "noexec", "nodev", "relatime"}},
 	}
+	mounts = append(mounts, r.volumeMounts(spec.Mounts)...) // workspace volumes, host paths
 	quota := res.NanoCPUs * cpuPeriod / 1_000_000_000
 	// The agent runs as root; it runs commands as the lease's user, by
 	// default the image's own (resolved here too, so that a missing user
@@ -231,6 +232,7 @@ func (r *Runtime) specOpts(id string, spec runtime.Spec, info imageInfo) []oci.S
 		oci.WithProcessCwd(workDir),
 		withEnv(info.config.Env, spec.Environ()),
 		withImageUser(user, info.config.WorkingDir == "", hostBase),
+		r.withVolumes(spec.Mounts, hostBase), // owned by the user withImageUser set
 		withRootAgent,
 		r.withUserNS,
 		oci.WithHostname(hostname(id)),

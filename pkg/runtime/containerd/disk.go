@@ -22,7 +22,8 @@ func diskEnforcement(bytes int64) string {
 
 // Usage returns the size of the sandbox's writable snapshot as the
 // snapshotter reports it (overlayfs walks the snapshot's upper directory,
-// so it costs in proportion to how many files were written).
+// so it costs in proportion to how many files were written), plus the size
+// of the workspace volumes it mounts read-write (host paths not counted).
 func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 	if id == "" {
 		return runtime.Usage{}, errdefs.InvalidArgument("id", "container id is required")
@@ -32,8 +33,9 @@ func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 	if err != nil {
 		return runtime.Usage{}, err
 	}
+	vols := r.writableVolumesSize(c) // a persistent workspace
 	if c.SnapshotKey == "" {
-		return runtime.Usage{MeasuredAt: time.Now()}, nil
+		return runtime.Usage{DiskBytes: vols, MeasuredAt: time.Now()}, nil
 	}
 	sn := c.Snapshotter
 	if sn == "" {
@@ -43,5 +45,5 @@ func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 	if err != nil {
 		return runtime.Usage{}, r.mapErr(err, "snapshot usage", c.SnapshotKey)
 	}
-	return runtime.Usage{DiskBytes: u.Size, MeasuredAt: time.Now()}, nil
+	return runtime.Usage{DiskBytes: u.Size + vols, MeasuredAt: time.Now()}, nil
 }

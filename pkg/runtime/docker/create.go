@@ -87,6 +87,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err != nil {
 		return runtime.Sandbox{}, cr.Err(err)
 	}
+	if err := r.ensureVolumes(ctx, spec.Mounts); err != nil {
+		return runtime.Sandbox{}, cr.Err(err)
+	}
 	var vol string
 	if r.cfg.Injection == InjectVolume {
 		if vol, err = r.ensureAgentVolume(ctx, spec.Image); err != nil {
@@ -253,6 +256,7 @@ func (r *Runtime) containerConfig(spec runtime.Spec, workDir, netID, agentVolume
 	if agentVolume != "" {
 		hc.Mounts = []mount.Mount{agentMount(agentVolume)}
 	}
+	hc.Mounts = append(hc.Mounts, engineMounts(spec.Mounts)...)
 	return cfg, hc
 }
 

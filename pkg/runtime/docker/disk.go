@@ -112,10 +112,11 @@ func diskEnforcement(bytes int64, engine bool) string {
 
 // Usage returns the size of the sandbox's writable layer as the engine
 // computes it (ContainerInspect with size: the engine walks the layer's
-// files, so it costs in proportion to how many were written). Berth's
-// sandboxes mount no writable volumes (the agent volume is read-only), so
-// the writable layer is everything they can write. With InjectCopy the
-// agent binary berth copied into the layer is not counted.
+// files, so it costs in proportion to how many were written), plus the
+// size of the volumes it mounts read-write (a persistent workspace; the
+// agent volume is read-only, host bind mounts are the operator's and not
+// counted). With InjectCopy the agent binary berth copied into the layer
+// is not counted.
 func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 	r.negotiate(ctx)
 	if id == "" {
@@ -135,5 +136,6 @@ func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 	if r.cfg.Injection == InjectCopy {
 		u.DiskBytes = max(0, u.DiskBytes-r.agentSize)
 	}
+	u.DiskBytes += r.writableVolumesSize(ctx, ins.Mounts)
 	return u, nil
 }
