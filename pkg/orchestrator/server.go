@@ -107,6 +107,9 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		PausedRetention:   time.Duration(cfg.PausedRetention),
 		RestartLimit:      restartLimit(cfg.RestartLimit),
 		RestartWindow:     time.Duration(cfg.RestartWindow),
+		Pools:             leasePools(cfg.Pools), // config.go, docs/pools.md
+		MaxPooled:         cfg.MaxPooled,
+		AgentConfigurer:   agentConfigurer{}, // agentconfig.go
 		Logger:            log.With("component", "lease"),
 	})
 	if err != nil {
@@ -193,7 +196,14 @@ func (s *Server) buildAPI() error {
 	// openapi.go; public API description, like /healthz.
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	mux.Handle(proxy.RoutePrefix, px) // not under MaxBytesHandler: bodies stream
-	mux.Handle("/", s.authHTTP(http.MaxBytesHandler(gw, 4<<20)))
+	// Signed URLs carry their own credential (proxy/signed.go).
+	mux.Handle(proxy.SignedPrefix, px)
+	api := s.authHTTP(http.MaxBytesHandler(gw, 4<<20))
+	// dashboard.go: the web dashboard at /ui, over api and the proxy.
+	if err := s.mountDashboard(mux, api, px); err != nil {
+		return err
+	}
+	mux.Handle("/", api)
 	s.handler = rec.HTTP(px.HostRouter(mux))
 	return nil
 }

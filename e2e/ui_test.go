@@ -1,0 +1,244 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
+)
+
+// TestDashboard drives the web dashboard (/ui) in Debian's headless
+// chromium against an orchestrator on the real Docker backend: it signs in
+// with the operator token, watches a lease appear and go READY as the test
+// acquires it and RELEASED as the test releases it, opens a second lease's
+// page (its transitions and its background process, read from the agent
+// through the proxy), clicks Release there, and saves screenshots (login,
+// leases light and dark, lease page, released) under $BERTH_ARTIFACTS, or a
+// temporary directory whose path it logs.
+func TestDashboard(t *testing.T) {
+	requireImage(t, baseImage)
+	dataDir, _ := newDataDir(t)
+	o := startOrch(t, dataDir)
+	b := newBrowser(t)
+	shots := artifactsDir(t)
+
+	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(b, 30*time.Second)
+		defer cancel()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	eval := func(expr string) any {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(b, 30*time.Second)
+		defer cancel()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[any](expr, chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatalf("eval %s: %v", expr, err)
+		}
+		return v
+	}
+	shot := func(name string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(b, 30*time.Second)
+		defer cancel()
+		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		p := filepath.Join(shots, "ui-"+name+".png")
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot %s", p)
+	}
+	// waitJS polls a JavaScript expression until it is true.
+	waitJS := func(what, expr string, timeout time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(timeout)
+		for eval(expr) != true {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %s; the page reads:\n%v", what, timeout, eval(`document.body.innerText`))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	input := func(id, value string) {
+		t.Helper()
+		step("set #"+id, chromedp.SetValue(chromedp.ID(id), value))
+		eval(fmt.Sprintf(`document.getElementById(%q).dispatchEvent(new Event('input')), true`, id))
+	}
+	colorScheme := func(v string) {
+		t.Helper()
+		_, err := chromedp.Call(b, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: v}}})
+		if err != nil {
+			t.Fatalf("prefers-color-scheme %s: %v", v, err)
+		}
+	}
+	row := func(id, state string) string {
+		return fmt.Sprintf(`!!document.querySelector('#leases tr[data-id=%q][data-state=%q]')`, id, state)
+	}
+
+	// Sign in. The token goes in a POST body, never in the URL.
+	step("open /ui", chromedp.Navigate(o.base+"/ui"), chromedp.WaitVisible(chromedp.ID("token")))
+	shot("login")
+	step("sign in",
+		chromedp.SendKeys(chromedp.ID("token"), operatorToken),
+		chromedp.Submit(chromedp.ID("login-form")),
+		chromedp.WaitVisible(chromedp.ID("view-leases")),
+	)
+	waitJS("the watch stream is live", `document.querySelector('#live').classList.contains('ok')`, 15*time.Second)
+	if loc := eval(`location.href`).(string); strings.Contains(loc, operatorToken) {
+		t.Fatalf("the token is in the URL after sign-in: %s", loc)
+	}
+	if c := eval(`document.cookie`).(string); strings.Contains(c, "berth_ui") {
+		t.Fatalf("the session cookie is readable by scripts: %q", c)
+	}
+	// Show ended leases too, so the release below stays visible.
+	input("f-state", "all")
+
+	// A lease appears and goes READY as the test acquires it.
+	acquire := func(conv string, labels map[string]string) *orchv1.AcquireResponse {
+		t.Helper()
+		code, _, body := o.mustCall(t, http.MethodPost, "/v1/leases", map[string]any{
+			"conversationId": conv, "image": baseImage, "ttl": "900s", "labels": labels})
+		if code != http.StatusOK {
+			t.Fatalf("acquire %s: HTTP %d: %s", conv, code, body)
+		}
+		var r orchv1.AcquireResponse
+		if err := decode(body, &r); err != nil {
+			t.Fatal(err)
+		}
+		return &r
+	}
+	t0 := time.Now()
+	first := acquire("ui-e2e-first", map[string]string{"team": "payments", "env": "ci"})
+	a := first.GetLease().GetId()
+	waitJS("lease "+a+" READY in the table", row(a, "READY"), 15*time.Second)
+	t.Logf("lease %s READY in the table %s after the acquire began", a, time.Since(t0).Round(time.Millisecond))
+	second := acquire("ui-e2e-second", map[string]string{"team": "search"})
+	bid := second.GetLease().GetId()
+	waitJS("lease "+bid+" READY in the table", row(bid, "READY"), 15*time.Second)
+
+	// A background process, for the lease page's process table.
+	code, _, body := o.mustCall(t, http.MethodPost, sandboxPath(bid, "/v1/processes"),
+		map[string]any{"command": "sleep 600"}, second.GetToken())
+	if code != http.StatusOK {
+		t.Fatalf("start process: HTTP %d: %s", code, body)
+	}
+	shot("leases")
+
+	// The label filter.
+	input("f-label", "team=payments")
+	waitJS("the label filter shows only the first lease", fmt.Sprintf(`%s && !document.querySelector('#leases tr[data-id=%q]')`, row(a, "READY"), bid), 5*time.Second)
+	input("f-label", "")
+
+	// The test releases the first lease: its row turns RELEASED.
+	t0 = time.Now()
+	if l := o.mustRelease(t, a); l.GetState() != orchv1.LeaseState_LEASE_STATE_RELEASED {
+		t.Fatalf("release %s: state %s", a, l.GetState())
+	}
+	waitJS("lease "+a+" RELEASED in the table", row(a, "RELEASED"), 15*time.Second)
+	t.Logf("lease %s RELEASED in the table %s after the release began", a, time.Since(t0).Round(time.Millisecond))
+
+	// Dark mode, same page.
+	colorScheme("dark")
+	time.Sleep(200 * time.Millisecond)
+	shot("leases-dark")
+	colorScheme("light")
+
+	// The second lease's page: transitions, usage, the process from the agent.
+	step("open the lease page", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#leases tr[data-id=%q] a`, bid))),
+		chromedp.WaitVisible(chromedp.ID("view-lease")))
+	waitJS("lease page READY", `document.querySelector('#l-state').textContent === 'READY'`, 10*time.Second)
+	waitJS("the transitions are listed", `document.querySelectorAll('#l-transitions tbody tr').length >= 2`, 10*time.Second)
+	waitJS("the background process is listed", `[...document.querySelectorAll('#l-processes tbody td')].some(td => td.textContent.includes('sleep 600'))`, 15*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	shot("lease")
+
+	// Release from the UI: two clicks (the button asks once more).
+	release := chromedp.CSS(`#l-actions button[data-act="release"]`)
+	step("click release", chromedp.Click(release))
+	waitJS("release asks for confirmation", `document.querySelector('#l-actions button[data-act="release"]').classList.contains('confirm')`, 5*time.Second)
+	step("confirm release", chromedp.Click(release))
+	waitJS("lease page RELEASED", `document.querySelector('#l-state').textContent === 'RELEASED'`, 30*time.Second)
+	if l := o.mustGet(t, bid); l.GetState() != orchv1.LeaseState_LEASE_STATE_RELEASED || !strings.Contains(l.GetReason(), "dashboard") {
+		t.Fatalf("after the click: lease %s is %s (%q), want RELEASED by the dashboard", bid, l.GetState(), l.GetReason())
+	}
+	waitJS("the actions are disabled", `document.querySelector('#l-actions button[data-act="release"]').disabled`, 5*time.Second)
+	shot("released")
+
+	// Sign out clears the session: the API shim refuses the tab afterwards.
+	step("sign out", chromedp.Click(chromedp.ID("signout")), chromedp.WaitVisible(chromedp.ID("token")))
+	if st := eval(`fetch('/ui/api/v1/leases').then(r => r.status)`); st != float64(http.StatusUnauthorized) {
+		t.Fatalf("the API shim after sign-out: HTTP %v, want 401", st)
+	}
+}
+
+// newBrowser starts Debian's headless chromium (as root with --no-sandbox)
+// and returns its tab's context; it is stopped, and waited for, when the
+// test ends.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	path := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		testenv.SkipOrFail(t, "chromium not found: install Debian's chromium (scripts/deps.sh)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.WindowSize(1440, 900),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("lang", "en-US"),
+	)
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox)
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc() // kills chromium and waits for it
+	})
+	// The first action starts the browser: no timeout on it (a timeout
+	// would stop the browser with it).
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// artifactsDir is $BERTH_ARTIFACTS (created if needed), or a temporary
+// directory for this test.
+func artifactsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("BERTH_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+		t.Logf("screenshots go to %s (removed after the test; set BERTH_ARTIFACTS to keep them)", dir)
+		return dir
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

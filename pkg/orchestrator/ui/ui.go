@@ -1,0 +1,382 @@
+// Package ui serves the operator dashboard at /ui: HTML, CSS and plain
+// JavaScript embedded in the binary, a sign-in that keeps the caller's
+// token in an HttpOnly cookie, and a small API shim, /ui/api/, that turns
+// that cookie into the bearer token of the orchestrator's own REST API.
+//
+// # Sign-in and CSRF
+//
+// POST /ui/login (form field "token": the operator token or a client
+// token; lease tokens are refused) sets the cookie berth_ui (Path=/ui,
+// HttpOnly, SameSite=Strict, Secure over TLS) and answers
+// {"role","owner","csrf"}. The token never appears in a URL. csrf is
+// derived from the token (SHA-256 of a fixed prefix and the token) and is
+// only ever returned by that sign-in answer: the page keeps it in
+// sessionStorage, so it lives in the tab that signed in and not in any
+// other page of the origin. Every /ui/api/ call must carry it as the
+// X-Berth-CSRF header, reads included: the cookie alone opens nothing.
+// Requests whose Origin (or Sec-Fetch-Site) says another site sent them
+// are refused. POST /ui/logout clears the cookie.
+//
+// # API shim
+//
+// /ui/api/v1/leases… (and /v1/pools…, /v1/volumes…, /v1/snapshots… when
+// the orchestrator serves them) go to the REST API unchanged but for the
+// Authorization header, so the API's own authorization applies: a client
+// sees its owner's leases only. GET /ui/api/v1/sandboxes/LEASE/v1/processes
+// and /v1/info go through the sandbox proxy; for a client session the shim
+// checks that the lease is the client's and uses the lease's token (which
+// the client can get from acquire anyway). Sandbox reads of a lease that is
+// not READY answer 409 without touching the proxy, so that the dashboard
+// never resumes a PAUSED lease by looking at it.
+package ui
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+
+	"github.com/berth-dev/berth/internal/edge"
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/lease"
+)
+
+// Prefix is where the dashboard is mounted.
+const Prefix = "/ui/"
+
+// CookieName is the session cookie; its value is the base64url-encoded token.
+const CookieName = "berth_ui"
+
+// CSRFHeader carries the session's CSRF value on every /ui/api/ call.
+const CSRFHeader = "X-Berth-CSRF"
+
+// SignInHeader is set to "required" on the shim's answers that mean the
+// tab must sign in again (no session, an invalid token, a missing or wrong
+// CSRF value), so the page tells them from the API's own 401 and 403.
+const SignInHeader = "X-Berth-Sign-In"
+
+//go:embed static
+var staticFS embed.FS
+
+// Identity is who a token signs in as.
+type Identity struct {
+	// Operator is true for the operator token: every lease, reap.
+	Operator bool
+	// Owner is the client's owner, or "operator".
+	Owner string
+}
+
+// Authenticator maps a token to the Identity it signs in as; ok is false
+// for an unknown token and for lease tokens (the dashboard is for
+// operators and clients).
+type Authenticator func(token string) (id Identity, ok bool)
+
+// Leases is what the shim needs of the lease manager for sandbox reads;
+// *lease.Manager implements it.
+type Leases interface {
+	// Get returns one lease.
+	Get(ctx context.Context, id string) (lease.Lease, error)
+	// Token returns the lease token of id.
+	Token(id string) string
+}
+
+var _ Leases = (*lease.Manager)(nil)
+
+// Config configures the dashboard.
+type Config struct {
+	// API is the orchestrator's REST handler (it authenticates the bearer
+	// token itself). Required.
+	API http.Handler
+	// Sandboxes is the sandbox proxy, as mounted at /v1/sandboxes/.
+	// Without it the lease page shows no processes.
+	Sandboxes http.Handler
+	// Auth signs tokens in. Required.
+	Auth Authenticator
+	// Leases checks a client's sandbox reads. Required with Sandboxes.
+	Leases Leases
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Handler serves the dashboard under Prefix.
+type Handler struct {
+	cfg    Config
+	log    *slog.Logger
+	mux    *http.ServeMux
+	static http.Handler
+}
+
+// New returns the dashboard handler; mount it at "/ui/" (and "/ui").
+func New(cfg Config) (*Handler, error) {
+	if cfg.API == nil || cfg.Auth == nil {
+		return nil, errors.New("ui: API and Auth are required")
+	}
+	if cfg.Sandboxes != nil && cfg.Leases == nil {
+		return nil, errors.New("ui: Leases is required with Sandboxes")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	sub, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
+		static: http.StripPrefix("/ui/static/", http.FileServerFS(sub))}
+	h.mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, Prefix, http.StatusFound)
+	})
+	h.mux.HandleFunc("GET /ui/{$}", h.index)
+	h.mux.HandleFunc("GET /ui/static/", h.serveStatic)
+	h.mux.HandleFunc("POST /ui/login", h.login)
+	h.mux.HandleFunc("POST /ui/logout", h.logout)
+	h.mux.HandleFunc("GET /ui/api/session", h.session)
+	h.mux.HandleFunc("/ui/api/", h.apiShim)
+	h.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
+	return h, nil
+}
+
+// ServeHTTP serves the dashboard.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	h.mux.ServeHTTP(w, r)
+}
+
+func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
+	b, err := staticFS.ReadFile("static/index.html")
+	if err != nil {
+		http.Error(w, "ui: index missing", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(b)
+}
+
+func (h *Handler) serveStatic(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, "/") {
+		http.NotFound(w, r) // no directory listings
+		return
+	}
+	w.Header().Set("Cache-Control", "no-cache")
+	h.static.ServeHTTP(w, r)
+}
+
+// csrfFor is the CSRF value of a session's token.
+func csrfFor(token string) string {
+	s := sha256.Sum256([]byte("berth-ui-csrf-v1\x00" + token))
+	return hex.EncodeToString(s[:])
+}
+
+// sameOrigin reports whether r was sent by a page of this origin (or by a
+// client that is no browser: no Origin, no Sec-Fetch-Site).
+func sameOrigin(r *http.Request) bool {
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
+		return false
+	}
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host) && (u.Scheme == "http" || u.Scheme == "https")
+}
+
+func secure(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}
+
+func (h *Handler) setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: value, Path: "/ui", MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+}
+
+// sessionInfo is the JSON of /ui/login and /ui/api/session.
+type sessionInfo struct {
+	Role  string `json:"role"`
+	Owner string `json:"owner"`
+	CSRF  string `json:"csrf,omitempty"`
+}
+
+func roleOf(id Identity) string {
+	if id.Operator {
+		return "operator"
+	}
+	return "client"
+}
+
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		writeError(w, http.StatusForbidden, errdefs.Newf(errdefs.ErrPermissionDenied, "sign-in from another site refused"))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	if err := r.ParseForm(); err != nil {
+		writeError(w, http.StatusBadRequest, errdefs.Newf(errdefs.ErrInvalidArgument, "token: cannot read the form: %v", err))
+		return
+	}
+	tok := strings.TrimSpace(r.PostForm.Get("token"))
+	if tok == "" {
+		writeError(w, http.StatusBadRequest, errdefs.Newf(errdefs.ErrInvalidArgument, "token: required (the operator token or a client token)"))
+		return
+	}
+	id, ok := h.cfg.Auth(tok)
+	if !ok {
+		h.log.Info("dashboard sign-in refused", "remote_addr", r.RemoteAddr)
+		writeError(w, http.StatusUnauthorized, errdefs.Newf(errdefs.ErrUnauthenticated, "token: not an operator or client token"))
+		return
+	}
+	h.log.Info("dashboard sign-in", "role", roleOf(id), "owner", id.Owner, "remote_addr", r.RemoteAddr)
+	h.setCookie(w, r, base64.RawURLEncoding.EncodeToString([]byte(tok)), 0)
+	writeJSON(w, http.StatusOK, sessionInfo{Role: roleOf(id), Owner: id.Owner, CSRF: csrfFor(tok)})
+}
+
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		writeError(w, http.StatusForbidden, errdefs.Newf(errdefs.ErrPermissionDenied, "sign-out from another site refused"))
+		return
+	}
+	h.setCookie(w, r, "", -1)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// authorize returns the session's token and identity: the cookie must hold
+// a valid token, the request must come from this origin and carry the
+// session's CSRF value.
+func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) (string, Identity, bool) {
+	if !sameOrigin(r) {
+		writeError(w, http.StatusForbidden, errdefs.Newf(errdefs.ErrPermissionDenied, "request from another site refused"))
+		return "", Identity{}, false
+	}
+	c, err := r.Cookie(CookieName)
+	var tok []byte
+	if err == nil {
+		tok, err = base64.RawURLEncoding.DecodeString(c.Value)
+	}
+	if err != nil || len(tok) == 0 {
+		w.Header().Set(SignInHeader, "required")
+		writeError(w, http.StatusUnauthorized, errdefs.Newf(errdefs.ErrUnauthenticated, "not signed in"))
+		return "", Identity{}, false
+	}
+	id, ok := h.cfg.Auth(string(tok))
+	if !ok {
+		h.setCookie(w, r, "", -1)
+		w.Header().Set(SignInHeader, "required")
+		writeError(w, http.StatusUnauthorized, errdefs.Newf(errdefs.ErrUnauthenticated, "the session's token is no longer valid: sign in again"))
+		return "", Identity{}, false
+	}
+	want := csrfFor(string(tok))
+	if got := r.Header.Get(CSRFHeader); subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+		w.Header().Set(SignInHeader, "required")
+		writeError(w, http.StatusForbidden, errdefs.Newf(errdefs.ErrPermissionDenied, "missing or wrong %s header: sign in again in this tab", CSRFHeader))
+		return "", Identity{}, false
+	}
+	return string(tok), id, true
+}
+
+func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
+	_, id, ok := h.authorize(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionInfo{Role: roleOf(id), Owner: id.Owner})
+}
+
+// apiCollections are the REST collections the shim forwards to the API.
+var apiCollections = []string{"/v1/leases", "/v1/pools", "/v1/volumes", "/v1/snapshots"}
+
+// sandboxReads are the agent paths the shim reads through the proxy.
+var sandboxReads = map[string]bool{"/v1/processes": true, "/v1/info": true}
+
+func (h *Handler) apiShim(w http.ResponseWriter, r *http.Request) {
+	tok, id, ok := h.authorize(w, r)
+	if !ok {
+		return
+	}
+	p := strings.TrimPrefix(r.URL.Path, "/ui/api")
+	if path.Clean(p) != p {
+		writeError(w, http.StatusNotFound, errdefs.Newf(errdefs.ErrNotFound, "no dashboard route %s", r.URL.Path))
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	for _, c := range apiCollections {
+		if p == c || strings.HasPrefix(p, c+"/") || strings.HasPrefix(p, c+":") {
+			h.forward(w, r, h.cfg.API, p, tok)
+			return
+		}
+	}
+	if rest, ok := strings.CutPrefix(p, "/v1/sandboxes/"); ok && h.cfg.Sandboxes != nil {
+		leaseID, agentPath, _ := strings.Cut(rest, "/")
+		agentPath = "/" + agentPath
+		if r.Method != http.MethodGet || !sandboxReads[agentPath] {
+			writeError(w, http.StatusNotFound, errdefs.Newf(errdefs.ErrNotFound, "the dashboard reads only %s of a sandbox", "GET /v1/processes and /v1/info"))
+			return
+		}
+		h.sandboxRead(w, r, id, tok, leaseID, p)
+		return
+	}
+	writeError(w, http.StatusNotFound, errdefs.Newf(errdefs.ErrNotFound, "no dashboard route %s", r.URL.Path))
+}
+
+// sandboxRead forwards a GET of a READY lease's agent through the proxy
+// with the token that opens it for this session.
+func (h *Handler) sandboxRead(w http.ResponseWriter, r *http.Request, id Identity, tok, leaseID, p string) {
+	l, err := h.cfg.Leases.Get(r.Context(), leaseID)
+	if err != nil || (!id.Operator && l.Owner != id.Owner) {
+		// Another owner's lease is as unknown as a missing one.
+		writeError(w, http.StatusNotFound, errdefs.Newf(errdefs.ErrNotFound, "no lease %s", leaseID))
+		return
+	}
+	if l.State != lease.StateReady {
+		writeError(w, http.StatusConflict, errdefs.Newf(errdefs.ErrFailedPrecondition, "lease %s is %s: the dashboard reads only READY sandboxes (it never resumes a paused one)", leaseID, l.State))
+		return
+	}
+	if !id.Operator {
+		tok = h.cfg.Leases.Token(leaseID)
+	}
+	h.forward(w, r, h.cfg.Sandboxes, p, tok)
+}
+
+// forward serves r with next as if it had been sent to p with the bearer
+// token tok and without the dashboard's cookie and CSRF header.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, next http.Handler, p, tok string) {
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = p
+	r2.URL.RawPath = ""
+	r2.RequestURI = p
+	if r.URL.RawQuery != "" {
+		r2.RequestURI += "?" + r.URL.RawQuery
+	}
+	r2.Header.Del("Cookie")
+	r2.Header.Del(CSRFHeader)
+	r2.Header.Del("X-Berth-Token")
+	r2.Header.Set("Authorization", "Bearer "+tok)
+	next.ServeHTTP(w, r2)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers {"code","message","details"} as the REST API does.
+func writeError(w http.ResponseWriter, status int, err error) {
+	w.Header().Set("Cache-Control", "no-store")
+	edge.WriteErrorStatus(w, status, err)
+}
