@@ -1,0 +1,213 @@
+package openhands
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/agent/files"
+	"github.com/berth-dev/berth/pkg/agent/git"
+	"github.com/berth-dev/berth/pkg/agent/mask"
+	"github.com/berth-dev/berth/pkg/agent/process"
+)
+
+func newTestServer(t *testing.T, secrets map[string]string) (*httptest.Server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	runner := process.NewRunner(process.Config{WorkDir: dir, Masker: mask.New(secrets), Logger: log})
+	h := New(Config{Runner: runner, Files: files.New(files.Config{Logger: log}), Git: git.New(git.Config{WorkDir: dir, Logger: log}), WorkDir: dir, Logger: log})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { srv.Close(); h.Close(); runner.Close() })
+	return srv, dir
+}
+
+func getJSON(t *testing.T, u string, want int, out any) {
+	t.Helper()
+	res, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != want {
+		t.Fatalf("GET %s: %d %s (want %d)", u, res.StatusCode, b, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("GET %s: %v: %s", u, err, b)
+		}
+	}
+}
+
+func postJSON(t *testing.T, u string, body any, want int, out any) {
+	t.Helper()
+	j, _ := json.Marshal(body)
+	res, err := http.Post(u, "application/json", bytes.NewReader(j))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != want {
+		t.Fatalf("POST %s: %d %s (want %d)", u, res.StatusCode, b, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("POST %s: %v: %s", u, err, b)
+		}
+	}
+}
+
+type testOutput struct {
+	ID       string  `json:"id"`
+	Order    int     `json:"order"`
+	ExitCode *int    `json:"exit_code"`
+	Stdout   *string `json:"stdout"`
+	Stderr   *string `json:"stderr"`
+}
+
+// runPolled starts command and polls like RemoteWorkspace until the exit
+// code arrives; it fails on a repeated id or a non-increasing order.
+func runPolled(t *testing.T, base, command string, timeout int) (stdout, stderr string, exit, events int) {
+	t.Helper()
+	var cmd struct {
+		ID string `json:"id"`
+	}
+	postJSON(t, base+"/api/bash/start_bash_command", map[string]any{"command": command, "timeout": timeout}, http.StatusOK, &cmd)
+	last := -1
+	seen := map[string]bool{}
+	deadline := time.Now().Add(time.Duration(timeout+10) * time.Second)
+	for time.Now().Before(deadline) {
+		q := url.Values{"kind__eq": {"BashOutput"}, "sort_order": {"TIMESTAMP"}, "limit": {"100"}, "command_id__eq": {cmd.ID}}
+		if last >= 0 {
+			q.Set("order__gt", fmt.Sprint(last))
+		}
+		var page struct {
+			Items []testOutput `json:"items"`
+		}
+		getJSON(t, base+"/api/bash/bash_events/search?"+q.Encode(), http.StatusOK, &page)
+		for _, ev := range page.Items {
+			if seen[ev.ID] || ev.Order <= last {
+				t.Fatalf("event %s order %d after order %d (seen: %t)", ev.ID, ev.Order, last, seen[ev.ID])
+			}
+			seen[ev.ID] = true
+			last = ev.Order
+			events++
+			if ev.Stdout != nil {
+				stdout += *ev.Stdout
+			}
+			if ev.Stderr != nil {
+				stderr += *ev.Stderr
+			}
+			if ev.ExitCode != nil {
+				return stdout, stderr, *ev.ExitCode, events
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%q: no exit code", command)
+	return
+}
+
+func TestBashPolling(t *testing.T) {
+	srv, _ := newTestServer(t, map[string]string{"TOK": "sekrit-value"})
+	out, errs, code, _ := runPolled(t, srv.URL, `echo hi; echo sekrit-value; echo e >&2; exit 4`, 30)
+	if out != "hi\n<secret:TOK>\n" || errs != "e\n" || code != 4 {
+		t.Errorf("got %q %q %d", out, errs, code)
+	}
+	// Large output with multi-byte characters in chunks that end on
+	// character boundaries.
+	out, _, code, events := runPolled(t, srv.URL, `i=0; while [ $i -lt 120000 ]; do printf 'héllo wörld '; i=$((i+1)); done`, 60)
+	if code != 0 || out != strings.Repeat("héllo wörld ", 120000) || events < 3 {
+		t.Errorf("large output: exit %d, %d bytes in %d events", code, len(out), events)
+	}
+	_, errs, code, _ = runPolled(t, srv.URL, `sleep 20`, 1)
+	if code != -1 || !strings.Contains(errs, "Command timed out after 1 seconds") {
+		t.Errorf("timeout: exit %d stderr %q", code, errs)
+	}
+	_, _, code, _ = runPolled(t, srv.URL, `kill -TERM $$`, 10)
+	if code != 128+15 {
+		t.Errorf("killed by SIGTERM: exit %d, want 143", code)
+	}
+}
+
+func TestFilesAndErrors(t *testing.T) {
+	srv, dir := newTestServer(t, nil)
+	getJSON(t, srv.URL+"/health", http.StatusOK, nil)
+	content := []byte{0, 1, 2, 0xff, 0xfe, '\n', 'x'}
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	_ = mw.WriteField("other", "ignored")
+	fw, _ := mw.CreateFormFile("file", "f.bin")
+	_, _ = fw.Write(content)
+	_ = mw.Close()
+	dst := filepath.Join(dir, "a", "b", "f.bin")
+	res, err := http.Post(srv.URL+"/api/conversations/abc/file/upload?path="+url.QueryEscape(dst), mw.FormDataContentType(), &body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || string(b) != `{"file_size":7,"success":true}`+"\n" {
+		t.Fatalf("upload: %d %s", res.StatusCode, b)
+	}
+	if got, _ := os.ReadFile(dst); !bytes.Equal(got, content) {
+		t.Fatalf("uploaded %q", got)
+	}
+	for p, want := range map[string]int{dst: 200, "rel": 400, dir: 400, filepath.Join(dir, "nope"): 404} {
+		res, err := http.Get(srv.URL + "/api/file/download?path=" + url.QueryEscape(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != want || (want == 200 && !bytes.Equal(b, content)) {
+			t.Errorf("download %s: %d %q (want %d)", p, res.StatusCode, b, want)
+		}
+	}
+	getJSON(t, srv.URL+"/api/nothing", http.StatusNotFound, nil)
+	getJSON(t, srv.URL+"/api/bash/bash_events/search?sort_order=SIDEWAYS", http.StatusBadRequest, nil)
+	var changes []any
+	getJSON(t, srv.URL+"/api/git/changes?path="+url.QueryEscape(dir), http.StatusOK, &changes)
+	if changes == nil || len(changes) != 0 {
+		t.Errorf("changes of a non-repository: %v", changes)
+	}
+}
+
+func TestCompleteUTF8(t *testing.T) {
+	b := []byte("aé")
+	for n, want := range map[int]int{0: 0, 1: 1, 2: 1, 3: 3} {
+		if got := completeUTF8(b[:n]); got != want {
+			t.Errorf("completeUTF8(%q) = %d, want %d", b[:n], got, want)
+		}
+	}
+}
+
+func TestStoreEvictsFinishedCommands(t *testing.T) {
+	s := newStore()
+	var first *command
+	for i := range MaxCommands + 5 {
+		c := s.add("true", "/", 1)
+		if i == 0 {
+			first = c
+			continue // stays running
+		}
+		exit := 0
+		s.output(c, "x", "", &exit)
+	}
+	if len(s.order) != MaxCommands || s.cmds[first.start.ID] == nil {
+		t.Errorf("%d commands kept; the running one kept: %t", len(s.order), s.cmds[first.start.ID] != nil)
+	}
+}
