@@ -44,7 +44,8 @@ const (
 
 // isUpload reports whether a REST request is an upload.
 func isUpload(r *http.Request, path string) bool {
-	return r.Method == http.MethodPut && (strings.HasPrefix(path, filesPrefix) || strings.HasPrefix(path, archivePrefix))
+	return r.Method == http.MethodPut && (strings.HasPrefix(path, filesPrefix) || strings.HasPrefix(path, archivePrefix)) ||
+		isOpenHandsUpload(r, path) // openhands.go
 }
 
 // gunzipArchive replaces the body of a gzip-compressed archive upload with
