@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/berth-dev/berth/internal/edge"
+	"github.com/berth-dev/berth/pkg/agent/openhands"
 	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
@@ -77,10 +78,33 @@ func (t tokenChecker) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	return handler(srv, ss)
 }
 
-// httpMiddleware rejects HTTP requests without the token, except /healthz.
+// sessionKeyHeader carries the token as OpenHands clients send it (their
+// api_key), an alternative to "Authorization: Bearer TOKEN".
+const sessionKeyHeader = "X-Session-API-Key"
+
+// okHTTP reports whether r carries the token, as a bearer token or in
+// X-Session-API-Key (both compared in constant time); a token found in the
+// latter is copied to Authorization.
+func (t tokenChecker) okHTTP(r *http.Request) bool {
+	if t.ok(r.Header.Get(bearer.Header)) {
+		return true
+	}
+	for _, v := range r.Header.Values(sessionKeyHeader) {
+		if v = strings.TrimSpace(v); v != "" && t.secret.Matches(v) {
+			// The REST gateway passes Authorization on to the gRPC
+			// services, which check it again.
+			r.Header.Set(bearer.Header, "Bearer "+v)
+			return true
+		}
+	}
+	return false
+}
+
+// httpMiddleware rejects HTTP requests without the token, except /healthz
+// and the OpenHands health route (GET /health).
 func (t tokenChecker) httpMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || t.ok(r.Header.Get(bearer.Header)) {
+		if r.URL.Path == "/healthz" || (r.URL.Path == openhands.HealthPath && r.Method == http.MethodGet) || t.okHTTP(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
