@@ -11,6 +11,7 @@
 #
 #   git                          agent and workspace git tests, `git describe`
 #   python3                      upload tests with a whole-body-first client (urllib)
+#   python3-pytest               the Python client's tests (clients/python, run by e2e)
 #   tmux                         shell e2e tests (drive the CLI in a terminal)
 #   util-linux                   unshare, nsenter, flock (images/build.sh)
 #   iproute2                     ip, bridge (containerd backend, e2e checks)
@@ -19,6 +20,8 @@
 #   debootstrap debian-archive-keyring wget   berth/base (images/build.sh)
 #   busybox-static               berth/minimal (images/build.sh)
 #   prometheus                   promtool (`promtool check metrics` on /metrics in tests)
+#   chromium                     the dashboard's browser test (e2e TestDashboard drives it headless)
+#   openssl curl                 the Kubernetes test cluster (scripts/k8s/up.sh: certificates, health)
 #
 # protoc (protobuf-compiler, libprotobuf-dev) is only needed by `make proto`
 # and is installed by `make proto-tools`.
@@ -61,6 +64,7 @@ want() { # want PKG PROBE...: PKG is needed unless every probe succeeds
 }
 want git 'has git'
 want python3 'has python3'
+want python3-pytest 'installed python3-pytest'
 want tmux 'has tmux'
 want util-linux 'has unshare' 'has nsenter' 'has flock'
 want iproute2 'has ip' 'has bridge'
@@ -72,6 +76,9 @@ want debian-archive-keyring 'installed debian-archive-keyring'
 want wget 'has wget'
 want busybox-static 'installed busybox-static'
 want prometheus 'has promtool'
+want chromium 'has chromium'
+want openssl 'has openssl'
+want curl 'has curl'
 
 if ((${#need[@]} == 0)); then
 	((CHECK)) || log "deps: all present"
