@@ -77,9 +77,32 @@ type AcquireRequest struct {
 	// PublicPorts are preview ports (1-65535) the proxy serves without a
 	// token. Default none.
 	PublicPorts []int
+	// Network is what the sandbox may reach; nil takes
+	// Config.DefaultNetwork (see NetworkPolicy, network.go).
+	Network *NetworkPolicy
 	// NoOwnerLimit exempts this acquire from Config.MaxLivePerOwner (the
 	// edge sets it for the operator). Config.MaxLive still applies.
 	NoOwnerLimit bool
+	// Snapshot starts the sandbox from snapshot NAME (Manager.Snapshot):
+	// a fork, with the snapshotted sandbox's files. Image must then be
+	// empty; an Image naming berth/snapshot:NAME is the same request. Only
+	// the snapshot's owner may fork it (NotFound for anyone else's) unless
+	// AnySnapshot. The user defaults to the snapshotted lease's.
+	Snapshot string
+	// AnySnapshot lets this acquire fork any owner's snapshot (the edge
+	// sets it for the operator).
+	AnySnapshot bool
+
+	fork *Snapshot // the snapshot resolved by resolveFork
+	// Persist keeps /workspace on the conversation's volume (VolumeName of
+	// owner and conversation), created at the first such acquire and
+	// mounted again by later ones, after release or expiry: the files
+	// outlive the lease. Config.PersistWorkspaces makes every acquire
+	// persist. Default false.
+	Persist bool
+	// Mounts are host paths to mount (see HostMount), allowed only under
+	// Config.HostMounts' prefixes. Default none.
+	Mounts []HostMount
 }
 
 func noControl(field, s string) error {
@@ -169,10 +192,15 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if err := noControl("image", req.Image); err != nil {
 		return req, err
 	}
-	if err := m.checkImage(req.Image); err != nil {
+	userImage := req.Image
+	if req.fork != nil {
+		// A snapshot was made of an allowed image; its user defaults
+		// follow the image the snapshotted lease ran.
+		userImage = req.fork.Image
+	} else if err := m.checkImage(req.Image); err != nil {
 		return req, err
 	}
-	user, err := m.leaseUser(req.Image, req.User)
+	user, err := m.leaseUser(userImage, req.User)
 	if err != nil {
 		return req, err
 	}
@@ -230,8 +258,14 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 			return req, errdefs.InvalidArgument("public_ports", "port %d is not in 1-65535", p)
 		}
 	}
+	if req.Network, err = m.validNetwork(req.Network); err != nil {
+		return req, err
+	}
 	req.Resources = req.Resources.WithDefaults(m.cfg.DefaultResources)
 	if err := m.checkMaxResources("resources", req.Resources); err != nil {
+		return req, err
+	}
+	if req, err = m.validateMounts(req); err != nil {
 		return req, err
 	}
 	req.Labels = maps.Clone(req.Labels)
@@ -277,6 +311,9 @@ func validEnvVar(field, k, v string) error {
 // ReadyTimeout): a caller who gives up does not leave half a sandbox — the
 // creation finishes, and a retry gets the lease.
 func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, token string, created bool, err error) {
+	if req, err = m.resolveFork(ctx, req); err != nil {
+		return Lease{}, "", false, err
+	}
 	req, err = m.validate(req)
 	if err != nil {
 		return Lease{}, "", false, err
@@ -365,7 +402,18 @@ func (m *Manager) startCreate(ctx context.Context, req AcquireRequest) (Lease, e
 		m.mu.Unlock()
 		return Lease{}, err
 	}
-	e := m.addPendingLocked(req)
+	if err := m.volumeFreeLocked(req); err != nil { // volumes.go
+		m.mu.Unlock()
+		return Lease{}, err
+	}
+	// A warm pool's sandbox, when one matches (pool.go).
+	var c *claim
+	if p := m.poolForLocked(req); p != nil && !req.Persist && len(req.Mounts) == 0 { // pooled sandboxes mount nothing
+		if mb, ok := m.takeLocked(p); ok {
+			c = &claim{pool: p.cfg.Name, m: mb}
+		}
+	}
+	e := m.addPendingLocked(req, c)
 	l, rev := e.snapshot()
 	runCtx, call := m.runCtx, e.call // create clears e.call when it is done
 	m.mu.Unlock()
@@ -406,11 +454,16 @@ func (m *Manager) checkLiveLimitsLocked(req AcquireRequest) error {
 
 // addPendingLocked records a new PENDING lease for req, with its creation
 // call, as its conversation's lease. Called with m.mu held.
-func (m *Manager) addPendingLocked(req AcquireRequest) *entry {
+func (m *Manager) addPendingLocked(req AcquireRequest, c *claim) *entry {
 	now := m.now()
+	id := newID(now)
+	if c != nil {
+		id = c.m.id // the pooled sandbox's labels name this id
+	}
 	e := &entry{
+		claim: c,
 		l: Lease{
-			ID:             newID(now),
+			ID:             id,
 			ConversationID: req.ConversationID,
 			Owner:          req.Owner,
 			Labels:         req.Labels,
@@ -420,6 +473,9 @@ func (m *Manager) addPendingLocked(req AcquireRequest) *entry {
 			SecretNames:    slices.Sorted(maps.Keys(req.Secrets)),
 			Resources:      req.Resources,
 			PublicPorts:    req.PublicPorts,
+			Network:        netOf(req.Network),
+			Volume:         m.volumeFor(req),
+			Mounts:         m.hostMounts(req),
 			CreatedAt:      now,
 			ExpiresAt:      now.Add(req.TTL),
 			LastActivityAt: now,
@@ -433,7 +489,11 @@ func (m *Manager) addPendingLocked(req AcquireRequest) *entry {
 	}
 	m.leases[e.l.ID] = e
 	m.counts[StateUnspecified]++ // balanced by transitionLocked
-	if err := m.transitionLocked(e, StatePending, "acquired"); err != nil {
+	reason := "acquired"
+	if req.fork != nil {
+		reason = "acquired: fork of snapshot " + req.fork.Name
+	}
+	if err := m.transitionLocked(e, StatePending, reason); err != nil {
 		panic(err) // "" → PENDING is always allowed
 	}
 	delete(m.counts, StateUnspecified)
@@ -492,15 +552,32 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 		ReadyTimeout:   m.cfg.ReadyTimeout,
 		User:           e.l.User,
 		DenyRootUser:   m.cfg.DenyRootUser,
+		Mounts:         m.specMounts(&e.l), // volumes.go
+		DNS:            m.sandboxDNS(),     // network.go
 	}
 	e.secrets = nil // in the container's environment now; not kept here
+	c := e.claim
+	e.claim = nil
 	m.mu.Unlock()
 
 	start := time.Now()
 	// The runtime bounds its own work by ReadyTimeout; the extra grace lets
 	// its (more precise) timeout error win over ours.
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout+5*time.Second)
-	sb, err := m.rt.Create(cctx, spec)
+	var sb runtime.Sandbox
+	var err error
+	how := "sandbox ready"
+	if c != nil { // a warm pool's sandbox (pool.go)
+		var warm bool
+		if sb, warm, err = m.claimSandbox(cctx, c, spec); warm {
+			how = "claimed from pool " + c.pool
+		}
+	} else {
+		sb, err = m.rt.Create(cctx, spec)
+	}
+	if err == nil {
+		err = m.enforceNetwork(cctx, id, sb.Endpoint) // network.go
+	}
 	cancel()
 	took := time.Since(start)
 
@@ -515,7 +592,10 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 		e.l.DiskEnforcement = sb.DiskEnforcement
 		e.l.ExpiresAt = now.Add(e.l.TTL)
 		e.l.LastActivityAt = now
-		_ = m.transitionLocked(e, StateReady, fmt.Sprintf("sandbox ready in %s", took.Round(time.Millisecond)))
+		if c != nil && how != "sandbox ready" {
+			e.l.Pool = c.pool
+		}
+		_ = m.transitionLocked(e, StateReady, fmt.Sprintf("%s in %s", how, took.Round(time.Millisecond)))
 		call.lease = e.l.Clone()
 	case err == nil: // released while being created
 		e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
@@ -535,6 +615,7 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 	l, rev := e.snapshot()
 	m.mu.Unlock()
 	_ = m.persist(l, rev)
+	m.noteVolumeUsed(l) // volumes.go
 	close(call.done)
 	if err != nil {
 		m.log.Warn("sandbox creation failed", "lease_id", id, "conversation_id", l.ConversationID, "image", spec.Image, "err", err)

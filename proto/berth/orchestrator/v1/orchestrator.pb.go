@@ -689,7 +689,12 @@ type AcquireRequest struct {
 	// each value with <secret:NAME> in the output it returns. They are set
 	// when the sandbox is created: acquiring an existing lease does not
 	// change them. The host's operator can still see them (docker inspect).
-	Secrets       map[string]string `protobuf:"bytes,12,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Secrets map[string]string `protobuf:"bytes,12,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// snapshot starts the sandbox from snapshot NAME (see Snapshot): a fork
+	// with the snapshotted sandbox's files. image must then be empty (an
+	// image of "berth/snapshot:NAME" is the same request). A client forks
+	// only its own snapshots; the user defaults to the snapshotted lease's.
+	Snapshot      string `protobuf:"bytes,13,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -806,6 +811,13 @@ func (x *AcquireRequest) GetSecrets() map[string]string {
 		return x.Secrets
 	}
 	return nil
+}
+
+func (x *AcquireRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
 }
 
 // AcquireResponse holds the lease and its token.
@@ -1273,6 +1285,384 @@ func (x *ResumeRequest) GetId() string {
 	return ""
 }
 
+// SnapshotRequest snapshots a lease.
+type SnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// name is the snapshot's name (1-128 characters of a-z, 0-9, '_', '.',
+	// '-'); empty names it LEASEID-YYYYMMDD-HHMMSS.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRequest) Reset() {
+	*x = SnapshotRequest{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRequest) ProtoMessage() {}
+
+func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SnapshotRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// LeaseSnapshot is a lease's sandbox files stored as a local image.
+type LeaseSnapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// ref is the image reference (berth/snapshot:NAME).
+	Ref string `protobuf:"bytes,2,opt,name=ref,proto3" json:"ref,omitempty"`
+	// id is the image id.
+	Id string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	// lease_id, conversation_id and owner are the snapshotted lease's; the
+	// snapshot belongs to owner.
+	LeaseId        string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	ConversationId string `protobuf:"bytes,5,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	Owner          string `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
+	// image is the image the snapshotted lease ran.
+	Image string `protobuf:"bytes,7,opt,name=image,proto3" json:"image,omitempty"`
+	// user is the user the snapshotted lease's commands ran as.
+	User string `protobuf:"bytes,8,opt,name=user,proto3" json:"user,omitempty"`
+	// size_bytes is what the snapshot adds on top of image.
+	SizeBytes int64                  `protobuf:"varint,9,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// duration is how long taking it took (set by Snapshot only).
+	Duration      *durationpb.Duration `protobuf:"bytes,11,opt,name=duration,proto3" json:"duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseSnapshot) Reset() {
+	*x = LeaseSnapshot{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseSnapshot) ProtoMessage() {}
+
+func (x *LeaseSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseSnapshot.ProtoReflect.Descriptor instead.
+func (*LeaseSnapshot) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LeaseSnapshot) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LeaseSnapshot) GetRef() string {
+	if x != nil {
+		return x.Ref
+	}
+	return ""
+}
+
+func (x *LeaseSnapshot) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *LeaseSnapshot) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *LeaseSnapshot) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *LeaseSnapshot) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LeaseSnapshot) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *LeaseSnapshot) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *LeaseSnapshot) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *LeaseSnapshot) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *LeaseSnapshot) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+// ListSnapshotsRequest filters snapshots.
+type ListSnapshotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// owner lists one owner's snapshots (operator only; clients see their
+	// own).
+	Owner          string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	LeaseId        string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	ConversationId string `protobuf:"bytes,3,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListSnapshotsRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *ListSnapshotsRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *ListSnapshotsRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+// ListSnapshotsResponse lists snapshots by name.
+type ListSnapshotsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots     []*LeaseSnapshot       `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsResponse) Reset() {
+	*x = ListSnapshotsResponse{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsResponse) ProtoMessage() {}
+
+func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListSnapshotsResponse) GetSnapshots() []*LeaseSnapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+// DeleteSnapshotRequest names a snapshot to remove.
+type DeleteSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeleteSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteSnapshotResponse is empty.
+type DeleteSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotResponse) Reset() {
+	*x = DeleteSnapshotResponse{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+}
+
 // ReapRequest selects leases to release (operator only).
 type ReapRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -1289,7 +1679,7 @@ type ReapRequest struct {
 
 func (x *ReapRequest) Reset() {
 	*x = ReapRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1691,7 @@ func (x *ReapRequest) String() string {
 func (*ReapRequest) ProtoMessage() {}
 
 func (x *ReapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1704,7 @@ func (x *ReapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReapRequest.ProtoReflect.Descriptor instead.
 func (*ReapRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReapRequest) GetIds() []string {
@@ -1369,7 +1759,7 @@ type ReapResponse struct {
 
 func (x *ReapResponse) Reset() {
 	*x = ReapResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1771,7 @@ func (x *ReapResponse) String() string {
 func (*ReapResponse) ProtoMessage() {}
 
 func (x *ReapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1784,7 @@ func (x *ReapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReapResponse.ProtoReflect.Descriptor instead.
 func (*ReapResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReapResponse) GetReaped() []string {
@@ -1417,7 +1807,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1819,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1832,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchRequest) GetOwner() string {
@@ -1470,7 +1860,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1872,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1885,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -1535,7 +1925,7 @@ type SignRequest struct {
 
 func (x *SignRequest) Reset() {
 	*x = SignRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1937,7 @@ func (x *SignRequest) String() string {
 func (*SignRequest) ProtoMessage() {}
 
 func (x *SignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1950,7 @@ func (x *SignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignRequest.ProtoReflect.Descriptor instead.
 func (*SignRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SignRequest) GetId() string {
@@ -1621,7 +2011,7 @@ type SignResponse struct {
 
 func (x *SignResponse) Reset() {
 	*x = SignResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +2023,7 @@ func (x *SignResponse) String() string {
 func (*SignResponse) ProtoMessage() {}
 
 func (x *SignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +2036,7 @@ func (x *SignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignResponse.ProtoReflect.Descriptor instead.
 func (*SignResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SignResponse) GetUrl() string {
@@ -1694,7 +2084,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +2096,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +2109,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LogsRequest) GetId() string {
@@ -1768,7 +2158,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +2170,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +2183,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LogEntry) GetTime() *timestamppb.Timestamp {
@@ -1893,7 +2283,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\fsecret_names\x18\x1b \x03(\tR\vsecretNames\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf2\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x06\n" +
 	"\x0eAcquireRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12+\n" +
@@ -1908,7 +2298,8 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	" \x01(\tR\x04user\x12\x1f\n" +
 	"\vidle_policy\x18\v \x01(\tR\n" +
 	"idlePolicy\x12L\n" +
-	"\asecrets\x18\f \x03(\v22.berth.orchestrator.v1.AcquireRequest.SecretsEntryR\asecrets\x1a9\n" +
+	"\asecrets\x18\f \x03(\v22.berth.orchestrator.v1.AcquireRequest.SecretsEntryR\asecrets\x12\x1a\n" +
+	"\bsnapshot\x18\r \x01(\tR\bsnapshot\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
@@ -1946,7 +2337,34 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\"\x1f\n" +
 	"\rResumeRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xaf\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"5\n" +
+	"\x0fSnapshotRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xda\x02\n" +
+	"\rLeaseSnapshot\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03ref\x18\x02 \x01(\tR\x03ref\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\x12\x19\n" +
+	"\blease_id\x18\x04 \x01(\tR\aleaseId\x12'\n" +
+	"\x0fconversation_id\x18\x05 \x01(\tR\x0econversationId\x12\x14\n" +
+	"\x05owner\x18\x06 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05image\x18\a \x01(\tR\x05image\x12\x12\n" +
+	"\x04user\x18\b \x01(\tR\x04user\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\t \x01(\x03R\tsizeBytes\x129\n" +
+	"\n" +
+	"created_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x125\n" +
+	"\bduration\x18\v \x01(\v2\x19.google.protobuf.DurationR\bduration\"p\n" +
+	"\x14ListSnapshotsRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12'\n" +
+	"\x0fconversation_id\x18\x03 \x01(\tR\x0econversationId\"[\n" +
+	"\x15ListSnapshotsResponse\x12B\n" +
+	"\tsnapshots\x18\x01 \x03(\v2$.berth.orchestrator.v1.LeaseSnapshotR\tsnapshots\"+\n" +
+	"\x15DeleteSnapshotRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x18\n" +
+	"\x16DeleteSnapshotResponse\"\xaf\x01\n" +
 	"\vReapRequest\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12%\n" +
 	"\x0elabel_selector\x18\x02 \x01(\tR\rlabelSelector\x12\x14\n" +
@@ -1999,7 +2417,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x14LEASE_STATE_RELEASED\x10\x04\x12\x17\n" +
 	"\x13LEASE_STATE_EXPIRED\x10\x05\x12\x16\n" +
 	"\x12LEASE_STATE_FAILED\x10\x06\x12\x16\n" +
-	"\x12LEASE_STATE_PAUSED\x10\a2\x8c\a\n" +
+	"\x12LEASE_STATE_PAUSED\x10\a2\xc1\t\n" +
 	"\fLeaseService\x12X\n" +
 	"\aAcquire\x12%.berth.orchestrator.v1.AcquireRequest\x1a&.berth.orchestrator.v1.AcquireResponse\x12K\n" +
 	"\x03Get\x12&.berth.orchestrator.v1.GetLeaseRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12[\n" +
@@ -2008,7 +2426,10 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\aRelease\x12%.berth.orchestrator.v1.ReleaseRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12J\n" +
 	"\x05Pause\x12#.berth.orchestrator.v1.PauseRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12L\n" +
 	"\x06Resume\x12$.berth.orchestrator.v1.ResumeRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12O\n" +
-	"\x04Reap\x12\".berth.orchestrator.v1.ReapRequest\x1a#.berth.orchestrator.v1.ReapResponse\x12Q\n" +
+	"\x04Reap\x12\".berth.orchestrator.v1.ReapRequest\x1a#.berth.orchestrator.v1.ReapResponse\x12X\n" +
+	"\bSnapshot\x12&.berth.orchestrator.v1.SnapshotRequest\x1a$.berth.orchestrator.v1.LeaseSnapshot\x12j\n" +
+	"\rListSnapshots\x12+.berth.orchestrator.v1.ListSnapshotsRequest\x1a,.berth.orchestrator.v1.ListSnapshotsResponse\x12m\n" +
+	"\x0eDeleteSnapshot\x12,.berth.orchestrator.v1.DeleteSnapshotRequest\x1a-.berth.orchestrator.v1.DeleteSnapshotResponse\x12Q\n" +
 	"\x05Watch\x12#.berth.orchestrator.v1.WatchRequest\x1a!.berth.orchestrator.v1.LeaseEvent0\x01\x12O\n" +
 	"\x04Sign\x12\".berth.orchestrator.v1.SignRequest\x1a#.berth.orchestrator.v1.SignResponse\x12M\n" +
 	"\x04Logs\x12\".berth.orchestrator.v1.LogsRequest\x1a\x1f.berth.orchestrator.v1.LogEntry0\x01BGZEgithub.com/berth-dev/berth/proto/berth/orchestrator/v1;orchestratorv1b\x06proto3"
@@ -2026,100 +2447,115 @@ func file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
-	(LeaseState)(0),               // 0: berth.orchestrator.v1.LeaseState
-	(*Resources)(nil),             // 1: berth.orchestrator.v1.Resources
-	(*Usage)(nil),                 // 2: berth.orchestrator.v1.Usage
-	(*Transition)(nil),            // 3: berth.orchestrator.v1.Transition
-	(*Lease)(nil),                 // 4: berth.orchestrator.v1.Lease
-	(*AcquireRequest)(nil),        // 5: berth.orchestrator.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 6: berth.orchestrator.v1.AcquireResponse
-	(*GetLeaseRequest)(nil),       // 7: berth.orchestrator.v1.GetLeaseRequest
-	(*ListLeasesRequest)(nil),     // 8: berth.orchestrator.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),    // 9: berth.orchestrator.v1.ListLeasesResponse
-	(*RenewRequest)(nil),          // 10: berth.orchestrator.v1.RenewRequest
-	(*ReleaseRequest)(nil),        // 11: berth.orchestrator.v1.ReleaseRequest
-	(*PauseRequest)(nil),          // 12: berth.orchestrator.v1.PauseRequest
-	(*ResumeRequest)(nil),         // 13: berth.orchestrator.v1.ResumeRequest
-	(*ReapRequest)(nil),           // 14: berth.orchestrator.v1.ReapRequest
-	(*ReapResponse)(nil),          // 15: berth.orchestrator.v1.ReapResponse
-	(*WatchRequest)(nil),          // 16: berth.orchestrator.v1.WatchRequest
-	(*LeaseEvent)(nil),            // 17: berth.orchestrator.v1.LeaseEvent
-	(*SignRequest)(nil),           // 18: berth.orchestrator.v1.SignRequest
-	(*SignResponse)(nil),          // 19: berth.orchestrator.v1.SignResponse
-	(*LogsRequest)(nil),           // 20: berth.orchestrator.v1.LogsRequest
-	(*LogEntry)(nil),              // 21: berth.orchestrator.v1.LogEntry
-	nil,                           // 22: berth.orchestrator.v1.Lease.LabelsEntry
-	nil,                           // 23: berth.orchestrator.v1.AcquireRequest.LabelsEntry
-	nil,                           // 24: berth.orchestrator.v1.AcquireRequest.EnvEntry
-	nil,                           // 25: berth.orchestrator.v1.AcquireRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
+	(LeaseState)(0),                // 0: berth.orchestrator.v1.LeaseState
+	(*Resources)(nil),              // 1: berth.orchestrator.v1.Resources
+	(*Usage)(nil),                  // 2: berth.orchestrator.v1.Usage
+	(*Transition)(nil),             // 3: berth.orchestrator.v1.Transition
+	(*Lease)(nil),                  // 4: berth.orchestrator.v1.Lease
+	(*AcquireRequest)(nil),         // 5: berth.orchestrator.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 6: berth.orchestrator.v1.AcquireResponse
+	(*GetLeaseRequest)(nil),        // 7: berth.orchestrator.v1.GetLeaseRequest
+	(*ListLeasesRequest)(nil),      // 8: berth.orchestrator.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),     // 9: berth.orchestrator.v1.ListLeasesResponse
+	(*RenewRequest)(nil),           // 10: berth.orchestrator.v1.RenewRequest
+	(*ReleaseRequest)(nil),         // 11: berth.orchestrator.v1.ReleaseRequest
+	(*PauseRequest)(nil),           // 12: berth.orchestrator.v1.PauseRequest
+	(*ResumeRequest)(nil),          // 13: berth.orchestrator.v1.ResumeRequest
+	(*SnapshotRequest)(nil),        // 14: berth.orchestrator.v1.SnapshotRequest
+	(*LeaseSnapshot)(nil),          // 15: berth.orchestrator.v1.LeaseSnapshot
+	(*ListSnapshotsRequest)(nil),   // 16: berth.orchestrator.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),  // 17: berth.orchestrator.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),  // 18: berth.orchestrator.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil), // 19: berth.orchestrator.v1.DeleteSnapshotResponse
+	(*ReapRequest)(nil),            // 20: berth.orchestrator.v1.ReapRequest
+	(*ReapResponse)(nil),           // 21: berth.orchestrator.v1.ReapResponse
+	(*WatchRequest)(nil),           // 22: berth.orchestrator.v1.WatchRequest
+	(*LeaseEvent)(nil),             // 23: berth.orchestrator.v1.LeaseEvent
+	(*SignRequest)(nil),            // 24: berth.orchestrator.v1.SignRequest
+	(*SignResponse)(nil),           // 25: berth.orchestrator.v1.SignResponse
+	(*LogsRequest)(nil),            // 26: berth.orchestrator.v1.LogsRequest
+	(*LogEntry)(nil),               // 27: berth.orchestrator.v1.LogEntry
+	nil,                            // 28: berth.orchestrator.v1.Lease.LabelsEntry
+	nil,                            // 29: berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	nil,                            // 30: berth.orchestrator.v1.AcquireRequest.EnvEntry
+	nil,                            // 31: berth.orchestrator.v1.AcquireRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 33: google.protobuf.Duration
 }
 var file_berth_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	26, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
-	26, // 1: berth.orchestrator.v1.Usage.sampled_at:type_name -> google.protobuf.Timestamp
+	32, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
+	32, // 1: berth.orchestrator.v1.Usage.sampled_at:type_name -> google.protobuf.Timestamp
 	0,  // 2: berth.orchestrator.v1.Transition.from:type_name -> berth.orchestrator.v1.LeaseState
 	0,  // 3: berth.orchestrator.v1.Transition.to:type_name -> berth.orchestrator.v1.LeaseState
-	26, // 4: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
-	22, // 5: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
+	32, // 4: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
+	28, // 5: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
 	1,  // 6: berth.orchestrator.v1.Lease.resources:type_name -> berth.orchestrator.v1.Resources
 	0,  // 7: berth.orchestrator.v1.Lease.state:type_name -> berth.orchestrator.v1.LeaseState
-	26, // 8: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
-	26, // 9: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
-	26, // 10: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 11: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
-	27, // 12: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	27, // 13: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
+	32, // 8: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
+	32, // 9: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
+	32, // 10: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 11: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
+	33, // 12: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	33, // 13: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
 	3,  // 14: berth.orchestrator.v1.Lease.transitions:type_name -> berth.orchestrator.v1.Transition
-	26, // 15: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	32, // 15: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
 	2,  // 16: berth.orchestrator.v1.Lease.usage:type_name -> berth.orchestrator.v1.Usage
-	26, // 17: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
-	27, // 18: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	27, // 19: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
-	23, // 20: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	32, // 17: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
+	33, // 18: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 19: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
+	29, // 20: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
 	1,  // 21: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
-	24, // 22: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
-	25, // 23: berth.orchestrator.v1.AcquireRequest.secrets:type_name -> berth.orchestrator.v1.AcquireRequest.SecretsEntry
+	30, // 22: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
+	31, // 23: berth.orchestrator.v1.AcquireRequest.secrets:type_name -> berth.orchestrator.v1.AcquireRequest.SecretsEntry
 	4,  // 24: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
 	0,  // 25: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
 	4,  // 26: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
-	27, // 27: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	4,  // 28: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
-	3,  // 29: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
-	27, // 30: berth.orchestrator.v1.SignRequest.expires:type_name -> google.protobuf.Duration
-	26, // 31: berth.orchestrator.v1.SignResponse.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 32: berth.orchestrator.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
-	26, // 33: berth.orchestrator.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	3,  // 34: berth.orchestrator.v1.LogEntry.transition:type_name -> berth.orchestrator.v1.Transition
-	5,  // 35: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
-	7,  // 36: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
-	8,  // 37: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
-	10, // 38: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
-	11, // 39: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
-	12, // 40: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
-	13, // 41: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
-	14, // 42: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
-	16, // 43: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
-	18, // 44: berth.orchestrator.v1.LeaseService.Sign:input_type -> berth.orchestrator.v1.SignRequest
-	20, // 45: berth.orchestrator.v1.LeaseService.Logs:input_type -> berth.orchestrator.v1.LogsRequest
-	6,  // 46: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
-	4,  // 47: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
-	9,  // 48: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
-	4,  // 49: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
-	4,  // 50: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
-	4,  // 51: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
-	4,  // 52: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
-	15, // 53: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
-	17, // 54: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
-	19, // 55: berth.orchestrator.v1.LeaseService.Sign:output_type -> berth.orchestrator.v1.SignResponse
-	21, // 56: berth.orchestrator.v1.LeaseService.Logs:output_type -> berth.orchestrator.v1.LogEntry
-	46, // [46:57] is the sub-list for method output_type
-	35, // [35:46] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	33, // 27: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 28: berth.orchestrator.v1.LeaseSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	33, // 29: berth.orchestrator.v1.LeaseSnapshot.duration:type_name -> google.protobuf.Duration
+	15, // 30: berth.orchestrator.v1.ListSnapshotsResponse.snapshots:type_name -> berth.orchestrator.v1.LeaseSnapshot
+	4,  // 31: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
+	3,  // 32: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
+	33, // 33: berth.orchestrator.v1.SignRequest.expires:type_name -> google.protobuf.Duration
+	32, // 34: berth.orchestrator.v1.SignResponse.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 35: berth.orchestrator.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	32, // 36: berth.orchestrator.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	3,  // 37: berth.orchestrator.v1.LogEntry.transition:type_name -> berth.orchestrator.v1.Transition
+	5,  // 38: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
+	7,  // 39: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
+	8,  // 40: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
+	10, // 41: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
+	11, // 42: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
+	12, // 43: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
+	13, // 44: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
+	20, // 45: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
+	14, // 46: berth.orchestrator.v1.LeaseService.Snapshot:input_type -> berth.orchestrator.v1.SnapshotRequest
+	16, // 47: berth.orchestrator.v1.LeaseService.ListSnapshots:input_type -> berth.orchestrator.v1.ListSnapshotsRequest
+	18, // 48: berth.orchestrator.v1.LeaseService.DeleteSnapshot:input_type -> berth.orchestrator.v1.DeleteSnapshotRequest
+	22, // 49: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
+	24, // 50: berth.orchestrator.v1.LeaseService.Sign:input_type -> berth.orchestrator.v1.SignRequest
+	26, // 51: berth.orchestrator.v1.LeaseService.Logs:input_type -> berth.orchestrator.v1.LogsRequest
+	6,  // 52: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
+	4,  // 53: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
+	9,  // 54: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
+	4,  // 55: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
+	4,  // 56: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
+	4,  // 57: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
+	4,  // 58: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
+	21, // 59: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
+	15, // 60: berth.orchestrator.v1.LeaseService.Snapshot:output_type -> berth.orchestrator.v1.LeaseSnapshot
+	17, // 61: berth.orchestrator.v1.LeaseService.ListSnapshots:output_type -> berth.orchestrator.v1.ListSnapshotsResponse
+	19, // 62: berth.orchestrator.v1.LeaseService.DeleteSnapshot:output_type -> berth.orchestrator.v1.DeleteSnapshotResponse
+	23, // 63: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
+	25, // 64: berth.orchestrator.v1.LeaseService.Sign:output_type -> berth.orchestrator.v1.SignResponse
+	27, // 65: berth.orchestrator.v1.LeaseService.Logs:output_type -> berth.orchestrator.v1.LogEntry
+	52, // [52:66] is the sub-list for method output_type
+	38, // [38:52] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_berth_orchestrator_v1_orchestrator_proto_init() }
@@ -2133,7 +2569,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_orchestrator_v1_orchestrator_proto_rawDesc), len(file_berth_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

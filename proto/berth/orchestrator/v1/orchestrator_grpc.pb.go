@@ -23,17 +23,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LeaseService_Acquire_FullMethodName = "/berth.orchestrator.v1.LeaseService/Acquire"
-	LeaseService_Get_FullMethodName     = "/berth.orchestrator.v1.LeaseService/Get"
-	LeaseService_List_FullMethodName    = "/berth.orchestrator.v1.LeaseService/List"
-	LeaseService_Renew_FullMethodName   = "/berth.orchestrator.v1.LeaseService/Renew"
-	LeaseService_Release_FullMethodName = "/berth.orchestrator.v1.LeaseService/Release"
-	LeaseService_Pause_FullMethodName   = "/berth.orchestrator.v1.LeaseService/Pause"
-	LeaseService_Resume_FullMethodName  = "/berth.orchestrator.v1.LeaseService/Resume"
-	LeaseService_Reap_FullMethodName    = "/berth.orchestrator.v1.LeaseService/Reap"
-	LeaseService_Watch_FullMethodName   = "/berth.orchestrator.v1.LeaseService/Watch"
-	LeaseService_Sign_FullMethodName    = "/berth.orchestrator.v1.LeaseService/Sign"
-	LeaseService_Logs_FullMethodName    = "/berth.orchestrator.v1.LeaseService/Logs"
+	LeaseService_Acquire_FullMethodName        = "/berth.orchestrator.v1.LeaseService/Acquire"
+	LeaseService_Get_FullMethodName            = "/berth.orchestrator.v1.LeaseService/Get"
+	LeaseService_List_FullMethodName           = "/berth.orchestrator.v1.LeaseService/List"
+	LeaseService_Renew_FullMethodName          = "/berth.orchestrator.v1.LeaseService/Renew"
+	LeaseService_Release_FullMethodName        = "/berth.orchestrator.v1.LeaseService/Release"
+	LeaseService_Pause_FullMethodName          = "/berth.orchestrator.v1.LeaseService/Pause"
+	LeaseService_Resume_FullMethodName         = "/berth.orchestrator.v1.LeaseService/Resume"
+	LeaseService_Reap_FullMethodName           = "/berth.orchestrator.v1.LeaseService/Reap"
+	LeaseService_Snapshot_FullMethodName       = "/berth.orchestrator.v1.LeaseService/Snapshot"
+	LeaseService_ListSnapshots_FullMethodName  = "/berth.orchestrator.v1.LeaseService/ListSnapshots"
+	LeaseService_DeleteSnapshot_FullMethodName = "/berth.orchestrator.v1.LeaseService/DeleteSnapshot"
+	LeaseService_Watch_FullMethodName          = "/berth.orchestrator.v1.LeaseService/Watch"
+	LeaseService_Sign_FullMethodName           = "/berth.orchestrator.v1.LeaseService/Sign"
+	LeaseService_Logs_FullMethodName           = "/berth.orchestrator.v1.LeaseService/Logs"
 )
 
 // LeaseServiceClient is the client API for LeaseService service.
@@ -65,6 +68,17 @@ type LeaseServiceClient interface {
 	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*Lease, error)
 	// Reap releases every live lease matching ids or a selector (operator).
 	Reap(ctx context.Context, in *ReapRequest, opts ...grpc.CallOption) (*ReapResponse, error)
+	// Snapshot stores a READY or PAUSED lease's sandbox files as a named
+	// local image (berth/snapshot:NAME) that an acquire may start from (a
+	// fork, AcquireRequest.snapshot). The lease's state does not change; a
+	// running sandbox is frozen while its files are read.
+	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (*LeaseSnapshot, error)
+	// ListSnapshots lists snapshots: a client sees its own, the operator
+	// every owner's (or one owner's).
+	ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error)
+	// DeleteSnapshot removes a snapshot; FAILED_PRECONDITION while a
+	// sandbox forked from it exists.
+	DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error)
 	// Watch streams lease events as they happen.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaseEvent], error)
 	// Sign returns a URL that opens one preview port of a live lease, or
@@ -167,6 +181,36 @@ func (c *leaseServiceClient) Reap(ctx context.Context, in *ReapRequest, opts ...
 	return out, nil
 }
 
+func (c *leaseServiceClient) Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (*LeaseSnapshot, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseSnapshot)
+	err := c.cc.Invoke(ctx, LeaseService_Snapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *leaseServiceClient) ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSnapshotsResponse)
+	err := c.cc.Invoke(ctx, LeaseService_ListSnapshots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *leaseServiceClient) DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSnapshotResponse)
+	err := c.cc.Invoke(ctx, LeaseService_DeleteSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *leaseServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaseEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &LeaseService_ServiceDesc.Streams[0], LeaseService_Watch_FullMethodName, cOpts...)
@@ -244,6 +288,17 @@ type LeaseServiceServer interface {
 	Resume(context.Context, *ResumeRequest) (*Lease, error)
 	// Reap releases every live lease matching ids or a selector (operator).
 	Reap(context.Context, *ReapRequest) (*ReapResponse, error)
+	// Snapshot stores a READY or PAUSED lease's sandbox files as a named
+	// local image (berth/snapshot:NAME) that an acquire may start from (a
+	// fork, AcquireRequest.snapshot). The lease's state does not change; a
+	// running sandbox is frozen while its files are read.
+	Snapshot(context.Context, *SnapshotRequest) (*LeaseSnapshot, error)
+	// ListSnapshots lists snapshots: a client sees its own, the operator
+	// every owner's (or one owner's).
+	ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error)
+	// DeleteSnapshot removes a snapshot; FAILED_PRECONDITION while a
+	// sandbox forked from it exists.
+	DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error)
 	// Watch streams lease events as they happen.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[LeaseEvent]) error
 	// Sign returns a URL that opens one preview port of a live lease, or
@@ -289,6 +344,15 @@ func (UnimplementedLeaseServiceServer) Resume(context.Context, *ResumeRequest) (
 }
 func (UnimplementedLeaseServiceServer) Reap(context.Context, *ReapRequest) (*ReapResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reap not implemented")
+}
+func (UnimplementedLeaseServiceServer) Snapshot(context.Context, *SnapshotRequest) (*LeaseSnapshot, error) {
+	return nil, status.Error(codes.Unimplemented, "method Snapshot not implemented")
+}
+func (UnimplementedLeaseServiceServer) ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSnapshots not implemented")
+}
+func (UnimplementedLeaseServiceServer) DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
 }
 func (UnimplementedLeaseServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[LeaseEvent]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
@@ -464,6 +528,60 @@ func _LeaseService_Reap_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LeaseService_Snapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).Snapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_Snapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).Snapshot(ctx, req.(*SnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LeaseService_ListSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSnapshotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).ListSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_ListSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).ListSnapshots(ctx, req.(*ListSnapshotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LeaseService_DeleteSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).DeleteSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_DeleteSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).DeleteSnapshot(ctx, req.(*DeleteSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LeaseService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -542,6 +660,18 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reap",
 			Handler:    _LeaseService_Reap_Handler,
+		},
+		{
+			MethodName: "Snapshot",
+			Handler:    _LeaseService_Snapshot_Handler,
+		},
+		{
+			MethodName: "ListSnapshots",
+			Handler:    _LeaseService_ListSnapshots_Handler,
+		},
+		{
+			MethodName: "DeleteSnapshot",
+			Handler:    _LeaseService_DeleteSnapshot_Handler,
 		},
 		{
 			MethodName: "Sign",
