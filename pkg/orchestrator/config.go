@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
@@ -85,6 +86,14 @@ type Config struct {
 	MaxLeases int
 	// Retention is how long ended lease records are kept. Default 1h.
 	Retention Duration
+	// Pools are the warm pools: sandboxes of a profile kept created,
+	// started and agent-ready for acquires of that profile to claim (see
+	// docs/pools.md). Default none.
+	Pools []Pool
+	// MaxPooled bounds the unclaimed pooled sandboxes of all pools
+	// together (they do not count against MaxLeases until claimed).
+	// Default 0: the sum of the pools' Max; negative: no bound.
+	MaxPooled int
 	// RestartLimit is how many times a sandbox whose container exited
 	// unexpectedly (agent crash, kill from outside, engine restart) is
 	// restarted in place, files kept, within RestartWindow; one more exit
@@ -113,6 +122,15 @@ type Config struct {
 	// uploads refused) before berth stops it and fails its lease, keeping
 	// the stopped container until Retention passes. Default 30s.
 	DiskGrace Duration
+	// UsageInterval is how often the CPU, memory, network and process
+	// figures of every READY sandbox are sampled for the Prometheus metrics
+	// (one engine call per sandbox; `lease get` samples its lease itself).
+	// 0 turns the sampling off. Default 15s.
+	UsageInterval Duration
+	// MetricsPerLease adds per-lease series (label lease_id) of those
+	// figures to /metrics. Default false: aggregate gauges only, so the
+	// number of series does not grow with the leases.
+	MetricsPerLease bool
 	// MaxCPUs bounds an acquire's resources.cpus. Default 4.
 	MaxCPUs float64
 	// MaxMemoryBytes bounds an acquire's resources.memoryBytes. Default 8 GiB.
@@ -188,6 +206,36 @@ type Config struct {
 	LogFormat string
 }
 
+// Pool is one warm pool: a profile (the fields of an acquire, zero ones
+// taking the same defaults) and how many sandboxes to keep ready.
+type Pool struct {
+	// Name names the pool (1-63 of [a-z0-9-]).
+	Name string `json:"name"`
+	// Image, User, CPUs, MemoryBytes, Pids and DiskBytes are the profile;
+	// an acquire claims from the pool when its own, after defaults, are
+	// the same.
+	Image       string  `json:"image,omitempty"`
+	User        string  `json:"user,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+	MemoryBytes int64   `json:"memoryBytes,omitempty"`
+	Pids        int64   `json:"pids,omitempty"`
+	DiskBytes   int64   `json:"diskBytes,omitempty"`
+	// Min is how many ready sandboxes the pool keeps; Max bounds them
+	// (a pool that missed grows towards it).
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
+
+// leasePools maps Config.Pools to lease.PoolConfig.
+func leasePools(ps []Pool) []lease.PoolConfig {
+	out := make([]lease.PoolConfig, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, lease.PoolConfig{Name: p.Name, Image: p.Image, User: p.User, Min: p.Min, Max: p.Max,
+			Resources: runtime.Resources{NanoCPUs: int64(p.CPUs * 1e9), MemoryBytes: p.MemoryBytes, PidsLimit: p.Pids, DiskBytes: p.DiskBytes}})
+	}
+	return out
+}
+
 // Client is one API client: a token bound to an owner.
 type Client struct {
 	// Owner names the client's leases.
@@ -230,6 +278,7 @@ func Defaults() Config {
 		DefaultDiskBytes:       10 << 30,
 		DiskInterval:           Duration(15 * time.Second),
 		DiskGrace:              Duration(30 * time.Second),
+		UsageInterval:          Duration(15 * time.Second),
 		MaxCPUs:                4,
 		MaxMemoryBytes:         8 << 30,
 		MaxPids:                4096,
@@ -292,6 +341,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("default disk bytes must be 0 (no limit) or between 1 MiB and max disk bytes (%d), got %d", c.MaxDiskBytes, c.DefaultDiskBytes)
 	case c.DiskInterval <= 0 || c.DiskGrace <= 0:
 		return errors.New("disk interval and disk grace must be positive")
+	case c.UsageInterval < 0:
+		return errors.New("usage interval must not be negative (0 turns usage sampling off)")
 	case c.MaxEnvBytes <= 0 || c.MaxLabels <= 0 || c.MaxPublicPorts <= 0:
 		return errors.New("max env bytes, max labels and max public ports must be positive")
 	case c.MaxLeasesPerOwner <= 0 || c.MaxEndedPerOwner <= 0 || c.MaxWatchesPerPrincipal <= 0 || c.MaxConnections <= 0:

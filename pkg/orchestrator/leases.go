@@ -29,6 +29,9 @@ type leaseServer struct {
 	orchv1.UnimplementedLeaseServiceServer
 	m       *lease.Manager
 	watches *watchLimiter
+	// usage fills Get's live figures (usage.go); logs serves Logs (logs.go).
+	usage *usageTracker
+	logs  *logSource
 }
 
 // watchLimiter counts open watch streams per principal (a Principal is its
@@ -132,6 +135,7 @@ func (s *leaseServer) Acquire(ctx context.Context, req *orchv1.AcquireRequest) (
 		ConversationID: req.ConversationId, Owner: owner, Image: req.Image,
 		Labels: req.Labels, Env: req.Env, Secrets: req.Secrets, Resources: res, User: req.User,
 		NoOwnerLimit: p.Role == RoleOperator,
+		Snapshot:     req.Snapshot, AnySnapshot: p.Role == RoleOperator,
 	}
 	for _, p := range req.PublicPorts {
 		ar.PublicPorts = append(ar.PublicPorts, int(p))
@@ -157,7 +161,9 @@ func (s *leaseServer) Get(ctx context.Context, req *orchv1.GetLeaseRequest) (*or
 	if err != nil {
 		return nil, err
 	}
-	return toLease(l), nil
+	out := toLease(l)
+	s.usage.fill(ctx, l, out)
+	return out, nil
 }
 
 func (s *leaseServer) List(ctx context.Context, req *orchv1.ListLeasesRequest) (*orchv1.ListLeasesResponse, error) {

@@ -55,6 +55,10 @@ type Server struct {
 	handler  http.Handler
 	cancel   context.CancelFunc
 	proxy    *proxy.Proxy
+	// usage samples the sandboxes' live figures (usage.go).
+	usage *usageTracker
+	// logs reads leases' logs (logs.go).
+	logs *logSource
 	// own are the gRPC services this server implements; calls to any
 	// other service are agent calls for the proxy.
 	own map[string]bool
@@ -127,10 +131,13 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 	operator := bearer.NewSecret(cfg.OperatorToken)
 	s := &Server{cfg: cfg, log: log, store: store, manager: m, cancel: cancel, operator: operator,
 		auth: newAuthenticator(operator, cfg.Clients, m)}
+	s.usage = newUsageTracker(rt, m, cfg, log.With("component", "usage"))
+	s.logs = newLogSource(m, rt)
 	if err := s.buildAPI(); err != nil {
 		s.Close()
 		return nil, err
 	}
+	s.usage.start(mctx)
 	log.Info("orchestrator ready", "instance_id", instance, "data_dir", cfg.DataDir, "max_leases", cfg.MaxLeases,
 		"operator_token", cfg.OperatorToken != "", "clients", len(cfg.Clients))
 	return s, nil
@@ -153,6 +160,7 @@ func (s *Server) buildAPI() error {
 	}
 	s.proxy = px
 	met := newMetrics(s.manager, px, s.cfg.Runtime) // metrics.go
+	met.reg.MustRegister(s.usage)                   // usage.go
 	opts := append(edge.GRPCOptions(edge.DefaultMaxStreams, time.Duration(s.cfg.IdleTimeout)),
 		// Authenticate from the headers, before a request message is read:
 		// an unauthenticated caller cannot make the server read megabytes.
@@ -169,7 +177,7 @@ func (s *Server) buildAPI() error {
 		grpc.UnknownServiceHandler(px.GRPCHandler()),
 		grpc.ForceServerCodecV2(px.Codec()),
 	)...)
-	orchv1.RegisterLeaseServiceServer(s.grpc, &leaseServer{m: s.manager, watches: newWatchLimiter(s.cfg.MaxWatchesPerPrincipal)})
+	orchv1.RegisterLeaseServiceServer(s.grpc, &leaseServer{m: s.manager, watches: newWatchLimiter(s.cfg.MaxWatchesPerPrincipal), usage: s.usage, logs: s.logs})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

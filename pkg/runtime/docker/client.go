@@ -45,6 +45,8 @@ type Client interface {
 	ContainerPause(ctx context.Context, id string) error
 	ContainerUnpause(ctx context.Context, id string) error
 	ContainerLogs(ctx context.Context, id string, opts container.LogsOptions) (io.ReadCloser, error)
+	// ContainerStatsOneShot reads a running container's figures (stats.go).
+	ContainerStatsOneShot(ctx context.Context, id string) (container.StatsResponseReader, error)
 
 	VolumeCreate(ctx context.Context, opts volume.CreateOptions) (volume.Volume, error)
 	// VolumeInspect, VolumeList, VolumeRemove and DiskUsage serve the

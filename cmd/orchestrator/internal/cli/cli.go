@@ -117,7 +117,9 @@ execute, 127 not found).`,
 			root.AddCommand(c)
 		}
 	}
+	add(groupLeases, newSnapshotCommand(env))
 	add(groupLeases, newLeaseCommand(env))
+	add(groupLeases, newLogsCommand(env))
 	add(groupSandbox, newExecCommand(env), newShellCommand(env), newCpCommand(env), newGitCommand(env))
 	add(groupOther, newVersionCommand(env))
 	// cobra's completion command, made now rather than at Execute so that

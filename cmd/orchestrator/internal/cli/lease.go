@@ -32,7 +32,8 @@ func newLeaseCommand(env Env) *cobra.Command {
   orchestrator lease get LEASE -o yaml
   orchestrator lease release LEASE --reason done`,
 		newAcquireCommand(env, lf), newGetCommand(env, lf), newListCommand(env, lf), newRenewCommand(env, lf),
-		newPauseCommand(env, lf), newResumeCommand(env, lf), newReleaseCommand(env, lf), newReapCommand(env, lf), newWatchCommand(env, lf))
+		newPauseCommand(env, lf), newResumeCommand(env, lf), newLeaseSnapshotCommand(env, lf), newReleaseCommand(env, lf), newReapCommand(env, lf), newWatchCommand(env, lf),
+		newSignCommand(env, lf), newTopCommand(env, lf))
 	lf.register(cmd.PersistentFlags(), env)
 	addOutputFlag(cmd.PersistentFlags(), &lf.output)
 	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return checkOutput(lf.output) }
@@ -59,6 +60,7 @@ func (lf *leaseFlags) call(ctx context.Context, env Env, fn func(context.Context
 func newAcquireCommand(env Env, lf *leaseFlags) *cobra.Command {
 	var (
 		conv, image, owner, user string
+		snapshot                 string
 		idlePolicy               string
 		ttl, idle                time.Duration
 		cpus                     quantity.CPUs
@@ -95,7 +97,7 @@ not).`,
 				return err
 			}
 			return lf.call(cmd.Context(), env, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-				req := &orchv1.AcquireRequest{ConversationId: conv, Image: image, Labels: labels, Owner: owner, User: user, IdlePolicy: idlePolicy,
+				req := &orchv1.AcquireRequest{ConversationId: conv, Image: image, Labels: labels, Owner: owner, User: user, IdlePolicy: idlePolicy, Snapshot: snapshot,
 					Resources: &orchv1.Resources{Cpus: float64(cpus), MemoryBytes: int64(mem), DiskBytes: int64(disk), Pids: pids}, Secrets: sec}
 				if ttl != 0 {
 					req.Ttl = durationpb.New(ttl)
@@ -110,6 +112,7 @@ not).`,
 	fs := cmd.Flags()
 	fs.StringVar(&conv, "conversation", "", "conversation id (required)")
 	fs.StringVar(&image, "image", "", "image (default: the orchestrator's default image)")
+	fs.StringVar(&snapshot, "snapshot", "", "start from this snapshot (lease snapshot): a fork with its files; leave --image empty")
 	fs.DurationVar(&ttl, "ttl", 0, "lifetime, e.g. 10m (default: the orchestrator's default)")
 	fs.DurationVar(&idle, "idle-timeout", 0, "expire (or pause, see --idle-policy) after this long without activity")
 	fs.StringVar(&idlePolicy, "idle-policy", "", "what the idle timeout does: expire, freeze or hibernate (default: the orchestrator's)")
