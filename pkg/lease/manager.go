@@ -172,6 +172,42 @@ type Config struct {
 	// ActivityFlushInterval is the least time between two writes of a
 	// lease's LastActivityAt caused by Touch. Default 5s.
 	ActivityFlushInterval time.Duration
+	// Pools are the warm pools (pool.go, docs/pools.md): sandboxes of a
+	// profile kept ready for acquires of that profile to claim. Default none.
+	Pools []PoolConfig
+	// MaxPooled bounds the unclaimed pooled sandboxes (ready or being
+	// created) of all pools together; they do not count against MaxLive
+	// or MaxLivePerOwner until a lease claims them. Default 0: the sum of
+	// the pools' Max; negative: no bound.
+	MaxPooled int
+	// PoolShrinkAfter is how long after its last miss a pool that grew
+	// beyond its Min shrinks back to it. Default 5m.
+	PoolShrinkAfter time.Duration
+	// AgentConfigurer configures the agent of a claimed pooled sandbox
+	// with the lease's env and secrets. Without it only acquires with no
+	// env and no secrets claim from a pool.
+	AgentConfigurer AgentConfigurer
+	// PersistWorkspaces makes every acquire persist its workspace, as if
+	// it set AcquireRequest.Persist. Default false.
+	PersistWorkspaces bool
+	// HostMounts are the host directories acquires may mount
+	// (AcquireRequest.Mounts), read-only or read-write per prefix. Default
+	// none: every host mount is refused.
+	HostMounts runtime.HostMountPolicy
+	// VolumeRetention removes a workspace volume once it has been unused
+	// (no live lease; last used = its last lease's end) for longer than
+	// this. Default 0: volumes are kept until an operator removes them.
+	VolumeRetention time.Duration
+	// VolumeReapInterval is how often volumes are checked against
+	// VolumeRetention. Default 1m (at most VolumeRetention/2).
+	VolumeReapInterval time.Duration
+	// Egress enforces leases' network policies (internal/egress). Default
+	// nil: none, and an acquire may only ask for mode open without a deny
+	// list (network.go).
+	Egress Egress
+	// DefaultNetwork is the network policy of an acquire that gives none
+	// (or gives no mode). Default: open.
+	DefaultNetwork NetworkPolicy
 	// Logger receives the Manager's logs (keys lease_id, container_id,
 	// conversation_id, state, reason). Default: discard.
 	Logger *slog.Logger
@@ -241,6 +277,14 @@ func (c *Config) setDefaults() error {
 	}
 	if c.RestartWindow < 0 || c.RestartDelay < 0 {
 		return errdefs.InvalidArgument("restart_window", "restart window and delay must not be negative")
+	}
+	def(&c.PoolShrinkAfter, poolShrinkDefault)
+	if c.VolumeRetention < 0 || c.VolumeReapInterval < 0 {
+		return errdefs.InvalidArgument("volume_retention", "volume retention and reap interval must not be negative")
+	}
+	def(&c.VolumeReapInterval, time.Minute)
+	if c.VolumeRetention > 0 {
+		c.VolumeReapInterval = min(c.VolumeReapInterval, max(c.VolumeRetention/2, 10*time.Millisecond))
 	}
 	def(&c.DiskInterval, 15*time.Second)
 	def(&c.DiskGrace, 30*time.Second)
@@ -312,6 +356,15 @@ type Manager struct {
 	wg          sync.WaitGroup // background loops and detached work
 	cleanQ      chan string    // lease ids whose container needs removing
 
+	// pools are the warm pools (pool.go); poolByID maps the lease id of
+	// each unclaimed pooled sandbox (ready or being created) to its pool;
+	// poolKick wakes the refill loop.
+	pools    []*pool
+	poolByID map[string]*pool
+	poolKick chan struct{}
+
+	vols volumeState // workspace volumes (volumes.go)
+
 	pmu       sync.Mutex        // serialises store writes
 	persisted map[string]uint64 // lease id → revision last written
 }
@@ -341,6 +394,10 @@ type entry struct {
 	// secrets are the acquire's Secrets until the sandbox is created with
 	// them; never persisted (the lease records only their names).
 	secrets map[string]string
+
+	// claim is the pooled sandbox this PENDING lease claimed (pool.go);
+	// nil for a cold creation.
+	claim *claim
 }
 
 // acquireCall is one in-flight creation; concurrent acquires of the same
@@ -358,7 +415,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	cfg.Secret = bytes.Clone(cfg.Secret)
-	return &Manager{
+	m := &Manager{
 		cfg:         cfg,
 		log:         cfg.Logger,
 		rt:          cfg.Runtime,
@@ -371,7 +428,11 @@ func New(cfg Config) (*Manager, error) {
 		entered:     map[State]uint64{},
 		persisted:   map[string]uint64{},
 		cleanQ:      make(chan string, 4096),
-	}, nil
+	}
+	if err := m.initPools(); err != nil { // pool.go
+		return nil, err
+	}
+	return m, nil
 }
 
 // Config returns the Manager's configuration with defaults applied. It
@@ -400,6 +461,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.reconcile(ctx); err != nil {
 		return err
 	}
+	m.reapplyNetworks(ctx) // network.go
 
 	runCtx, cancel := context.WithCancel(ctx)
 	m.mu.Lock()
@@ -409,6 +471,8 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.goBackground(func() { m.watchLoop(runCtx) })
 	m.startReconciledRestarts(runCtx)
 	m.goBackground(func() { m.diskLoop(runCtx) })
+	m.goBackground(func() { m.volumeLoop(runCtx) })
+	m.goBackground(func() { m.poolLoop(runCtx) })
 	for range m.cfg.ReapConcurrency {
 		m.goBackground(func() { m.cleanWorker(runCtx) })
 	}

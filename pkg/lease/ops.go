@@ -424,6 +424,9 @@ func (m *Manager) cleanup(ctx context.Context, id string) error {
 	m.mu.Unlock()
 
 	err := m.removeContainers(ctx, id, cid)
+	if err == nil {
+		m.dropNetwork(ctx, id) // network.go: the sandbox is gone
+	}
 
 	m.mu.Lock()
 	e.cleaning, e.cleanErr = nil, err
@@ -445,6 +448,7 @@ func (m *Manager) cleanup(ctx context.Context, id string) error {
 	l, rev := e.snapshot()
 	m.mu.Unlock()
 	_ = m.persist(l, rev)
+	m.noteVolumeUsed(l) // the lease's end is its volume's last use (volumes.go)
 	return nil
 }
 

@@ -135,6 +135,16 @@ type Lease struct {
 	Resources runtime.Resources `json:"resources"`
 	// PublicPorts are preview ports the proxy serves without a token.
 	PublicPorts []int `json:"publicPorts,omitempty"`
+	// Network is what the sandbox may reach (see NetworkPolicy); it may
+	// change while the lease runs (Manager.SetNetwork).
+	Network NetworkPolicy `json:"network,omitzero"`
+	// Volume is the workspace volume mounted at /workspace when the lease
+	// persists its workspace (AcquireRequest.Persist): one per owner and
+	// conversation (VolumeName), kept after the lease ends. "" otherwise.
+	Volume string `json:"volume,omitempty"`
+	// Mounts are the host paths mounted into the sandbox
+	// (AcquireRequest.Mounts), with their symlinks resolved.
+	Mounts []runtime.Mount `json:"mounts,omitempty"`
 	// State is the current state; Reason is the reason of the last transition.
 	State  State  `json:"state"`
 	Reason string `json:"reason,omitempty"`
@@ -163,6 +173,9 @@ type Lease struct {
 	// IdlePolicy is what the idle timeout does to this lease (IdleExpire,
 	// IdleFreeze or IdleHibernate).
 	IdlePolicy IdlePolicy `json:"idle_policy,omitempty"`
+	// Pool names the warm pool the sandbox was claimed from; "" for a
+	// sandbox created for this lease (see docs/pools.md).
+	Pool string `json:"pool,omitempty"`
 	// ContainerID is the runtime's id of the sandbox, once created.
 	ContainerID string `json:"container_id,omitempty"`
 	// Endpoint is the agent's host:port, reachable from the orchestrator's host.
@@ -213,6 +226,8 @@ func (l Lease) Clone() Lease {
 	l.SecretNames = slices.Clone(l.SecretNames)
 	l.Transitions = slices.Clone(l.Transitions)
 	l.PublicPorts = slices.Clone(l.PublicPorts)
+	l.Network = l.Network.Clone()
+	l.Mounts = slices.Clone(l.Mounts)
 	l.Warnings = slices.Clone(l.Warnings)
 	return l
 }
