@@ -431,7 +431,11 @@ type Lease struct {
 	// secret_names are the names of the secrets the lease was acquired with
 	// (AcquireRequest.secrets), sorted. Their values are never shown nor
 	// stored by the orchestrator.
-	SecretNames   []string `protobuf:"bytes,27,rep,name=secret_names,json=secretNames,proto3" json:"secret_names,omitempty"`
+	SecretNames []string `protobuf:"bytes,27,rep,name=secret_names,json=secretNames,proto3" json:"secret_names,omitempty"`
+	// workspace says whether /workspace persists and on which volume.
+	Workspace *Workspace `protobuf:"bytes,28,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// mounts are the host paths mounted (symlinks resolved).
+	Mounts        []*HostMount `protobuf:"bytes,29,rep,name=mounts,proto3" json:"mounts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -655,6 +659,20 @@ func (x *Lease) GetSecretNames() []string {
 	return nil
 }
 
+func (x *Lease) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+func (x *Lease) GetMounts() []*HostMount {
+	if x != nil {
+		return x.Mounts
+	}
+	return nil
+}
+
 // AcquireRequest asks for a conversation's sandbox.
 type AcquireRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -694,7 +712,16 @@ type AcquireRequest struct {
 	// with the snapshotted sandbox's files. image must then be empty (an
 	// image of "berth/snapshot:NAME" is the same request). A client forks
 	// only its own snapshots; the user defaults to the snapshotted lease's.
-	Snapshot      string `protobuf:"bytes,13,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot string `protobuf:"bytes,13,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// workspace.persist keeps /workspace on a volume of this owner's
+	// conversation that outlives the lease: a later acquire of the
+	// conversation, after release or expiry, mounts it again with its files.
+	// The operator may make every workspace persist. See docs/workspaces.md.
+	Workspace *Workspace `protobuf:"bytes,14,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// mounts are host paths to mount, allowed only under the prefixes the
+	// operator allows (read-only or read-write per prefix); anything else is
+	// PERMISSION_DENIED naming the path. Default: none allowed.
+	Mounts        []*HostMount `protobuf:"bytes,15,rep,name=mounts,proto3" json:"mounts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -820,6 +847,20 @@ func (x *AcquireRequest) GetSnapshot() string {
 	return ""
 }
 
+func (x *AcquireRequest) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetMounts() []*HostMount {
+	if x != nil {
+		return x.Mounts
+	}
+	return nil
+}
+
 // AcquireResponse holds the lease and its token.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -884,6 +925,126 @@ func (x *AcquireResponse) GetCreated() bool {
 	return false
 }
 
+// Workspace is the persistence of a sandbox's /workspace.
+type Workspace struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// persist mounts /workspace from the conversation's volume.
+	Persist bool `protobuf:"varint,1,opt,name=persist,proto3" json:"persist,omitempty"`
+	// volume is that volume's name (output only).
+	Volume        string `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Workspace) Reset() {
+	*x = Workspace{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Workspace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Workspace) ProtoMessage() {}
+
+func (x *Workspace) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Workspace.ProtoReflect.Descriptor instead.
+func (*Workspace) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Workspace) GetPersist() bool {
+	if x != nil {
+		return x.Persist
+	}
+	return false
+}
+
+func (x *Workspace) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+// HostMount mounts a host path into the sandbox.
+type HostMount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// host_path is an absolute host path; symlinks and ".." are resolved
+	// before it is checked against the allowed prefixes.
+	HostPath string `protobuf:"bytes,1,opt,name=host_path,json=hostPath,proto3" json:"host_path,omitempty"`
+	// target is the absolute path inside the sandbox.
+	Target string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// read_only mounts it read-only (required under a read-only prefix).
+	ReadOnly      bool `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostMount) Reset() {
+	*x = HostMount{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostMount) ProtoMessage() {}
+
+func (x *HostMount) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostMount.ProtoReflect.Descriptor instead.
+func (*HostMount) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *HostMount) GetHostPath() string {
+	if x != nil {
+		return x.HostPath
+	}
+	return ""
+}
+
+func (x *HostMount) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *HostMount) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
 // GetLeaseRequest names a lease.
 type GetLeaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -894,7 +1055,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1067,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1080,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetLeaseRequest) GetId() string {
@@ -949,7 +1110,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1122,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1135,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListLeasesRequest) GetState() LeaseState {
@@ -1037,7 +1198,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1210,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1223,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -1091,7 +1252,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1264,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1277,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RenewRequest) GetId() string {
@@ -1144,7 +1305,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1317,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1330,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseRequest) GetId() string {
@@ -1198,7 +1359,7 @@ type PauseRequest struct {
 
 func (x *PauseRequest) Reset() {
 	*x = PauseRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1371,7 @@ func (x *PauseRequest) String() string {
 func (*PauseRequest) ProtoMessage() {}
 
 func (x *PauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1384,7 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
 func (*PauseRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PauseRequest) GetId() string {
@@ -1250,7 +1411,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1423,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1436,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResumeRequest) GetId() string {
@@ -1298,7 +1459,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1471,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1484,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SnapshotRequest) GetId() string {
@@ -1368,7 +1529,7 @@ type LeaseSnapshot struct {
 
 func (x *LeaseSnapshot) Reset() {
 	*x = LeaseSnapshot{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1541,7 @@ func (x *LeaseSnapshot) String() string {
 func (*LeaseSnapshot) ProtoMessage() {}
 
 func (x *LeaseSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1554,7 @@ func (x *LeaseSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseSnapshot.ProtoReflect.Descriptor instead.
 func (*LeaseSnapshot) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseSnapshot) GetName() string {
@@ -1487,7 +1648,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1660,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1673,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListSnapshotsRequest) GetOwner() string {
@@ -1546,7 +1707,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1719,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1732,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*LeaseSnapshot {
@@ -1591,7 +1752,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1764,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1777,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteSnapshotRequest) GetName() string {
@@ -1635,7 +1796,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1808,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1821,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 // ReapRequest selects leases to release (operator only).
@@ -1679,7 +1840,7 @@ type ReapRequest struct {
 
 func (x *ReapRequest) Reset() {
 	*x = ReapRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1852,7 @@ func (x *ReapRequest) String() string {
 func (*ReapRequest) ProtoMessage() {}
 
 func (x *ReapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1865,7 @@ func (x *ReapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReapRequest.ProtoReflect.Descriptor instead.
 func (*ReapRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReapRequest) GetIds() []string {
@@ -1759,7 +1920,7 @@ type ReapResponse struct {
 
 func (x *ReapResponse) Reset() {
 	*x = ReapResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1932,7 @@ func (x *ReapResponse) String() string {
 func (*ReapResponse) ProtoMessage() {}
 
 func (x *ReapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1945,7 @@ func (x *ReapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReapResponse.ProtoReflect.Descriptor instead.
 func (*ReapResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReapResponse) GetReaped() []string {
@@ -1807,7 +1968,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +1980,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +1993,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchRequest) GetOwner() string {
@@ -1860,7 +2021,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2033,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2046,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -1925,7 +2086,7 @@ type SignRequest struct {
 
 func (x *SignRequest) Reset() {
 	*x = SignRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2098,7 @@ func (x *SignRequest) String() string {
 func (*SignRequest) ProtoMessage() {}
 
 func (x *SignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2111,7 @@ func (x *SignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignRequest.ProtoReflect.Descriptor instead.
 func (*SignRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SignRequest) GetId() string {
@@ -2011,7 +2172,7 @@ type SignResponse struct {
 
 func (x *SignResponse) Reset() {
 	*x = SignResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2184,7 @@ func (x *SignResponse) String() string {
 func (*SignResponse) ProtoMessage() {}
 
 func (x *SignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2197,7 @@ func (x *SignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignResponse.ProtoReflect.Descriptor instead.
 func (*SignResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SignResponse) GetUrl() string {
@@ -2084,7 +2245,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2257,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2270,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LogsRequest) GetId() string {
@@ -2158,7 +2319,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2331,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2344,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LogEntry) GetTime() *timestamppb.Timestamp {
@@ -2212,6 +2373,337 @@ func (x *LogEntry) GetTransition() *Transition {
 		return x.Transition
 	}
 	return nil
+}
+
+// Volume is the workspace volume of one owner's conversation.
+type Volume struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Owner          string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	ConversationId string                 `protobuf:"bytes,3,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// size_bytes is the size of its files; -1 when not measured (List).
+	SizeBytes int64                  `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// last_used_at is when its last lease ended (now while one uses it);
+	// the retention setting counts from it.
+	LastUsedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_used_at,json=lastUsedAt,proto3" json:"last_used_at,omitempty"`
+	// in_use is true while a lease uses it; lease_id names that lease.
+	InUse         bool   `protobuf:"varint,7,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	LeaseId       string `protobuf:"bytes,8,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Volume) Reset() {
+	*x = Volume{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Volume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Volume) ProtoMessage() {}
+
+func (x *Volume) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Volume.ProtoReflect.Descriptor instead.
+func (*Volume) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Volume) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Volume) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *Volume) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *Volume) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Volume) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Volume) GetLastUsedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastUsedAt
+	}
+	return nil
+}
+
+func (x *Volume) GetInUse() bool {
+	if x != nil {
+		return x.InUse
+	}
+	return false
+}
+
+func (x *Volume) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+// ListVolumesRequest filters volumes.
+type ListVolumesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// owner lists one owner's volumes (operator only; clients see their own).
+	Owner          string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	ConversationId string `protobuf:"bytes,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListVolumesRequest) Reset() {
+	*x = ListVolumesRequest{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumesRequest) ProtoMessage() {}
+
+func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
+func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListVolumesRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *ListVolumesRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+// ListVolumesResponse lists volumes by name.
+type ListVolumesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volumes       []*Volume              `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumesResponse) Reset() {
+	*x = ListVolumesResponse{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumesResponse) ProtoMessage() {}
+
+func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
+func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListVolumesResponse) GetVolumes() []*Volume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// GetVolumeRequest names a volume.
+type GetVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVolumeRequest) Reset() {
+	*x = GetVolumeRequest{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVolumeRequest) ProtoMessage() {}
+
+func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
+func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *GetVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteVolumeRequest names a volume to remove.
+type DeleteVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeRequest) Reset() {
+	*x = DeleteVolumeRequest{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeRequest) ProtoMessage() {}
+
+func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *DeleteVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteVolumeResponse is empty.
+type DeleteVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeResponse) Reset() {
+	*x = DeleteVolumeResponse{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeResponse) ProtoMessage() {}
+
+func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{34}
 }
 
 var File_berth_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
@@ -2247,7 +2739,8 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xcf\t\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xc9\n" +
+	"\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x14\n" +
@@ -2280,10 +2773,12 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\tpaused_at\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x12\x1f\n" +
 	"\vidle_policy\x18\x1a \x01(\tR\n" +
 	"idlePolicy\x12!\n" +
-	"\fsecret_names\x18\x1b \x03(\tR\vsecretNames\x1a9\n" +
+	"\fsecret_names\x18\x1b \x03(\tR\vsecretNames\x12>\n" +
+	"\tworkspace\x18\x1c \x01(\v2 .berth.orchestrator.v1.WorkspaceR\tworkspace\x128\n" +
+	"\x06mounts\x18\x1d \x03(\v2 .berth.orchestrator.v1.HostMountR\x06mounts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\a\n" +
 	"\x0eAcquireRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12+\n" +
@@ -2299,7 +2794,9 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\vidle_policy\x18\v \x01(\tR\n" +
 	"idlePolicy\x12L\n" +
 	"\asecrets\x18\f \x03(\v22.berth.orchestrator.v1.AcquireRequest.SecretsEntryR\asecrets\x12\x1a\n" +
-	"\bsnapshot\x18\r \x01(\tR\bsnapshot\x1a9\n" +
+	"\bsnapshot\x18\r \x01(\tR\bsnapshot\x12>\n" +
+	"\tworkspace\x18\x0e \x01(\v2 .berth.orchestrator.v1.WorkspaceR\tworkspace\x128\n" +
+	"\x06mounts\x18\x0f \x03(\v2 .berth.orchestrator.v1.HostMountR\x06mounts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
@@ -2312,7 +2809,14 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x0fAcquireResponse\x122\n" +
 	"\x05lease\x18\x01 \x01(\v2\x1c.berth.orchestrator.v1.LeaseR\x05lease\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x18\n" +
-	"\acreated\x18\x03 \x01(\bR\acreated\"!\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\"=\n" +
+	"\tWorkspace\x12\x18\n" +
+	"\apersist\x18\x01 \x01(\bR\apersist\x12\x16\n" +
+	"\x06volume\x18\x02 \x01(\tR\x06volume\"]\n" +
+	"\tHostMount\x12\x1b\n" +
+	"\thost_path\x18\x01 \x01(\tR\bhostPath\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12\x1b\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\"!\n" +
 	"\x0fGetLeaseRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x93\x02\n" +
 	"\x11ListLeasesRequest\x127\n" +
@@ -2407,7 +2911,29 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12A\n" +
 	"\n" +
 	"transition\x18\x04 \x01(\v2!.berth.orchestrator.v1.TransitionR\n" +
-	"transition*\xd7\x01\n" +
+	"transition\"\xa5\x02\n" +
+	"\x06Volume\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12'\n" +
+	"\x0fconversation_id\x18\x03 \x01(\tR\x0econversationId\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12<\n" +
+	"\flast_used_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"lastUsedAt\x12\x15\n" +
+	"\x06in_use\x18\a \x01(\bR\x05inUse\x12\x19\n" +
+	"\blease_id\x18\b \x01(\tR\aleaseId\"S\n" +
+	"\x12ListVolumesRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\"N\n" +
+	"\x13ListVolumesResponse\x127\n" +
+	"\avolumes\x18\x01 \x03(\v2\x1d.berth.orchestrator.v1.VolumeR\avolumes\"&\n" +
+	"\x10GetVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\")\n" +
+	"\x13DeleteVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
+	"\x14DeleteVolumeResponse*\xd7\x01\n" +
 	"\n" +
 	"LeaseState\x12\x1b\n" +
 	"\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2432,7 +2958,11 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x0eDeleteSnapshot\x12,.berth.orchestrator.v1.DeleteSnapshotRequest\x1a-.berth.orchestrator.v1.DeleteSnapshotResponse\x12Q\n" +
 	"\x05Watch\x12#.berth.orchestrator.v1.WatchRequest\x1a!.berth.orchestrator.v1.LeaseEvent0\x01\x12O\n" +
 	"\x04Sign\x12\".berth.orchestrator.v1.SignRequest\x1a#.berth.orchestrator.v1.SignResponse\x12M\n" +
-	"\x04Logs\x12\".berth.orchestrator.v1.LogsRequest\x1a\x1f.berth.orchestrator.v1.LogEntry0\x01BGZEgithub.com/berth-dev/berth/proto/berth/orchestrator/v1;orchestratorv1b\x06proto3"
+	"\x04Logs\x12\".berth.orchestrator.v1.LogsRequest\x1a\x1f.berth.orchestrator.v1.LogEntry0\x012\xa0\x02\n" +
+	"\rVolumeService\x12]\n" +
+	"\x04List\x12).berth.orchestrator.v1.ListVolumesRequest\x1a*.berth.orchestrator.v1.ListVolumesResponse\x12M\n" +
+	"\x03Get\x12'.berth.orchestrator.v1.GetVolumeRequest\x1a\x1d.berth.orchestrator.v1.Volume\x12a\n" +
+	"\x06Delete\x12*.berth.orchestrator.v1.DeleteVolumeRequest\x1a+.berth.orchestrator.v1.DeleteVolumeResponseBGZEgithub.com/berth-dev/berth/proto/berth/orchestrator/v1;orchestratorv1b\x06proto3"
 
 var (
 	file_berth_orchestrator_v1_orchestrator_proto_rawDescOnce sync.Once
@@ -2447,7 +2977,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(LeaseState)(0),                // 0: berth.orchestrator.v1.LeaseState
 	(*Resources)(nil),              // 1: berth.orchestrator.v1.Resources
@@ -2456,106 +2986,127 @@ var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*Lease)(nil),                  // 4: berth.orchestrator.v1.Lease
 	(*AcquireRequest)(nil),         // 5: berth.orchestrator.v1.AcquireRequest
 	(*AcquireResponse)(nil),        // 6: berth.orchestrator.v1.AcquireResponse
-	(*GetLeaseRequest)(nil),        // 7: berth.orchestrator.v1.GetLeaseRequest
-	(*ListLeasesRequest)(nil),      // 8: berth.orchestrator.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),     // 9: berth.orchestrator.v1.ListLeasesResponse
-	(*RenewRequest)(nil),           // 10: berth.orchestrator.v1.RenewRequest
-	(*ReleaseRequest)(nil),         // 11: berth.orchestrator.v1.ReleaseRequest
-	(*PauseRequest)(nil),           // 12: berth.orchestrator.v1.PauseRequest
-	(*ResumeRequest)(nil),          // 13: berth.orchestrator.v1.ResumeRequest
-	(*SnapshotRequest)(nil),        // 14: berth.orchestrator.v1.SnapshotRequest
-	(*LeaseSnapshot)(nil),          // 15: berth.orchestrator.v1.LeaseSnapshot
-	(*ListSnapshotsRequest)(nil),   // 16: berth.orchestrator.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),  // 17: berth.orchestrator.v1.ListSnapshotsResponse
-	(*DeleteSnapshotRequest)(nil),  // 18: berth.orchestrator.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil), // 19: berth.orchestrator.v1.DeleteSnapshotResponse
-	(*ReapRequest)(nil),            // 20: berth.orchestrator.v1.ReapRequest
-	(*ReapResponse)(nil),           // 21: berth.orchestrator.v1.ReapResponse
-	(*WatchRequest)(nil),           // 22: berth.orchestrator.v1.WatchRequest
-	(*LeaseEvent)(nil),             // 23: berth.orchestrator.v1.LeaseEvent
-	(*SignRequest)(nil),            // 24: berth.orchestrator.v1.SignRequest
-	(*SignResponse)(nil),           // 25: berth.orchestrator.v1.SignResponse
-	(*LogsRequest)(nil),            // 26: berth.orchestrator.v1.LogsRequest
-	(*LogEntry)(nil),               // 27: berth.orchestrator.v1.LogEntry
-	nil,                            // 28: berth.orchestrator.v1.Lease.LabelsEntry
-	nil,                            // 29: berth.orchestrator.v1.AcquireRequest.LabelsEntry
-	nil,                            // 30: berth.orchestrator.v1.AcquireRequest.EnvEntry
-	nil,                            // 31: berth.orchestrator.v1.AcquireRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 33: google.protobuf.Duration
+	(*Workspace)(nil),              // 7: berth.orchestrator.v1.Workspace
+	(*HostMount)(nil),              // 8: berth.orchestrator.v1.HostMount
+	(*GetLeaseRequest)(nil),        // 9: berth.orchestrator.v1.GetLeaseRequest
+	(*ListLeasesRequest)(nil),      // 10: berth.orchestrator.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),     // 11: berth.orchestrator.v1.ListLeasesResponse
+	(*RenewRequest)(nil),           // 12: berth.orchestrator.v1.RenewRequest
+	(*ReleaseRequest)(nil),         // 13: berth.orchestrator.v1.ReleaseRequest
+	(*PauseRequest)(nil),           // 14: berth.orchestrator.v1.PauseRequest
+	(*ResumeRequest)(nil),          // 15: berth.orchestrator.v1.ResumeRequest
+	(*SnapshotRequest)(nil),        // 16: berth.orchestrator.v1.SnapshotRequest
+	(*LeaseSnapshot)(nil),          // 17: berth.orchestrator.v1.LeaseSnapshot
+	(*ListSnapshotsRequest)(nil),   // 18: berth.orchestrator.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),  // 19: berth.orchestrator.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),  // 20: berth.orchestrator.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil), // 21: berth.orchestrator.v1.DeleteSnapshotResponse
+	(*ReapRequest)(nil),            // 22: berth.orchestrator.v1.ReapRequest
+	(*ReapResponse)(nil),           // 23: berth.orchestrator.v1.ReapResponse
+	(*WatchRequest)(nil),           // 24: berth.orchestrator.v1.WatchRequest
+	(*LeaseEvent)(nil),             // 25: berth.orchestrator.v1.LeaseEvent
+	(*SignRequest)(nil),            // 26: berth.orchestrator.v1.SignRequest
+	(*SignResponse)(nil),           // 27: berth.orchestrator.v1.SignResponse
+	(*LogsRequest)(nil),            // 28: berth.orchestrator.v1.LogsRequest
+	(*LogEntry)(nil),               // 29: berth.orchestrator.v1.LogEntry
+	(*Volume)(nil),                 // 30: berth.orchestrator.v1.Volume
+	(*ListVolumesRequest)(nil),     // 31: berth.orchestrator.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),    // 32: berth.orchestrator.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),       // 33: berth.orchestrator.v1.GetVolumeRequest
+	(*DeleteVolumeRequest)(nil),    // 34: berth.orchestrator.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),   // 35: berth.orchestrator.v1.DeleteVolumeResponse
+	nil,                            // 36: berth.orchestrator.v1.Lease.LabelsEntry
+	nil,                            // 37: berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	nil,                            // 38: berth.orchestrator.v1.AcquireRequest.EnvEntry
+	nil,                            // 39: berth.orchestrator.v1.AcquireRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),  // 40: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 41: google.protobuf.Duration
 }
 var file_berth_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	32, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
-	32, // 1: berth.orchestrator.v1.Usage.sampled_at:type_name -> google.protobuf.Timestamp
+	40, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
+	40, // 1: berth.orchestrator.v1.Usage.sampled_at:type_name -> google.protobuf.Timestamp
 	0,  // 2: berth.orchestrator.v1.Transition.from:type_name -> berth.orchestrator.v1.LeaseState
 	0,  // 3: berth.orchestrator.v1.Transition.to:type_name -> berth.orchestrator.v1.LeaseState
-	32, // 4: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
-	28, // 5: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
+	40, // 4: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
+	36, // 5: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
 	1,  // 6: berth.orchestrator.v1.Lease.resources:type_name -> berth.orchestrator.v1.Resources
 	0,  // 7: berth.orchestrator.v1.Lease.state:type_name -> berth.orchestrator.v1.LeaseState
-	32, // 8: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
-	32, // 9: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
-	32, // 10: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	32, // 11: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
-	33, // 12: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	33, // 13: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
+	40, // 8: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
+	40, // 9: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 10: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 11: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
+	41, // 12: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	41, // 13: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
 	3,  // 14: berth.orchestrator.v1.Lease.transitions:type_name -> berth.orchestrator.v1.Transition
-	32, // 15: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	40, // 15: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
 	2,  // 16: berth.orchestrator.v1.Lease.usage:type_name -> berth.orchestrator.v1.Usage
-	32, // 17: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
-	33, // 18: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	33, // 19: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
-	29, // 20: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
-	1,  // 21: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
-	30, // 22: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
-	31, // 23: berth.orchestrator.v1.AcquireRequest.secrets:type_name -> berth.orchestrator.v1.AcquireRequest.SecretsEntry
-	4,  // 24: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
-	0,  // 25: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
-	4,  // 26: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
-	33, // 27: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 28: berth.orchestrator.v1.LeaseSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	33, // 29: berth.orchestrator.v1.LeaseSnapshot.duration:type_name -> google.protobuf.Duration
-	15, // 30: berth.orchestrator.v1.ListSnapshotsResponse.snapshots:type_name -> berth.orchestrator.v1.LeaseSnapshot
-	4,  // 31: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
-	3,  // 32: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
-	33, // 33: berth.orchestrator.v1.SignRequest.expires:type_name -> google.protobuf.Duration
-	32, // 34: berth.orchestrator.v1.SignResponse.expires_at:type_name -> google.protobuf.Timestamp
-	32, // 35: berth.orchestrator.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
-	32, // 36: berth.orchestrator.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	3,  // 37: berth.orchestrator.v1.LogEntry.transition:type_name -> berth.orchestrator.v1.Transition
-	5,  // 38: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
-	7,  // 39: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
-	8,  // 40: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
-	10, // 41: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
-	11, // 42: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
-	12, // 43: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
-	13, // 44: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
-	20, // 45: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
-	14, // 46: berth.orchestrator.v1.LeaseService.Snapshot:input_type -> berth.orchestrator.v1.SnapshotRequest
-	16, // 47: berth.orchestrator.v1.LeaseService.ListSnapshots:input_type -> berth.orchestrator.v1.ListSnapshotsRequest
-	18, // 48: berth.orchestrator.v1.LeaseService.DeleteSnapshot:input_type -> berth.orchestrator.v1.DeleteSnapshotRequest
-	22, // 49: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
-	24, // 50: berth.orchestrator.v1.LeaseService.Sign:input_type -> berth.orchestrator.v1.SignRequest
-	26, // 51: berth.orchestrator.v1.LeaseService.Logs:input_type -> berth.orchestrator.v1.LogsRequest
-	6,  // 52: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
-	4,  // 53: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
-	9,  // 54: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
-	4,  // 55: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
-	4,  // 56: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
-	4,  // 57: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
-	4,  // 58: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
-	21, // 59: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
-	15, // 60: berth.orchestrator.v1.LeaseService.Snapshot:output_type -> berth.orchestrator.v1.LeaseSnapshot
-	17, // 61: berth.orchestrator.v1.LeaseService.ListSnapshots:output_type -> berth.orchestrator.v1.ListSnapshotsResponse
-	19, // 62: berth.orchestrator.v1.LeaseService.DeleteSnapshot:output_type -> berth.orchestrator.v1.DeleteSnapshotResponse
-	23, // 63: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
-	25, // 64: berth.orchestrator.v1.LeaseService.Sign:output_type -> berth.orchestrator.v1.SignResponse
-	27, // 65: berth.orchestrator.v1.LeaseService.Logs:output_type -> berth.orchestrator.v1.LogEntry
-	52, // [52:66] is the sub-list for method output_type
-	38, // [38:52] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	40, // 17: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
+	7,  // 18: berth.orchestrator.v1.Lease.workspace:type_name -> berth.orchestrator.v1.Workspace
+	8,  // 19: berth.orchestrator.v1.Lease.mounts:type_name -> berth.orchestrator.v1.HostMount
+	41, // 20: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	41, // 21: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
+	37, // 22: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	1,  // 23: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
+	38, // 24: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
+	39, // 25: berth.orchestrator.v1.AcquireRequest.secrets:type_name -> berth.orchestrator.v1.AcquireRequest.SecretsEntry
+	7,  // 26: berth.orchestrator.v1.AcquireRequest.workspace:type_name -> berth.orchestrator.v1.Workspace
+	8,  // 27: berth.orchestrator.v1.AcquireRequest.mounts:type_name -> berth.orchestrator.v1.HostMount
+	4,  // 28: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
+	0,  // 29: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
+	4,  // 30: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
+	41, // 31: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	40, // 32: berth.orchestrator.v1.LeaseSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	41, // 33: berth.orchestrator.v1.LeaseSnapshot.duration:type_name -> google.protobuf.Duration
+	17, // 34: berth.orchestrator.v1.ListSnapshotsResponse.snapshots:type_name -> berth.orchestrator.v1.LeaseSnapshot
+	4,  // 35: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
+	3,  // 36: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
+	41, // 37: berth.orchestrator.v1.SignRequest.expires:type_name -> google.protobuf.Duration
+	40, // 38: berth.orchestrator.v1.SignResponse.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 39: berth.orchestrator.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	40, // 40: berth.orchestrator.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	3,  // 41: berth.orchestrator.v1.LogEntry.transition:type_name -> berth.orchestrator.v1.Transition
+	40, // 42: berth.orchestrator.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	40, // 43: berth.orchestrator.v1.Volume.last_used_at:type_name -> google.protobuf.Timestamp
+	30, // 44: berth.orchestrator.v1.ListVolumesResponse.volumes:type_name -> berth.orchestrator.v1.Volume
+	5,  // 45: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
+	9,  // 46: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
+	10, // 47: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
+	12, // 48: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
+	13, // 49: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
+	14, // 50: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
+	15, // 51: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
+	22, // 52: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
+	16, // 53: berth.orchestrator.v1.LeaseService.Snapshot:input_type -> berth.orchestrator.v1.SnapshotRequest
+	18, // 54: berth.orchestrator.v1.LeaseService.ListSnapshots:input_type -> berth.orchestrator.v1.ListSnapshotsRequest
+	20, // 55: berth.orchestrator.v1.LeaseService.DeleteSnapshot:input_type -> berth.orchestrator.v1.DeleteSnapshotRequest
+	24, // 56: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
+	26, // 57: berth.orchestrator.v1.LeaseService.Sign:input_type -> berth.orchestrator.v1.SignRequest
+	28, // 58: berth.orchestrator.v1.LeaseService.Logs:input_type -> berth.orchestrator.v1.LogsRequest
+	31, // 59: berth.orchestrator.v1.VolumeService.List:input_type -> berth.orchestrator.v1.ListVolumesRequest
+	33, // 60: berth.orchestrator.v1.VolumeService.Get:input_type -> berth.orchestrator.v1.GetVolumeRequest
+	34, // 61: berth.orchestrator.v1.VolumeService.Delete:input_type -> berth.orchestrator.v1.DeleteVolumeRequest
+	6,  // 62: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
+	4,  // 63: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
+	11, // 64: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
+	4,  // 65: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
+	4,  // 66: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
+	4,  // 67: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
+	4,  // 68: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
+	23, // 69: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
+	17, // 70: berth.orchestrator.v1.LeaseService.Snapshot:output_type -> berth.orchestrator.v1.LeaseSnapshot
+	19, // 71: berth.orchestrator.v1.LeaseService.ListSnapshots:output_type -> berth.orchestrator.v1.ListSnapshotsResponse
+	21, // 72: berth.orchestrator.v1.LeaseService.DeleteSnapshot:output_type -> berth.orchestrator.v1.DeleteSnapshotResponse
+	25, // 73: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
+	27, // 74: berth.orchestrator.v1.LeaseService.Sign:output_type -> berth.orchestrator.v1.SignResponse
+	29, // 75: berth.orchestrator.v1.LeaseService.Logs:output_type -> berth.orchestrator.v1.LogEntry
+	32, // 76: berth.orchestrator.v1.VolumeService.List:output_type -> berth.orchestrator.v1.ListVolumesResponse
+	30, // 77: berth.orchestrator.v1.VolumeService.Get:output_type -> berth.orchestrator.v1.Volume
+	35, // 78: berth.orchestrator.v1.VolumeService.Delete:output_type -> berth.orchestrator.v1.DeleteVolumeResponse
+	62, // [62:79] is the sub-list for method output_type
+	45, // [45:62] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_berth_orchestrator_v1_orchestrator_proto_init() }
@@ -2569,9 +3120,9 @@ func file_berth_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_orchestrator_v1_orchestrator_proto_rawDesc), len(file_berth_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   39,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_berth_orchestrator_v1_orchestrator_proto_goTypes,
 		DependencyIndexes: file_berth_orchestrator_v1_orchestrator_proto_depIdxs,

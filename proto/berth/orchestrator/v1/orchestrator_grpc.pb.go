@@ -692,3 +692,199 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "berth/orchestrator/v1/orchestrator.proto",
 }
+
+const (
+	VolumeService_List_FullMethodName   = "/berth.orchestrator.v1.VolumeService/List"
+	VolumeService_Get_FullMethodName    = "/berth.orchestrator.v1.VolumeService/Get"
+	VolumeService_Delete_FullMethodName = "/berth.orchestrator.v1.VolumeService/Delete"
+)
+
+// VolumeServiceClient is the client API for VolumeService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// VolumeService manages the workspace volumes of persistent workspaces.
+// The operator sees and removes every owner's volumes; a client token
+// only its own owner's (others are NOT_FOUND); a lease token nothing
+// (PERMISSION_DENIED).
+type VolumeServiceClient interface {
+	// List returns the volumes (sizes not measured: -1), by name.
+	List(ctx context.Context, in *ListVolumesRequest, opts ...grpc.CallOption) (*ListVolumesResponse, error)
+	// Get returns one volume with its size measured.
+	Get(ctx context.Context, in *GetVolumeRequest, opts ...grpc.CallOption) (*Volume, error)
+	// Delete removes a volume and its files; FAILED_PRECONDITION while a
+	// lease uses it.
+	Delete(ctx context.Context, in *DeleteVolumeRequest, opts ...grpc.CallOption) (*DeleteVolumeResponse, error)
+}
+
+type volumeServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewVolumeServiceClient(cc grpc.ClientConnInterface) VolumeServiceClient {
+	return &volumeServiceClient{cc}
+}
+
+func (c *volumeServiceClient) List(ctx context.Context, in *ListVolumesRequest, opts ...grpc.CallOption) (*ListVolumesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListVolumesResponse)
+	err := c.cc.Invoke(ctx, VolumeService_List_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *volumeServiceClient) Get(ctx context.Context, in *GetVolumeRequest, opts ...grpc.CallOption) (*Volume, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Volume)
+	err := c.cc.Invoke(ctx, VolumeService_Get_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *volumeServiceClient) Delete(ctx context.Context, in *DeleteVolumeRequest, opts ...grpc.CallOption) (*DeleteVolumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteVolumeResponse)
+	err := c.cc.Invoke(ctx, VolumeService_Delete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// VolumeServiceServer is the server API for VolumeService service.
+// All implementations must embed UnimplementedVolumeServiceServer
+// for forward compatibility.
+//
+// VolumeService manages the workspace volumes of persistent workspaces.
+// The operator sees and removes every owner's volumes; a client token
+// only its own owner's (others are NOT_FOUND); a lease token nothing
+// (PERMISSION_DENIED).
+type VolumeServiceServer interface {
+	// List returns the volumes (sizes not measured: -1), by name.
+	List(context.Context, *ListVolumesRequest) (*ListVolumesResponse, error)
+	// Get returns one volume with its size measured.
+	Get(context.Context, *GetVolumeRequest) (*Volume, error)
+	// Delete removes a volume and its files; FAILED_PRECONDITION while a
+	// lease uses it.
+	Delete(context.Context, *DeleteVolumeRequest) (*DeleteVolumeResponse, error)
+	mustEmbedUnimplementedVolumeServiceServer()
+}
+
+// UnimplementedVolumeServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedVolumeServiceServer struct{}
+
+func (UnimplementedVolumeServiceServer) List(context.Context, *ListVolumesRequest) (*ListVolumesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedVolumeServiceServer) Get(context.Context, *GetVolumeRequest) (*Volume, error) {
+	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedVolumeServiceServer) Delete(context.Context, *DeleteVolumeRequest) (*DeleteVolumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Delete not implemented")
+}
+func (UnimplementedVolumeServiceServer) mustEmbedUnimplementedVolumeServiceServer() {}
+func (UnimplementedVolumeServiceServer) testEmbeddedByValue()                       {}
+
+// UnsafeVolumeServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to VolumeServiceServer will
+// result in compilation errors.
+type UnsafeVolumeServiceServer interface {
+	mustEmbedUnimplementedVolumeServiceServer()
+}
+
+func RegisterVolumeServiceServer(s grpc.ServiceRegistrar, srv VolumeServiceServer) {
+	// If the following call panics, it indicates UnimplementedVolumeServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&VolumeService_ServiceDesc, srv)
+}
+
+func _VolumeService_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListVolumesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VolumeServiceServer).List(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VolumeService_List_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VolumeServiceServer).List(ctx, req.(*ListVolumesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _VolumeService_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetVolumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VolumeServiceServer).Get(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VolumeService_Get_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VolumeServiceServer).Get(ctx, req.(*GetVolumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _VolumeService_Delete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteVolumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VolumeServiceServer).Delete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VolumeService_Delete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VolumeServiceServer).Delete(ctx, req.(*DeleteVolumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// VolumeService_ServiceDesc is the grpc.ServiceDesc for VolumeService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var VolumeService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "berth.orchestrator.v1.VolumeService",
+	HandlerType: (*VolumeServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "List",
+			Handler:    _VolumeService_List_Handler,
+		},
+		{
+			MethodName: "Get",
+			Handler:    _VolumeService_Get_Handler,
+		},
+		{
+			MethodName: "Delete",
+			Handler:    _VolumeService_Delete_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "berth/orchestrator/v1/orchestrator.proto",
+}
