@@ -44,6 +44,7 @@ func run(args []string) int {
 	maxProcs := fs.Int("max-processes", 256, "maximum concurrently running commands")
 	user := fs.String("user", "", "default user of commands and of files created through the agent: NAME, UID, NAME:GROUP or UID:GID (default: the agent's own user)")
 	allowRoot := fs.Bool("allow-root", true, "allow commands to run as root (uid 0); false refuses them with PERMISSION_DENIED")
+	stateFile := fs.String("state-file", agent.DefaultStateFile, "where the lease configuration given by the orchestrator (a warm pool's sandbox) is kept for restarts; empty: memory only")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -105,7 +106,7 @@ func run(args []string) int {
 		return 1
 	}
 	srv, err := agent.New(agent.Config{Token: tok, NoAuth: *noAuth, WorkDir: *workDir, MaxProcesses: *maxProcs,
-		User: *user, DenyRoot: !*allowRoot, Secrets: secrets, Logger: log})
+		User: *user, DenyRoot: !*allowRoot, Secrets: secrets, StateFile: *stateFile, Logger: log})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 2

@@ -20,7 +20,7 @@ import (
 	"github.com/berth-dev/berth/internal/version"
 	"github.com/berth-dev/berth/pkg/agent/files"
 	"github.com/berth-dev/berth/pkg/agent/git"
-	"github.com/berth-dev/berth/pkg/agent/mask"
+	"github.com/berth-dev/berth/pkg/agent/openhands"
 	"github.com/berth-dev/berth/pkg/agent/process"
 	"github.com/berth-dev/berth/pkg/agent/terminal"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
@@ -61,6 +61,11 @@ type Config struct {
 	// terminals (see package mask for what is and is not caught). The
 	// commands get the values from the environment, not from here.
 	Secrets map[string]string
+	// StateFile keeps what ConfigService.Configure gave the agent (the
+	// lease's env and secrets of a warm pool's sandbox; see configure.go),
+	// root-only, and is read back at start so a restarted container keeps
+	// them. Default "": kept in memory only.
+	StateFile string
 }
 
 // maxGRPCMessage bounds one gRPC message (inline stdin is capped lower).
@@ -115,8 +120,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	masker := mask.New(cfg.Secrets)
-	runner := process.NewRunner(process.Config{WorkDir: cfg.WorkDir, MaxProcesses: cfg.MaxProcesses, OOMScoreAdj: 500, Users: us, Masker: masker, Logger: log.With("component", "process")})
+	conf, err := newConfigurer(cfg.StateFile, cfg.Secrets, log.With("component", "configure")) // configure.go
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	masker := conf.masker
+	runner := process.NewRunner(process.Config{WorkDir: cfg.WorkDir, MaxProcesses: cfg.MaxProcesses, OOMScoreAdj: 500, Users: us, Masker: masker,
+		Environ: conf.environ, Logger: log.With("component", "process")})
 	fcfg := files.Config{Logger: log.With("component", "files")}
 	if us != nil && !us.Default.Root() && os.Geteuid() == 0 {
 		if cfg.DenyRoot {
@@ -135,6 +145,7 @@ func New(cfg Config) (*Server, error) {
 	agentv1.RegisterFileServiceServer(gs, files.NewServer(fsys))
 	agentv1.RegisterGitServiceServer(gs, git.NewServer(g))
 	agentv1.RegisterTerminalServiceServer(gs, terminal.NewServer(terms))
+	agentv1.RegisterConfigServiceServer(gs, conf)
 	agentv1.RegisterInfoServiceServer(gs, &infoServer{
 		version: version.Version, started: time.Now(), workDir: cfg.WorkDir,
 		gitExists: g.Available,
@@ -172,6 +183,12 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("/v1/files/", raw)
 	mux.Handle(files.ArchiveRoutePrefix+"/", raw)
 	mux.Handle("/v1/terminals/ws", terminal.WebSocket(terms))
+	// The OpenHands agent-server subset (pkg/agent/openhands).
+	oh := openhands.New(openhands.Config{Runner: runner, Files: fsys, Git: g, WorkDir: cfg.WorkDir,
+		Version: version.Version, Logger: log.With("component", "openhands")})
+	for _, pattern := range oh.Routes() {
+		mux.Handle(pattern, oh)
+	}
 	mux.Handle("/", limitBody(gw))
 
 	return &Server{

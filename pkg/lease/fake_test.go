@@ -69,15 +69,7 @@ func (f *fakeRuntime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sa
 	if spec.AgentToken == "" || spec.LeaseID == "" {
 		return runtime.Sandbox{}, errdefs.InvalidArgument("spec", "lease id and agent token are required")
 	}
-	labels := map[string]string{
-		runtime.LabelManaged:      "true",
-		runtime.LabelLease:        spec.LeaseID,
-		runtime.LabelConversation: spec.ConversationID,
-		runtime.LabelInstance:     spec.InstanceID,
-	}
-	for k, v := range spec.Labels {
-		labels[runtime.LabelUserPrefix+k] = v
-	}
+	labels := runtime.SandboxLabels(spec, "")
 	return f.add(runtime.Sandbox{
 		LeaseID: spec.LeaseID, ConversationID: spec.ConversationID, InstanceID: spec.InstanceID,
 		Image: spec.Image, State: runtime.StateRunning, Labels: labels,

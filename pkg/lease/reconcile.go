@@ -39,8 +39,14 @@ func (m *Manager) selector() runtime.Selector {
 //     treated as dead; a frozen container found stopped makes the lease
 //     hibernated (ReasonFreezeLost); a missing one fails it;
 //   - RELEASING: the release is finished (RELEASED);
-//   - every container that is not an adopted lease's — those of the leases
-//     above, of ended leases, and orphans with no lease at all — is removed.
+//   - a container with a pool label and no lease record is an unclaimed
+//     pooled sandbox: adopted back into its pool when it runs and the pool
+//     is still configured with the same profile (pool.go); a pooled
+//     container that a lease claimed has that lease's id in its labels and
+//     is handled as that lease's above;
+//   - every container that is not an adopted lease's or pool's — those of
+//     the leases above, of ended leases, and orphans with no lease at all —
+//     is removed.
 //
 // Ended leases whose containers are all gone are marked Cleaned; a removal
 // that fails leaves its lease uncleaned (or RELEASING) for the reaper.
@@ -119,6 +125,11 @@ func (m *Manager) reconcile(ctx context.Context) error {
 				}
 			}
 		}
+	}
+	// Unclaimed pooled sandboxes (a pool label, no lease record) are
+	// adopted back into their pools, or removed below (pool.go).
+	for id := range m.adoptPooledLocked(boxes) {
+		keep[id] = true
 	}
 	m.mu.Unlock()
 	m.applyPauseFixes(ctx, fixes)
@@ -279,6 +290,9 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 		m.log.Info("a process in a sandbox was OOM-killed; the sandbox lives on", "lease_id", ev.LeaseID, "container_id", ev.ID)
 		return
 	case runtime.EventDied, runtime.EventRemoved:
+		if m.poolEvent(ctx, ev) { // an unclaimed pooled sandbox (pool.go)
+			return
+		}
 	default:
 		return
 	}
@@ -411,9 +425,12 @@ func (m *Manager) resync(ctx context.Context) {
 		l, rev := e.snapshot()
 		snaps = append(snaps, snap{l, rev})
 	}
+	poolGone := m.resyncPoolsLocked(byID, seq) // pool.go
 	for _, sb := range boxes {
 		e := m.leases[sb.LeaseID]
 		switch {
+		case e == nil && m.pooledLocked(sb):
+			continue // an unclaimed pooled sandbox, ready or being created
 		case e == nil:
 		case e.l.State == StatePending, e.l.State == StateReady && (e.l.ContainerID == sb.ID || e.readySeq > seq),
 			e.l.State == StatePaused && e.l.ContainerID == sb.ID:
@@ -425,6 +442,9 @@ func (m *Manager) resync(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	m.persistAll(snaps)
+	for _, mb := range poolGone {
+		_ = m.removeContainers(ctx, mb.id, mb.containerID)
+	}
 	m.applyPauseFixes(ctx, fixes)
 	for _, j := range restarts {
 		m.goRestart(ctx, j)

@@ -163,6 +163,9 @@ func (p *Proxy) resolveGRPC(ctx context.Context, method string) (*grpcCall, erro
 		}
 		return nil, rerr
 	}
+	if rerr := orchestratorOnly(method); rerr != nil { // orchestratoronly.go
+		return nil, rerr
+	}
 	budget, berr := limitGRPCUpload(method, id, op.rt)
 	if berr != nil {
 		p.log.Info("upload refused: disk limit", "lease_id", id, "method", method)

@@ -23,6 +23,10 @@ func SandboxLabels(spec Spec, defaultInstance string) map[string]string {
 	for k, v := range spec.Labels {
 		labels[LabelUserPrefix+k] = v
 	}
+	if spec.Pool != "" {
+		labels[LabelPool] = spec.Pool
+		labels[LabelPoolProfile] = spec.PoolProfile
+	}
 	return labels
 }
 

@@ -16,6 +16,7 @@ package mask
 import (
 	"bytes"
 	"sort"
+	"sync/atomic"
 )
 
 // MinLen is the length, in bytes, below which a value is not masked.
@@ -30,8 +31,15 @@ type secret struct {
 }
 
 // Masker replaces the values of a set of secrets. A nil *Masker masks
-// nothing. It is safe for concurrent use; its Streams are not.
+// nothing. It is safe for concurrent use; its Streams are not. The set
+// of a Masker made with NewSettable can be replaced (Set); a Stream keeps
+// the set it was started with.
 type Masker struct {
+	cur atomic.Pointer[table]
+}
+
+// table is one set of secrets, immutable once built.
+type table struct {
 	secrets []secret // longest value first
 	first   [256]bool
 	maxLen  int
@@ -41,12 +49,43 @@ type Masker struct {
 // at least MinLen bytes long. When two names share a value, the
 // alphabetically first name is used.
 func New(secrets map[string]string) *Masker {
+	t := newTable(secrets)
+	if t == nil {
+		return nil
+	}
+	m := &Masker{}
+	m.cur.Store(t)
+	return m
+}
+
+// NewSettable returns a Masker for secrets whose set Set can replace;
+// never nil.
+func NewSettable(secrets map[string]string) *Masker {
+	m := &Masker{}
+	m.cur.Store(newTable(secrets))
+	return m
+}
+
+// Set replaces m's secrets (a Masker from NewSettable; New's may be nil).
+// Streams started before keep the old set.
+func (m *Masker) Set(secrets map[string]string) { m.cur.Store(newTable(secrets)) }
+
+// load returns the current set, nil when there is nothing to mask.
+func (m *Masker) load() *table {
+	if m == nil {
+		return nil
+	}
+	return m.cur.Load()
+}
+
+// newTable builds the set for secrets, nil when no value is long enough.
+func newTable(secrets map[string]string) *table {
 	names := make([]string, 0, len(secrets))
 	for n := range secrets {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	m := &Masker{}
+	m := &table{}
 	seen := make(map[string]bool)
 	for _, n := range names {
 		v := secrets[n]
@@ -67,17 +106,18 @@ func New(secrets map[string]string) *Masker {
 
 // Bytes returns p with every value replaced.
 func (m *Masker) Bytes(p []byte) []byte {
-	if m == nil {
+	t := m.load()
+	if t == nil {
 		return p
 	}
-	out, _ := m.scan(nil, p, true)
+	out, _ := t.scan(nil, p, true)
 	return out
 }
 
 // scan appends p, masked, to out. Unless final, it stops at a tail that is
 // a proper prefix of some value (longer values first) and returns that
 // tail's length as held.
-func (m *Masker) scan(out, p []byte, final bool) (_ []byte, held int) {
+func (m *table) scan(out, p []byte, final bool) (_ []byte, held int) {
 	start := 0 // p[start:i] is plain output not yet appended
 	for i := 0; i < len(p); {
 		if !m.first[p[i]] {
@@ -108,12 +148,12 @@ func (m *Masker) scan(out, p []byte, final bool) (_ []byte, held int) {
 }
 
 // Stream returns a masker for one stream of chunks.
-func (m *Masker) Stream() *Stream { return &Stream{m: m} }
+func (m *Masker) Stream() *Stream { return &Stream{m: m.load()} }
 
 // Stream masks one output stream given in chunks. A Stream of a nil Masker
 // passes chunks through unchanged.
 type Stream struct {
-	m       *Masker
+	m       *table
 	pending []byte
 }
 

@@ -1,0 +1,172 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/berth-dev/berth/pkg/agent/mask"
+	"github.com/berth-dev/berth/pkg/agent/validate"
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
+	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
+)
+
+// DefaultStateFile is where sandbox-agent keeps what Configure gave it
+// (root-only), so that a restarted container's agent applies it again.
+const DefaultStateFile = "/var/lib/berth-agent/configure.json"
+
+// leaseConfig is what ConfigService.Configure gives and the state file holds.
+type leaseConfig struct {
+	Env     map[string]string `json:"env,omitempty"`
+	Secrets map[string]string `json:"secrets,omitempty"`
+}
+
+// configurer implements ConfigService: the environment and secrets of
+// the lease that claimed a pooled sandbox. Commands get the environment
+// through environ (process.Config.Environ); the secrets go to the masker.
+type configurer struct {
+	agentv1.UnimplementedConfigServiceServer
+	log       *slog.Logger
+	stateFile string
+	base      map[string]string // secrets from the agent's start (Config.Secrets)
+	masker    *mask.Masker
+
+	mu   sync.Mutex
+	done bool
+	env  atomic.Pointer[[]string] // KEY=VALUE added to every command's environment
+}
+
+// newConfigurer returns the ConfigService of an agent whose start-up
+// secrets are base, applying the state file when one is there.
+func newConfigurer(stateFile string, base map[string]string, log *slog.Logger) (*configurer, error) {
+	c := &configurer{log: log, stateFile: stateFile, base: base, masker: mask.NewSettable(base)}
+	if stateFile == "" {
+		return c, nil
+	}
+	b, err := os.ReadFile(stateFile)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return c, nil
+	case err != nil:
+		return nil, fmt.Errorf("read %s: %w", stateFile, err)
+	}
+	var lc leaseConfig
+	if err := json.Unmarshal(b, &lc); err != nil {
+		return nil, fmt.Errorf("read %s: %w", stateFile, err)
+	}
+	c.apply(lc)
+	log.Info("applied the lease configuration kept from before a restart", "env", len(lc.Env), "secrets", len(lc.Secrets))
+	return c, nil
+}
+
+// apply makes lc the configuration. Called once.
+func (c *configurer) apply(lc leaseConfig) {
+	all := maps.Clone(lc.Env)
+	if all == nil {
+		all = map[string]string{}
+	}
+	maps.Copy(all, lc.Secrets)
+	kv := make([]string, 0, len(all))
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		kv = append(kv, k+"="+all[k])
+	}
+	c.env.Store(&kv)
+	secrets := maps.Clone(c.base)
+	if secrets == nil {
+		secrets = map[string]string{}
+	}
+	maps.Copy(secrets, lc.Secrets)
+	c.masker.Set(secrets)
+	c.done = true
+}
+
+// environ is the base environment of commands: the agent's own, with
+// the configured variables added (and overriding).
+func (c *configurer) environ() []string {
+	base := os.Environ()
+	p := c.env.Load()
+	if p == nil {
+		return base
+	}
+	keys := make(map[string]bool, len(*p))
+	for _, kv := range *p {
+		k, _, _ := strings.Cut(kv, "=")
+		keys[k] = true
+	}
+	out := make([]string, 0, len(base)+len(*p))
+	for _, kv := range base {
+		if k, _, _ := strings.Cut(kv, "="); !keys[k] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, *p...)
+}
+
+// Configure implements ConfigService.Configure.
+func (c *configurer) Configure(_ context.Context, req *agentv1.ConfigureRequest) (*agentv1.ConfigureResponse, error) {
+	if err := validate.Env(req.GetEnv()); err != nil {
+		return nil, errgrpc.ToGRPC(err)
+	}
+	if err := validate.Env(req.GetSecrets()); err != nil {
+		return nil, errgrpc.ToGRPC(errdefs.InvalidArgument("secrets", "%v", err))
+	}
+	for k := range req.GetSecrets() {
+		if _, ok := req.GetEnv()[k]; ok {
+			return nil, errgrpc.ToGRPC(errdefs.InvalidArgument("secrets", "%s is also in env", k))
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return nil, errgrpc.ToGRPC(errdefs.FailedPrecondition("this sandbox was configured already: a claimed sandbox is never configured twice"))
+	}
+	lc := leaseConfig{Env: req.GetEnv(), Secrets: req.GetSecrets()}
+	if c.stateFile != "" {
+		if err := writeState(c.stateFile, lc); err != nil {
+			return nil, errgrpc.ToGRPC(fmt.Errorf("%w: keep the configuration: %v", errdefs.ErrInternal, err))
+		}
+	}
+	c.apply(lc)
+	c.log.Info("configured for a lease", "env", len(lc.Env), "secrets", len(lc.Secrets))
+	return &agentv1.ConfigureResponse{}, nil
+}
+
+// writeState writes lc to path (mode 0600, its directory 0700), atomically.
+func writeState(path string, lc leaseConfig) error {
+	b, err := json.Marshal(lc)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".configure-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

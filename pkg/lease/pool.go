@@ -1,0 +1,507 @@
+package lease
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// Warm pools (see docs/pools.md).
+//
+// A pool keeps sandboxes of one profile (image, user, resources) created,
+// started and agent-ready before any lease wants them. A pooled sandbox is
+// created under a lease id allocated up front (its container carries that
+// id in runtime.LabelLease, its agent the agent token of that id, and the
+// pool's name in runtime.LabelPool) but has no lease record. An acquire
+// whose profile matches claims one: the new lease takes the pre-allocated
+// id, so the container's labels name the lease from then on and every
+// path that maps a container to its lease by label (reconcile, resync,
+// events, removal by label) treats it as the lease's, although labels can
+// never be changed after create. The lease's own token is derived from
+// that id like any other: the caller never sees the agent token.
+//
+// Membership is not persisted: the containers are the record. A container
+// with runtime.LabelPool and no lease record of its id is an unclaimed
+// member; one with a lease record is that lease's. Reconcile adopts the
+// unclaimed members of the pools still configured with the same profile
+// digest (runtime.LabelPoolProfile), up to each pool's Max, and removes
+// the rest. A claim persists the PENDING record (with the id) before the
+// agent is configured with the lease's env and secrets, so a crash at any
+// point leaves either a pristine member or a record that owns the
+// container. The agent accepts Configure once only, so a claimed sandbox
+// whose record was lost can never be configured for a second lease.
+
+// PoolConfig configures one warm pool.
+type PoolConfig struct {
+	// Name names the pool: 1-63 of [a-z0-9-], starting with a letter or
+	// digit. It is written on the pool's containers (runtime.LabelPool).
+	Name string
+	// Image, User and Resources are the profile, with the defaults of an
+	// acquire applied (an empty Image is Config.DefaultImage, zero
+	// resources take Config.DefaultResources, an empty User the default
+	// user of the image). An acquire claims from the pool when its own
+	// image, user and resources, after the same defaults, are equal.
+	Image     string
+	User      string
+	Resources runtime.Resources
+	// Min is how many ready sandboxes the pool keeps; Max bounds them
+	// (a pool that missed grows towards Max, and shrinks back to Min
+	// after Config.PoolShrinkAfter without a miss). 0 ≤ Min ≤ Max, Max ≥ 1.
+	Min, Max int
+}
+
+// AgentConfigurer configures the agent of a claimed pooled sandbox with
+// the lease's environment and secrets. The orchestrator implements it
+// with the agent's ConfigService.Configure call, which the proxy refuses
+// to every client.
+type AgentConfigurer interface {
+	// Configure sets env as the default environment of every command the
+	// agent at endpoint starts and adds secrets to that environment and
+	// to the values it masks. An agent configured once refuses another
+	// Configure (errdefs.ErrFailedPrecondition).
+	Configure(ctx context.Context, endpoint, agentToken string, env, secrets map[string]string) error
+}
+
+var poolNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// poolShrinkDefault is Config.PoolShrinkAfter's default.
+const poolShrinkDefault = 5 * time.Minute
+
+// poolCreateConcurrency bounds the pooled sandboxes created at once.
+const poolCreateConcurrency = 4
+
+// RefillBuckets are the upper bounds, in seconds, of PoolStats.Refill.
+var RefillBuckets = []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}
+
+// profile is what an acquire must match to claim from a pool.
+type profile struct {
+	Image     string
+	User      string
+	Resources runtime.Resources
+}
+
+// member is one unclaimed, ready pooled sandbox.
+type member struct {
+	id, containerID, endpoint, diskEnforcement string
+	seq                                        uint64 // Manager.seq when it joined (resync races)
+}
+
+// pool is one pool's state. Guarded by Manager.mu.
+type pool struct {
+	cfg      PoolConfig
+	prof     profile
+	digest   string
+	idle     []member // oldest first
+	creating int
+	boost    int       // grown towards Max-Min by misses
+	lastMiss time.Time // real clock
+	retryAt  time.Time // real clock: no creation before (after a failure)
+	fails    int
+
+	hits, misses, createFails uint64
+	refill                    histogram
+}
+
+// histogram counts observations in RefillBuckets.
+type histogram struct {
+	Count   uint64
+	Sum     float64
+	Buckets []uint64 // cumulative, one per RefillBuckets
+}
+
+func (h *histogram) observe(v float64) {
+	if h.Buckets == nil {
+		h.Buckets = make([]uint64, len(RefillBuckets))
+	}
+	h.Count++
+	h.Sum += v
+	for i, b := range RefillBuckets {
+		if v <= b {
+			h.Buckets[i]++
+		}
+	}
+}
+
+// claim is a pooled sandbox taken by a PENDING lease (entry.claim).
+type claim struct {
+	pool string
+	m    member
+}
+
+// PoolStats are one pool's figures for metrics.
+type PoolStats struct {
+	// Name is the pool's name; Image its profile's image.
+	Name, Image string
+	// Ready counts the ready, unclaimed sandboxes; Creating those being
+	// created; Target how many the pool is filling towards.
+	Ready, Creating, Target int
+	// Hits counts acquires that claimed a sandbox, Misses acquires of the
+	// pool's profile that found it empty (they create one cold).
+	Hits, Misses uint64
+	// CreateFailures counts pooled sandboxes that failed to be created.
+	CreateFailures uint64
+	// Refill observes the creation time of each pooled sandbox, in
+	// seconds (RefillBuckets).
+	RefillCount   uint64
+	RefillSum     float64
+	RefillBuckets []uint64
+}
+
+// PoolStats returns every pool's figures, in configuration order.
+func (m *Manager) PoolStats() []PoolStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]PoolStats, 0, len(m.pools))
+	for _, p := range m.pools {
+		out = append(out, PoolStats{Name: p.cfg.Name, Image: p.prof.Image, Ready: len(p.idle), Creating: p.creating,
+			Target: p.targetLocked(), Hits: p.hits, Misses: p.misses, CreateFailures: p.createFails,
+			RefillCount: p.refill.Count, RefillSum: p.refill.Sum, RefillBuckets: slices.Clone(p.refill.Buckets)})
+	}
+	return out
+}
+
+// targetLocked is how many ready sandboxes p fills towards.
+func (p *pool) targetLocked() int { return min(p.cfg.Min+p.boost, p.cfg.Max) }
+
+// initPools validates Config.Pools against the acquire rules and builds
+// the pools. Called by New.
+func (m *Manager) initPools() error {
+	m.poolByID = map[string]*pool{}
+	seen := map[string]bool{}
+	total := 0
+	for i, pc := range m.cfg.Pools {
+		field := fmt.Sprintf("pools[%d]", i)
+		switch {
+		case !poolNameRE.MatchString(pc.Name):
+			return errdefs.InvalidArgument(field+".name", "%q: want 1-63 of [a-z0-9-], starting with a letter or digit", pc.Name)
+		case seen[pc.Name]:
+			return errdefs.InvalidArgument(field+".name", "pool %q is configured twice", pc.Name)
+		case pc.Min < 0 || pc.Max < 1 || pc.Min > pc.Max:
+			return errdefs.InvalidArgument(field+".max", "pool %q: want 0 <= min (%d) <= max (%d) and max >= 1", pc.Name, pc.Min, pc.Max)
+		}
+		seen[pc.Name] = true
+		req, err := m.validate(AcquireRequest{ConversationID: "pool", Image: pc.Image, User: pc.User, Resources: pc.Resources})
+		if err != nil {
+			return fmt.Errorf("pool %q: %w", pc.Name, err)
+		}
+		p := &pool{cfg: pc, prof: profile{Image: req.Image, User: req.User, Resources: req.Resources}}
+		p.digest = p.prof.digest(m.cfg.DenyRootUser)
+		m.pools = append(m.pools, p)
+		total += pc.Max
+	}
+	if m.cfg.MaxPooled == 0 {
+		m.cfg.MaxPooled = total
+	}
+	m.poolKick = make(chan struct{}, 1)
+	return nil
+}
+
+// digest names a profile (and the root policy its agents were started
+// with) on the containers: reconcile adopts only members whose digest is
+// the pool's current one.
+func (pr profile) digest(denyRoot bool) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00%d\x00%d\x00%t", pr.Image, pr.User, pr.Resources.NanoCPUs, pr.Resources.MemoryBytes,
+		pr.Resources.PidsLimit, pr.Resources.DiskBytes, denyRoot)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// poolFor returns the pool whose profile req (validated) matches, or nil.
+// A request for anything a pooled container cannot be given afterwards
+// never matches: env and secrets can (the agent's Configure), so can
+// labels, times, public ports and policies (they live in the lease); a new
+// AcquireRequest field that changes how the container is created must
+// keep such requests out of the pools here. Called with m.mu held.
+func (m *Manager) poolForLocked(req AcquireRequest) *pool {
+	if len(m.pools) == 0 {
+		return nil
+	}
+	if (len(req.Env) > 0 || len(req.Secrets) > 0) && m.cfg.AgentConfigurer == nil {
+		return nil
+	}
+	want := profile{Image: req.Image, User: req.User, Resources: req.Resources}
+	for _, p := range m.pools {
+		if p.prof == want {
+			return p
+		}
+	}
+	return nil
+}
+
+// takeLocked claims the oldest ready member of p for an acquire, counting
+// a hit, or counts a miss (and grows the pool) when it has none. Either
+// way the refill loop is woken. Called with m.mu held.
+func (m *Manager) takeLocked(p *pool) (member, bool) {
+	defer m.kickPools()
+	if len(p.idle) == 0 {
+		p.misses++
+		p.lastMiss = time.Now()
+		if p.cfg.Min+p.boost < p.cfg.Max {
+			p.boost++
+		}
+		return member{}, false
+	}
+	mb := p.idle[0]
+	p.idle = slices.Delete(p.idle, 0, 1)
+	delete(m.poolByID, mb.id)
+	p.hits++
+	return mb, true
+}
+
+// kickPools wakes the refill loop.
+func (m *Manager) kickPools() {
+	select {
+	case m.poolKick <- struct{}{}:
+	default:
+	}
+}
+
+// claimSandbox makes the claimed pooled sandbox c the lease's: it
+// configures its agent with spec's env and secrets. When that fails (the
+// agent died, or it was configured before) the sandbox is removed and
+// one is created cold under the same lease id instead, so a bad member
+// costs the caller time, not an error.
+func (m *Manager) claimSandbox(ctx context.Context, c *claim, spec runtime.Spec) (sb runtime.Sandbox, warm bool, err error) {
+	if cf := m.cfg.AgentConfigurer; cf != nil {
+		err = cf.Configure(ctx, c.m.endpoint, spec.AgentToken, spec.Env, spec.Secrets)
+	}
+	if err == nil {
+		return runtime.Sandbox{ID: c.m.containerID, Endpoint: c.m.endpoint, DiskEnforcement: c.m.diskEnforcement,
+			LeaseID: spec.LeaseID, Image: spec.Image, State: runtime.StateRunning}, true, nil
+	}
+	m.log.Warn("claimed pooled sandbox could not be configured; creating one cold", "pool", c.pool, "lease_id", spec.LeaseID,
+		"container_id", c.m.containerID, "err", err)
+	if err := m.removeContainers(ctx, spec.LeaseID, c.m.containerID); err != nil {
+		return runtime.Sandbox{}, false, err
+	}
+	sb, err = m.rt.Create(ctx, spec)
+	return sb, false, err
+}
+
+// poolLoop keeps every pool filled until ctx ends: woken by claims and
+// misses, and every second for shrinking and retries.
+func (m *Manager) poolLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	sem := make(chan struct{}, poolCreateConcurrency)
+	for {
+		m.fillPools(ctx, sem)
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.poolKick:
+		case <-t.C:
+		}
+	}
+}
+
+// fillPools starts the creations the pools are short of (within
+// Config.MaxPooled and the creation concurrency) and removes members
+// beyond a pool's target once it has shrunk.
+func (m *Manager) fillPools(ctx context.Context, sem chan struct{}) {
+	var trim []member
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	total := 0
+	for _, p := range m.pools {
+		total += len(p.idle) + p.creating
+	}
+pools:
+	for _, p := range m.pools {
+		if p.boost > 0 && now.Sub(p.lastMiss) > m.cfg.PoolShrinkAfter {
+			p.boost = 0
+		}
+		for len(p.idle) > p.targetLocked() {
+			mb := p.idle[len(p.idle)-1] // the newest: the oldest are claimed first
+			p.idle = p.idle[:len(p.idle)-1]
+			delete(m.poolByID, mb.id)
+			trim = append(trim, mb)
+			total--
+		}
+		if now.Before(p.retryAt) {
+			continue
+		}
+		for len(p.idle)+p.creating < p.targetLocked() && (m.cfg.MaxPooled < 0 || total < m.cfg.MaxPooled) {
+			select {
+			case sem <- struct{}{}:
+			default:
+				break pools // at the concurrency bound; a finishing creation kicks again
+			}
+			id := newID(m.now())
+			m.poolByID[id] = p
+			p.creating++
+			total++
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				defer func() { <-sem; m.kickPools() }()
+				m.createPooled(ctx, p, id)
+			}()
+		}
+	}
+	m.mu.Unlock()
+	for _, mb := range trim {
+		if err := m.removeContainers(ctx, mb.id, mb.containerID); err != nil {
+			m.log.Warn("pool: removing a surplus sandbox failed; resync retries", "container_id", mb.containerID, "err", err)
+		}
+	}
+}
+
+// createPooled creates one sandbox of pool p under the pre-allocated lease
+// id and adds it to the pool once its agent is ready.
+func (m *Manager) createPooled(ctx context.Context, p *pool, id string) {
+	spec := runtime.Spec{
+		LeaseID: id, InstanceID: m.cfg.InstanceID, Image: p.prof.Image, AgentToken: m.AgentToken(id),
+		Resources: p.prof.Resources, ReadyTimeout: m.cfg.ReadyTimeout, User: p.prof.User, DenyRootUser: m.cfg.DenyRootUser,
+		Pool: p.cfg.Name, PoolProfile: p.digest,
+	}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout+5*time.Second)
+	sb, err := m.rt.Create(cctx, spec)
+	cancel()
+	took := time.Since(start)
+
+	m.mu.Lock()
+	p.creating--
+	if err != nil {
+		delete(m.poolByID, id)
+		p.createFails++
+		p.fails++
+		p.retryAt = time.Now().Add(backoff(p.fails + 2))
+		m.mu.Unlock()
+		if ctx.Err() == nil {
+			m.log.Warn("pool: creating a sandbox failed", "pool", p.cfg.Name, "image", spec.Image, "err", err)
+			_ = m.removeContainers(ctx, id, "")
+		}
+		return
+	}
+	p.fails = 0
+	p.refill.observe(took.Seconds())
+	m.seq++
+	p.idle = append(p.idle, member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, diskEnforcement: sb.DiskEnforcement, seq: m.seq})
+	m.mu.Unlock()
+	m.log.Debug("pool: sandbox ready", "pool", p.cfg.Name, "lease_id", id, "container_id", sb.ID, "took", took)
+}
+
+// pooledLocked reports whether container sb (listed by the runtime) is an
+// unclaimed member of a pool, ready or being created: resync leaves it to
+// the pool. Called with m.mu held.
+func (m *Manager) pooledLocked(sb runtime.Sandbox) bool {
+	return sb.Labels[runtime.LabelPool] != "" && m.leases[sb.LeaseID] == nil && m.poolByID[sb.LeaseID] != nil
+}
+
+// adoptPooledLocked adopts the containers reconcile found with a pool
+// label and no lease record: running ones of a configured pool with the
+// same profile digest, up to the pool's Max and Config.MaxPooled. It
+// returns the ids adopted; reconcile removes the others. Called with m.mu
+// held.
+func (m *Manager) adoptPooledLocked(boxes []runtime.Sandbox) map[string]bool {
+	adopted := map[string]bool{}
+	byName := map[string]*pool{}
+	for _, p := range m.pools {
+		byName[p.cfg.Name] = p
+	}
+	total := 0
+	// Oldest first, so the order of claims survives a restart.
+	boxes = slices.Clone(boxes)
+	slices.SortFunc(boxes, func(a, b runtime.Sandbox) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	for _, sb := range boxes {
+		name := sb.Labels[runtime.LabelPool]
+		if name == "" || m.leases[sb.LeaseID] != nil {
+			continue
+		}
+		p := byName[name]
+		switch {
+		case p == nil, sb.Labels[runtime.LabelPoolProfile] != p.digest, sb.State != runtime.StateRunning,
+			len(p.idle) >= p.cfg.Max, m.cfg.MaxPooled >= 0 && total >= m.cfg.MaxPooled:
+			m.log.Info("reconcile: pooled sandbox not adopted", "pool", name, "container_id", sb.ID, "state", string(sb.State))
+			continue
+		}
+		p.idle = append(p.idle, member{id: sb.LeaseID, containerID: sb.ID, endpoint: sb.Endpoint})
+		m.poolByID[sb.LeaseID] = p
+		adopted[sb.ID] = true
+		total++
+		m.log.Info("reconcile: adopted pooled sandbox", "pool", name, "lease_id", sb.LeaseID, "container_id", sb.ID)
+	}
+	return adopted
+}
+
+// poolEvent handles a runtime event for an unclaimed pooled sandbox: one
+// that died or was removed leaves its pool (and its container is removed);
+// the pool refills. It reports whether ev was a pool member's.
+func (m *Manager) poolEvent(ctx context.Context, ev runtime.Event) bool {
+	if ev.Kind != runtime.EventDied && ev.Kind != runtime.EventRemoved {
+		return false
+	}
+	m.mu.Lock()
+	p := m.poolByID[ev.LeaseID]
+	if p == nil || m.leases[ev.LeaseID] != nil {
+		m.mu.Unlock()
+		return false
+	}
+	i := slices.IndexFunc(p.idle, func(mb member) bool { return mb.containerID == ev.ID })
+	if i < 0 {
+		m.mu.Unlock()
+		return true // being created: the creation reports its outcome
+	}
+	mb := p.idle[i]
+	p.idle = slices.Delete(p.idle, i, i+1)
+	delete(m.poolByID, mb.id)
+	m.mu.Unlock()
+	m.log.Warn("pool: a ready sandbox "+string(ev.Kind)+"; replacing it", "pool", p.cfg.Name, "container_id", ev.ID, "exit_code", ev.ExitCode)
+	if ev.Kind == runtime.EventDied {
+		_ = m.removeContainers(ctx, mb.id, mb.containerID)
+	}
+	m.kickPools()
+	return true
+}
+
+// resyncPoolsLocked drops the ready members that are missing from the
+// runtime's list byID (taken at Manager.seq seq), or not running, and
+// returns those to remove. Called with m.mu held.
+func (m *Manager) resyncPoolsLocked(byID map[string]runtime.Sandbox, seq uint64) []member {
+	var gone []member
+	for _, p := range m.pools {
+		p.idle = slices.DeleteFunc(p.idle, func(mb member) bool {
+			sb, ok := byID[mb.containerID]
+			if mb.seq > seq || ok && sb.State == runtime.StateRunning {
+				return false
+			}
+			delete(m.poolByID, mb.id)
+			if ok {
+				gone = append(gone, mb)
+			}
+			return true
+		})
+	}
+	if len(gone) > 0 {
+		m.kickPools()
+	}
+	return gone
+}
+
+// poolSnapshot is a test helper's view: pool name → ready member ids.
+func (m *Manager) poolSnapshot() map[string][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]string{}
+	for _, p := range m.pools {
+		ids := make([]string, 0, len(p.idle))
+		for _, mb := range p.idle {
+			ids = append(ids, mb.id)
+		}
+		out[p.cfg.Name] = ids
+	}
+	return out
+}
