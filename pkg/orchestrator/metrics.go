@@ -17,7 +17,7 @@ import (
 // acquireBuckets are the acquire duration histogram's upper bounds in
 // seconds: a cold start pulls nothing (images are local) but starts a
 // container and waits for its agent.
-var acquireBuckets = []float64{.05, .1, .25, .5, 1, 2, 3, 5, 10, 20, 30, 60, 120}
+var acquireBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2, 3, 5, 10, 20, 30, 60, 120}
 
 // metrics is one Server's Prometheus registry (private, not the global
 // default, so that several servers can run in one process) with the lease
@@ -26,6 +26,8 @@ var acquireBuckets = []float64{.05, .1, .25, .5, 1, 2, 3, 5, 10, 20, 30, 60, 120
 type metrics struct {
 	reg     *prometheus.Registry
 	acquire prometheus.Observer // kind="cold", backend=the runtime
+	warm    prometheus.Observer // kind="warm": claimed from a pool
+	leases  *lease.Manager
 }
 
 // newMetrics builds the registry of a server on backend (Config.Runtime)
@@ -33,7 +35,7 @@ type metrics struct {
 func newMetrics(m *lease.Manager, px *proxy.Proxy, backend string) *metrics {
 	acq := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "berth_acquire_duration_seconds",
-		Help:    "Duration of acquires that created a sandbox, by backend and kind (cold: a new container), until the lease is READY.",
+		Help:    "Duration of acquires that created a lease, by backend and kind (cold: a new container; warm: claimed from a pool), until the lease is READY.",
 		Buckets: acquireBuckets,
 	}, []string{"backend", "kind"})
 	reg := prometheus.NewRegistry()
@@ -41,12 +43,13 @@ func newMetrics(m *lease.Manager, px *proxy.Proxy, backend string) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		leaseCollector{m},
+		poolCollector{m}, // poolmetrics.go
 		acq,
 	)
 	if px != nil {
 		reg.MustRegister(px.Collector())
 	}
-	return &metrics{reg: reg, acquire: acq.WithLabelValues(backend, "cold")}
+	return &metrics{reg: reg, acquire: acq.WithLabelValues(backend, "cold"), warm: acq.WithLabelValues(backend, "warm"), leases: m}
 }
 
 // handler serves the registry in the Prometheus exposition format. It is
@@ -65,7 +68,12 @@ func (mt *metrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	start := time.Now()
 	resp, err := next(ctx, req)
 	if r, ok := resp.(*orchv1.AcquireResponse); ok && err == nil && r.GetCreated() {
-		mt.acquire.Observe(time.Since(start).Seconds())
+		took := time.Since(start).Seconds()
+		if l, gerr := mt.leases.Get(ctx, r.GetLease().GetId()); gerr == nil && l.Pool != "" {
+			mt.warm.Observe(took)
+		} else {
+			mt.acquire.Observe(took)
+		}
 	}
 	return resp, err
 }

@@ -45,6 +45,9 @@ type flagValue struct {
 	value   value // bound to Flags.probe
 	text    string
 	set     bool
+	// texts are every text of a repeatable setting's flag (poolsValue),
+	// each applied in turn.
+	texts []string
 }
 
 // Set checks text and keeps it for Load. An empty text is no value: the
@@ -58,6 +61,9 @@ func (v *flagValue) Set(text string) error {
 		return err
 	}
 	v.text, v.set = text, true
+	if _, ok := v.value.(interface{ repeatable() }); ok {
+		v.texts = append(v.texts, text)
+	}
 	return nil
 }
 
@@ -216,8 +222,14 @@ func (f *Flags) apply(cfg *orchestrator.Config) error {
 		if !fv.set {
 			continue
 		}
-		if err := fv.setting.field(cfg).Set(fv.text); err != nil {
-			return fmt.Errorf("--%s: %w", fv.setting.Flag, err)
+		texts := []string{fv.text}
+		if len(fv.texts) > 0 {
+			texts = fv.texts // a repeatable flag: each one adds
+		}
+		for _, text := range texts {
+			if err := fv.setting.field(cfg).Set(text); err != nil {
+				return fmt.Errorf("--%s: %w", fv.setting.Flag, err)
+			}
 		}
 	}
 	return nil

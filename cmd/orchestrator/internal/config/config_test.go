@@ -120,7 +120,7 @@ func TestPrecedence(t *testing.T) {
 // name repeats, and that the names scripts use still exist.
 func TestEverySettingAllWays(t *testing.T) {
 	sample := map[string]string{"string": "x", "int": "7", "bytes": "7", "cpus": "7", "duration": "7s", "list": "a,b",
-		"clients": "o:tokentokentoken1"}
+		"clients": "o:tokentokentoken1", "pool": "name=p,max=1"}
 	covered := map[string]string{}
 	names := map[string]bool{}
 	for _, s := range settings {
