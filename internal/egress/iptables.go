@@ -355,8 +355,49 @@ func program(ctx context.Context, x ipt, s sandboxRules) error {
 		return err
 	}
 	bf, bn := baseLines(t)
-	f, n := s.render(dispatchOf(t.filter, s.Instance, s.Lease), dispatchOf(t.nat, s.Instance, s.Lease))
+	sf, sn := stale(t, s)
+	f, n := s.render(append(dispatchOf(t.filter, s.Instance, s.Lease), sf...), append(dispatchOf(t.nat, s.Instance, s.Lease), sn...))
+	f = append(f, staleChains(t, sf)...)
 	return x.restore(ctx, append(bf, f...), append(bn, n...))
+}
+
+// stale returns the dispatch rules of other leases (of any instance) for
+// s's address on s's interface: left by a sandbox that went without its
+// rules being removed (an orchestrator that crashed), they would shadow
+// s's own, since one address is one sandbox.
+func stale(t tables, s sandboxRules) (filter, nat []string) {
+	src := "-s " + s.IP.String() + "/32 -i " + s.Iface + " "
+	mine := "--comment " + strconv.Quote(comment(s.Instance, s.Lease))
+	pick := func(table []string, chains ...string) []string {
+		var out []string
+		for _, c := range chains {
+			for _, l := range rulesOf(table, c) {
+				if strings.Contains(l, src) && !strings.Contains(l, mine) {
+					out = append(out, l)
+				}
+			}
+		}
+		return out
+	}
+	return pick(t.filter, ForwardChain, InputChain), pick(t.nat, DNSChain)
+}
+
+// staleChains returns the lines deleting the sandbox chains the stale
+// dispatch rules jump to.
+func staleChains(t tables, rules []string) []string {
+	var out []string
+	for _, l := range rules {
+		i := strings.LastIndex(l, " -j ")
+		if i < 0 {
+			continue
+		}
+		c := l[i+4:]
+		if (strings.HasPrefix(c, SandboxChainPrefix) || strings.HasPrefix(c, SandboxInputPrefix)) && t.hasChain(t.filter, c) &&
+			!slices.Contains(out, "-X "+c) {
+			out = append(out, "-F "+c, "-X "+c)
+		}
+	}
+	return out
 }
 
 // unprogram deletes a lease's dispatch rules and chains in one

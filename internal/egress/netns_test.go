@@ -149,24 +149,33 @@ func TestEnforcerNetns(t *testing.T) {
 }
 
 // TestEnforcerPrune removes the rules of leases that are gone, and only
-// this instance's.
+// this instance's; a new sandbox at an address takes it over from stale
+// rules of another lease.
 func TestEnforcerPrune(t *testing.T) {
 	egresstest.Require(t)
 	ctx := context.Background()
-	sb := egresstest.NewNetns(t, "s", 1)
+	sb := egresstest.NewNetns(t, "s", 4)
 	up := egresstest.NewDNS(t)
 	e1 := newEnforcer(t, "egtest-a-"+sb.Name, up.Addr)
 	e2 := newEnforcer(t, "egtest-b-"+sb.Name, up.Addr)
-	endpoint := net.JoinHostPort(sb.Addrs[0].String(), "7000")
-	for _, l := range []string{"keep", "gone"} {
+	ep := func(i int) string { return net.JoinHostPort(sb.Addrs[i].String(), "7000") }
+	for i, l := range []string{"keep", "gone", "stale"} {
 		t.Cleanup(func() { _ = e1.Remove(context.Background(), l) })
-		if err := e1.Apply(ctx, l, endpoint, egress.Policy{Mode: egress.ModeNone}); err != nil {
+		if err := e1.Apply(ctx, l, ep(i), egress.Policy{Mode: egress.ModeNone}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Cleanup(func() { _ = e2.Remove(context.Background(), "gone") })
-	if err := e2.Apply(ctx, "gone", endpoint, egress.Policy{}); err != nil {
+	if err := e2.Apply(ctx, "gone", ep(3), egress.Policy{}); err != nil {
 		t.Fatal(err)
+	}
+	// Another instance's sandbox now has the address of "stale".
+	t.Cleanup(func() { _ = e2.Remove(context.Background(), "thief") })
+	if err := e2.Apply(ctx, "thief", ep(2), egress.Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := countLines(t, "filter", "egtest-a-"+sb.Name+"/stale"); n != 0 {
+		t.Errorf("%d rules of the stale lease at a taken address", n)
 	}
 	if err := e1.Prune(ctx, func(l string) bool { return l == "keep" }); err != nil {
 		t.Fatal(err)
@@ -178,8 +187,8 @@ func TestEnforcerPrune(t *testing.T) {
 	if len(got) != 1 || got[0] != "keep" {
 		t.Errorf("leases after prune: %v, want [keep]", got)
 	}
-	if got, _ := e2.Leases(ctx); len(got) != 1 {
-		t.Errorf("the other instance's leases after prune: %v, want [gone]", got)
+	if got, _ := e2.Leases(ctx); len(got) != 2 {
+		t.Errorf("the other instance's leases after prune: %v, want [gone thief]", got)
 	}
 }
 

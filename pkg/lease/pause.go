@@ -360,6 +360,9 @@ func (m *Manager) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseM
 	} else {
 		rctx, cancel := detached(ctx, m.cfg.ReadyTimeout+5*time.Second)
 		sb, err = m.rt.Restart(rctx, cid)
+		if err == nil { // its address may have changed
+			err = m.enforceNetwork(rctx, e.l.ID, sb.Endpoint) // network.go
+		}
 		cancel()
 	}
 	took := time.Since(began)

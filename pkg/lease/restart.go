@@ -187,6 +187,9 @@ func (m *Manager) restart(ctx context.Context, j restartJob) {
 		// (more precise) timeout error win over ours.
 		rctx, cancel := detached(ctx, m.cfg.ReadyTimeout+5*time.Second)
 		sb, err = m.rt.Restart(rctx, j.cid)
+		if err == nil { // its address may have changed
+			err = m.enforceNetwork(rctx, id, sb.Endpoint) // network.go
+		}
 		cancel()
 		attempt++
 		switch {

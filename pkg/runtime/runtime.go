@@ -103,6 +103,11 @@ type Spec struct {
 	// (PERMISSION_DENIED), and fail to start when the default user is
 	// root. Default false: the lease token may run commands as root.
 	DenyRootUser bool
+	// DNS are the name servers of the sandbox's resolv.conf (Docker: its
+	// --dns). The lease manager gives egress.DNSAddress when berth
+	// enforces network policies (docs/network-policy.md). Default none:
+	// the backend's (the host's name servers).
+	DNS []string
 	// Mounts are volumes and host directories to mount (see Mount;
 	// ValidateMounts). A MountVolume's volume is created when missing.
 	// Default none.

@@ -306,7 +306,7 @@ func hostname(id string) string {
 // fails.
 func (r *Runtime) start(ctx context.Context, c ctd.Container, spec runtime.Spec, log *slog.Logger, t0 time.Time) (runtime.Sandbox, error) {
 	id := c.ID()
-	if err := r.writeSandboxFiles(id, spec.AgentToken); err != nil {
+	if err := r.writeSandboxFiles(id, spec.AgentToken, spec.DNS); err != nil {
 		return runtime.Sandbox{}, err
 	}
 	t1 := time.Now()

@@ -193,7 +193,7 @@ func (r *Runtime) logPath(id string) string { return filepath.Join(r.sandboxDir(
 //	berth/token          the agent token (0400)
 //	hostname, hosts, resolv.conf                             -> /etc/...
 //	log                  the agent's output (written by the shim)
-func (r *Runtime) writeSandboxFiles(id, token string) error {
+func (r *Runtime) writeSandboxFiles(id, token string, dns []string) error {
 	dir := r.sandboxDir(id)
 	_ = os.RemoveAll(dir) // a leftover of an earlier sandbox of this lease
 	agentDir := filepath.Join(dir, "berth")
@@ -235,7 +235,7 @@ func (r *Runtime) writeSandboxFiles(id, token string) error {
 		{"berth/token", token, 0o400},
 		{"hostname", hostname(id) + "\n", 0o644},
 		{"hosts", hostsFile("127.0.1.1", hostname(id)), 0o644},
-		{"resolv.conf", resolvConf(), 0o644},
+		{"resolv.conf", withNameservers(resolvConf(), dns), 0o644},
 	}
 	for _, f := range files {
 		p := filepath.Join(dir, f.name)
@@ -284,6 +284,25 @@ func resolvConf() string {
 		}
 	}
 	return text
+}
+
+// withNameservers replaces conf's name servers with dns (Spec.DNS; conf
+// unchanged when dns is empty), keeping its other lines (search, options).
+func withNameservers(conf string, dns []string) string {
+	if len(dns) == 0 {
+		return conf
+	}
+	var out []string
+	for _, ns := range dns {
+		out = append(out, "nameserver "+ns)
+	}
+	for _, line := range strings.Split(strings.TrimRight(conf, "\n"), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "nameserver" {
+			continue
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n") + "\n"
 }
 
 // linkOrCopy hard-links src to dst, copying it when they are on different

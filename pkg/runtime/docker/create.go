@@ -236,6 +236,8 @@ func (r *Runtime) containerConfig(spec runtime.Spec, workDir, netID, agentVolume
 		// The network's id, not its name: immune to a transiently duplicated
 		// name (see ensureNetwork).
 		NetworkMode: container.NetworkMode(netID),
+		// Spec.DNS: berth's egress resolver (docs/network-policy.md).
+		DNS: spec.DNS,
 		Resources: container.Resources{
 			NanoCPUs:   res.NanoCPUs,
 			Memory:     res.MemoryBytes,

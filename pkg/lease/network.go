@@ -1,0 +1,207 @@
+package lease
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/berth-dev/berth/internal/egress"
+	"github.com/berth-dev/berth/pkg/errdefs"
+)
+
+// Network modes (NetworkPolicy.Mode).
+const (
+	// NetworkOpen lets a sandbox reach everything but what is always
+	// denied (docs/network-policy.md) and its deny list.
+	NetworkOpen = "open"
+	// NetworkRestricted lets it reach only its allow list.
+	NetworkRestricted = "restricted"
+	// NetworkNone lets it reach nothing (the host still reaches its agent).
+	NetworkNone = "none"
+)
+
+// NetworkPolicy is what a lease's sandbox may reach on the network (see
+// docs/network-policy.md).
+type NetworkPolicy struct {
+	// Mode is NetworkNone, NetworkRestricted or NetworkOpen; "" takes the
+	// operator's default (Config.DefaultNetwork), open when it has none.
+	Mode string `json:"mode,omitempty"`
+	// Allow lists what restricted mode lets through: CIDRs, host:port and
+	// domain names (exact or *.suffix).
+	Allow []string `json:"allow,omitempty"`
+	// Deny lists what is refused in every mode, in the same forms; a deny
+	// wins over an allow.
+	Deny []string `json:"deny,omitempty"`
+}
+
+// Clone returns a deep copy of p.
+func (p NetworkPolicy) Clone() NetworkPolicy {
+	p.Allow, p.Deny = slices.Clone(p.Allow), slices.Clone(p.Deny)
+	return p
+}
+
+func (p NetworkPolicy) egress() egress.Policy {
+	return egress.Policy{Mode: egress.Mode(p.Mode), Allow: p.Allow, Deny: p.Deny}
+}
+
+// Egress enforces leases' network policies on the host (package
+// internal/egress implements it).
+type Egress interface {
+	// Apply enforces p for lease's sandbox, whose agent is at endpoint,
+	// replacing what the lease had.
+	Apply(ctx context.Context, lease, endpoint string, p egress.Policy) error
+	// Remove deletes lease's rules; nothing to delete is success.
+	Remove(ctx context.Context, lease string) error
+	// Prune removes the rules of the leases keep rejects.
+	Prune(ctx context.Context, keep func(lease string) bool) error
+	// DNS returns the name servers to give sandboxes.
+	DNS() []string
+}
+
+// validNetwork returns p (nil: the default) with the operator's default
+// mode filled in and its entries normalised; errdefs.ErrInvalidArgument
+// naming network.* for a bad policy, errdefs.ErrFailedPrecondition for a
+// policy this orchestrator cannot enforce.
+func (m *Manager) validNetwork(p *NetworkPolicy) (*NetworkPolicy, error) {
+	var out NetworkPolicy
+	if p != nil {
+		out = p.Clone()
+	}
+	if out.Mode == "" {
+		out.Mode = m.cfg.DefaultNetwork.Mode
+		if p == nil {
+			out = m.cfg.DefaultNetwork.Clone()
+		}
+	}
+	n, err := egress.Normalize(out.egress())
+	if err != nil {
+		return nil, err
+	}
+	out = NetworkPolicy{Mode: string(n.Mode), Allow: n.Allow, Deny: n.Deny}
+	if m.cfg.Egress == nil && !n.Open() {
+		return nil, errdefs.FailedPrecondition("network: egress policies are not enforced by this orchestrator (it needs root and iptables; setting egress): only mode open without a deny list is possible")
+	}
+	return &out, nil
+}
+
+func netOf(p *NetworkPolicy) NetworkPolicy {
+	if p == nil {
+		return NetworkPolicy{Mode: NetworkOpen}
+	}
+	return p.Clone()
+}
+
+// sandboxDNS returns the name servers for a new sandbox (nil: the
+// backend's default).
+func (m *Manager) sandboxDNS() []string {
+	if m.cfg.Egress == nil {
+		return nil
+	}
+	return m.cfg.Egress.DNS()
+}
+
+// enforceNetwork applies lease id's policy to its sandbox at endpoint (a
+// no-op without Config.Egress).
+func (m *Manager) enforceNetwork(ctx context.Context, id, endpoint string) error {
+	if m.cfg.Egress == nil {
+		return nil
+	}
+	m.mu.Lock()
+	e := m.leases[id]
+	var p NetworkPolicy
+	if e != nil {
+		p = e.l.Network.Clone()
+	}
+	m.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	if err := m.cfg.Egress.Apply(ctx, id, endpoint, p.egress()); err != nil {
+		return wrapf(err, "lease %s: enforce network policy", id)
+	}
+	return nil
+}
+
+// dropNetwork deletes lease id's rules (the sandbox is gone).
+func (m *Manager) dropNetwork(ctx context.Context, id string) {
+	if m.cfg.Egress == nil {
+		return
+	}
+	rctx, cancel := detached(ctx, 30*time.Second)
+	defer cancel()
+	if err := m.cfg.Egress.Remove(rctx, id); err != nil {
+		m.log.Warn("removing the sandbox's network rules failed", "lease_id", id, "err", err)
+	}
+}
+
+// reapplyNetworks enforces the policies of the READY and PAUSED leases
+// again (after a restart of the orchestrator, whose resolver port changed)
+// and removes the rules of every other lease of this instance.
+func (m *Manager) reapplyNetworks(ctx context.Context) {
+	if m.cfg.Egress == nil {
+		return
+	}
+	type job struct{ id, endpoint string }
+	var jobs []job
+	live := map[string]bool{}
+	m.mu.Lock()
+	for id, e := range m.leases {
+		if (e.l.State == StateReady || e.l.State == StatePaused || e.l.State == StatePending) && e.l.Endpoint != "" {
+			live[id] = true
+			if e.l.State != StatePending {
+				jobs = append(jobs, job{id, e.l.Endpoint})
+			}
+		}
+	}
+	m.mu.Unlock()
+	for _, j := range jobs {
+		if err := m.enforceNetwork(ctx, j.id, j.endpoint); err != nil {
+			m.log.Warn("re-applying the network policy failed", "lease_id", j.id, "err", err)
+		}
+	}
+	if err := m.cfg.Egress.Prune(ctx, func(id string) bool { return live[id] }); err != nil {
+		m.log.Warn("pruning network rules of ended leases failed", "err", err)
+	}
+}
+
+// SetNetwork replaces lease id's network policy while it runs: the new
+// policy applies to the sandbox's new connections at once (connections
+// already open stay open) and is recorded with the lease, so that it holds
+// after restarts. Mode "" takes the operator's default. Errors:
+// errdefs.ErrNotFound; errdefs.ErrInvalidArgument naming network.*;
+// errdefs.ErrFailedPrecondition for an ended lease or a policy this
+// orchestrator cannot enforce.
+func (m *Manager) SetNetwork(ctx context.Context, id string, p NetworkPolicy) (Lease, error) {
+	np, err := m.validNetwork(&p)
+	if err != nil {
+		return Lease{}, err
+	}
+	m.mu.Lock()
+	e := m.leases[id]
+	if e == nil {
+		m.mu.Unlock()
+		return Lease{}, errdefs.NotFound("lease %s not found", id)
+	}
+	if e.l.State.Ended() || e.l.State == StateReleasing {
+		st := e.l.State
+		m.mu.Unlock()
+		return Lease{}, errdefs.FailedPrecondition("lease %s is %s", id, st)
+	}
+	e.l.Network = np.Clone()
+	e.rev++
+	endpoint, state := e.l.Endpoint, e.l.State
+	l, rev := e.snapshot()
+	m.mu.Unlock()
+	if err := m.persist(l, rev); err != nil {
+		return Lease{}, wrapf(err, "lease %s: persist network policy", id)
+	}
+	// A PENDING lease's sandbox (being created or restarted) gets it
+	// again when it is ready.
+	if endpoint != "" {
+		if err := m.enforceNetwork(ctx, id, endpoint); err != nil && state != StatePending {
+			return Lease{}, err
+		}
+	}
+	m.log.Info("network policy changed", "lease_id", id, "mode", np.Mode, "allow", len(np.Allow), "deny", len(np.Deny))
+	return l.Clone(), nil
+}
