@@ -94,6 +94,19 @@ type Config struct {
 	// together (they do not count against MaxLeases until claimed).
 	// Default 0: the sum of the pools' Max; negative: no bound.
 	MaxPooled int
+	// PersistWorkspaces makes every acquire keep /workspace on its
+	// conversation's volume, as if it set workspace.persist (see
+	// docs/workspaces.md). Default false.
+	PersistWorkspaces bool
+	// AllowHostMounts are the host directories acquires may mount, as
+	// "PATH:ro|rw,..." (a path without a mode is read-only); an acquire may
+	// mount a path under one (symlinks resolved), read-write only under a
+	// ":rw" one. Default "": no host mounts.
+	AllowHostMounts string
+	// VolumeRetention removes a workspace volume unused (no live lease)
+	// for longer than this, counted from its last lease's end. Default 0:
+	// volumes stay until an operator removes them.
+	VolumeRetention Duration
 	// RestartLimit is how many times a sandbox whose container exited
 	// unexpectedly (agent crash, kill from outside, engine restart) is
 	// restarted in place, files kept, within RestartWindow; one more exit
@@ -353,6 +366,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("default idle policy must be expire, freeze or hibernate, got %q", c.DefaultIdlePolicy)
 	case c.ReadHeaderTimeout <= 0 || c.IdleTimeout <= 0:
 		return errors.New("read header timeout and idle timeout must be positive")
+	}
+	if err := c.validateVolumes(); err != nil { // volumes.go
+		return err
 	}
 	seen := map[string]bool{}
 	for _, cl := range c.Clients {

@@ -137,6 +137,8 @@ func (s *leaseServer) Acquire(ctx context.Context, req *orchv1.AcquireRequest) (
 		NoOwnerLimit: p.Role == RoleOperator,
 		Snapshot:     req.Snapshot, AnySnapshot: p.Role == RoleOperator,
 	}
+	ar.Persist, ar.Mounts = req.GetWorkspace().GetPersist(), fromHostMounts(req.Mounts) // volumes.go
+	ar.Network = acquireNetwork(req.Network)                                              // network.go
 	for _, p := range req.PublicPorts {
 		ar.PublicPorts = append(ar.PublicPorts, int(p))
 	}
@@ -430,6 +432,8 @@ func toLease(l lease.Lease) *orchv1.Lease {
 		out.Usage = &orchv1.Usage{DiskBytes: l.Usage.DiskBytes, MeasuredAt: ts(l.Usage.MeasuredAt)}
 	}
 	out.Warnings = l.Warnings
+	setLeaseMounts(out, l) // volumes.go
+	out.Network = toNetwork(l.Network) // network.go
 	for _, t := range l.Transitions {
 		out.Transitions = append(out.Transitions, toTransition(t))
 	}

@@ -111,6 +111,9 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		PausedRetention:   time.Duration(cfg.PausedRetention),
 		RestartLimit:      restartLimit(cfg.RestartLimit),
 		RestartWindow:     time.Duration(cfg.RestartWindow),
+		PersistWorkspaces: cfg.PersistWorkspaces,
+		HostMounts:        hostMountPolicy(cfg), // volumes.go
+		VolumeRetention:   time.Duration(cfg.VolumeRetention),
 		Pools:             leasePools(cfg.Pools), // config.go, docs/pools.md
 		MaxPooled:         cfg.MaxPooled,
 		AgentConfigurer:   agentConfigurer{}, // agentconfig.go
@@ -177,6 +180,7 @@ func (s *Server) buildAPI() error {
 		grpc.UnknownServiceHandler(px.GRPCHandler()),
 		grpc.ForceServerCodecV2(px.Codec()),
 	)...)
+	orchv1.RegisterVolumeServiceServer(s.grpc, &volumeServer{m: s.manager}) // volumes.go
 	orchv1.RegisterLeaseServiceServer(s.grpc, &leaseServer{m: s.manager, watches: newWatchLimiter(s.cfg.MaxWatchesPerPrincipal), usage: s.usage, logs: s.logs})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -193,6 +197,9 @@ func (s *Server) buildAPI() error {
 	s.inproc = inproc
 	gw := edge.GatewayMux(gwruntime.WithErrorHandler(retryAfterErrorHandler))
 	if err := orchv1.RegisterLeaseServiceHandler(context.Background(), gw, inproc.Conn); err != nil {
+		return fmt.Errorf("orchestrator: gateway: %w", err)
+	}
+	if err := orchv1.RegisterVolumeServiceHandler(context.Background(), gw, inproc.Conn); err != nil {
 		return fmt.Errorf("orchestrator: gateway: %w", err)
 	}
 	mux := http.NewServeMux()

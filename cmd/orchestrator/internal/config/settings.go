@@ -197,6 +197,15 @@ var settings = []setting{
 	{Flag: "allow-root-user", Env: "BERTH_ALLOW_ROOT_USER", Key: "allowRootUser", Group: groupLeases,
 		Usage: "whether acquires and commands may run as root (uid 0)",
 		field: boolean(func(c *orchestrator.Config) *bool { return &c.AllowRootUser }, false)},
+	{Flag: "persist-workspaces", Env: "BERTH_PERSIST_WORKSPACES", Key: "persistWorkspaces", Group: groupLeases,
+		Usage: "keep every acquire's /workspace on its conversation's volume, as workspace.persist (docs/workspaces.md)",
+		field: boolean(func(c *orchestrator.Config) *bool { return &c.PersistWorkspaces }, true)},
+	{Flag: "volume-retention", Env: "BERTH_VOLUME_RETENTION", Key: "volumeRetention", Group: groupLeases,
+		Usage: "remove a workspace volume unused this long after its last lease ended; 0 keeps volumes",
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.VolumeRetention })},
+	{Flag: "allow-host-mount", Env: "BERTH_ALLOW_HOST_MOUNT", Key: "allowHostMount", Group: groupLeases,
+		Usage: "host directories acquires may mount, PATH:ro|rw comma-separated (/srv/projects:rw,/data:ro); empty allows none",
+		field: str(func(c *orchestrator.Config) *string { return &c.AllowHostMounts })},
 
 	// Sandbox resources.
 	{Flag: "default-cpus", Env: "BERTH_DEFAULT_CPUS", Key: "defaultCPUs", Group: groupResources,
