@@ -138,7 +138,7 @@ func (s *leaseServer) Acquire(ctx context.Context, req *orchv1.AcquireRequest) (
 		Snapshot:     req.Snapshot, AnySnapshot: p.Role == RoleOperator,
 	}
 	ar.Persist, ar.Mounts = req.GetWorkspace().GetPersist(), fromHostMounts(req.Mounts) // volumes.go
-	ar.Network = acquireNetwork(req.Network)                                              // network.go
+	ar.Network = acquireNetwork(req.Network)
 	for _, p := range req.PublicPorts {
 		ar.PublicPorts = append(ar.PublicPorts, int(p))
 	}
@@ -433,7 +433,7 @@ func toLease(l lease.Lease) *orchv1.Lease {
 	}
 	out.Warnings = l.Warnings
 	setLeaseMounts(out, l) // volumes.go
-	out.Network = toNetwork(l.Network) // network.go
+	out.Network = toNetwork(l.Network)
 	for _, t := range l.Transitions {
 		out.Transitions = append(out.Transitions, toTransition(t))
 	}

@@ -76,6 +76,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id string, opts runtime.Snapshot
 		}
 		defer restore()
 	}
+	t0 := time.Now()
 	resp, err := r.cli.ContainerCommit(ctx, id, container.CommitOptions{
 		Reference: ref,
 		Comment:   "berth snapshot " + opts.Name,
@@ -87,6 +88,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id string, opts runtime.Snapshot
 	}
 	snap := runtime.SnapshotImage{Name: opts.Name, Ref: ref, ID: resp.ID, CreatedAt: time.Now(), Labels: cfg.Labels}
 	snap.Size = r.layerSize(ctx, resp.ID)
+	r.log.Debug("sandbox snapshotted", "container_id", id, "snapshot", opts.Name, "commit", time.Since(t0), "size_bytes", snap.Size)
 	return snap, nil
 }
 
