@@ -1,0 +1,83 @@
+package proxy_test
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/berth-dev/berth/pkg/lease"
+)
+
+// TestOpenHandsSessionKeyAndHealth covers the proxy's part of the OpenHands
+// subset: X-Session-API-Key opens a lease like a bearer token and never
+// reaches the agent, which gets its own token instead; GET /health without
+// a token is answered for an existing lease (READY: after probing the
+// agent; PAUSED: without resuming) and counts as no activity.
+func TestOpenHandsSessionKeyAndHealth(t *testing.T) {
+	var mu sync.Mutex
+	var seen http.Header
+	healthy := true
+	port := listenHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.URL.Path == "/healthz" {
+			if !healthy {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+			return
+		}
+		seen = r.Header.Clone()
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	fr := newFakeRouter()
+	e := mountProxy(t, nil, fr, nil)
+	ready, paused, gone := fakeID(1), fakeID(2), fakeID(3)
+	agent := "127.0.0.1:" + strconv.Itoa(port)
+	fr.set(ready, lease.Route{State: lease.StateReady, Endpoint: agent})
+	fr.set(paused, lease.Route{State: lease.StatePaused, Endpoint: agent})
+	fr.set(gone, lease.Route{State: lease.StateReleased, Reason: "released by caller"})
+
+	hdr := http.Header{"X-Session-Api-Key": {fakeToken(ready)}}
+	if r := do(t, "GET", e.sandboxURL(ready, "/server_info"), "", hdr, ""); r.code != 200 {
+		t.Fatalf("X-Session-API-Key: %d %s", r.code, r.body)
+	}
+	mu.Lock()
+	if seen.Get("X-Session-Api-Key") != "" || seen.Get("Authorization") != "Bearer agent-"+ready {
+		t.Errorf("agent saw X-Session-API-Key %q, Authorization %q", seen.Get("X-Session-Api-Key"), seen.Get("Authorization"))
+	}
+	mu.Unlock()
+	if r := do(t, "GET", e.sandboxURL(ready, "/server_info"), "", http.Header{"X-Session-Api-Key": {fakeToken(paused)}}, ""); r.code != 401 {
+		t.Errorf("another lease's token: %d %s", r.code, r.body)
+	}
+
+	touches := fr.touched(ready)
+	for _, tc := range []struct {
+		id, method string
+		want       int
+	}{
+		{ready, "GET", 200}, {ready, "HEAD", 200}, {paused, "GET", 200},
+		{gone, "GET", 410}, {fakeID(4), "GET", 404},
+	} {
+		r := do(t, tc.method, e.sandboxURL(tc.id, "/health"), "", nil, "")
+		if r.code != tc.want || (tc.want == 200 && tc.method == "GET" && string(r.body) != `{"status":"ok"}`+"\n") {
+			t.Errorf("%s /health of %s: %d %q, want %d", tc.method, tc.id, r.code, r.body, tc.want)
+		}
+	}
+	if fr.touched(ready) != touches || fr.touched(paused) != 0 {
+		t.Errorf("an open health probe counted as activity")
+	}
+	if l, _ := fr.Route(paused); l.State != lease.StatePaused {
+		t.Errorf("an open health probe changed a paused lease: %s", l.State)
+	}
+	mu.Lock()
+	healthy = false
+	mu.Unlock()
+	if r := do(t, "GET", e.sandboxURL(ready, "/health"), "", nil, ""); r.code != 503 {
+		t.Errorf("/health with a failing agent: %d %s", r.code, r.body)
+	}
+	// Other routes still need the token.
+	if r := do(t, "GET", e.sandboxURL(ready, "/api/git/changes"), "", nil, ""); r.code != 401 {
+		t.Errorf("/api without a token: %d %s", r.code, r.body)
+	}
+}
