@@ -179,8 +179,12 @@ func (ls *logSource) output(ctx context.Context, cid string, opts runtime.LogOpt
 		return note("the container's output is gone: its sandbox was removed")
 	case err != nil && ctx.Err() != nil:
 		return nil
+	case err != nil:
+		// The transitions were sent; say why the output is missing
+		// (e.g. a container being removed) rather than fail the stream.
+		return note("the container's output cannot be read: " + err.Error())
 	}
-	return err
+	return nil
 }
 
 // transitionEntry is a transition as a log entry.

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// usageFresh is how old a cached sample may be for Get to reuse it.
+// usageFresh is the shortest staleness bound of the metrics' samples.
 const usageFresh = time.Second
 
 // usageParallel bounds the concurrent engine calls of one sampling round.
@@ -137,24 +137,20 @@ func (u *usageTracker) sample(ctx context.Context, id, container string) (usageS
 	return s, nil
 }
 
-// fill adds lease l's live figures to out (Get): a sample younger than
-// usageFresh is reused, else one is taken now. A lease that is not READY,
-// or a backend that cannot, leaves out as it is.
+// fill adds lease l's live figures to out (Get), sampled now (one or two
+// engine calls); the CPU percentage is over the time since the lease's
+// previous sample (by Get, `lease top` or the sampling loop). A lease that
+// is not READY, or a backend that cannot, leaves out as it is.
 func (u *usageTracker) fill(ctx context.Context, l lease.Lease, out *orchv1.Lease) {
 	if u == nil || u.rt == nil || l.State != lease.StateReady || l.ContainerID == "" {
 		return
 	}
-	u.mu.Lock()
-	s, ok := u.last[l.ID]
-	u.mu.Unlock()
-	if !ok || s.container != l.ContainerID || time.Since(s.stats.At) > usageFresh {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		var err error
-		if s, err = u.sample(sctx, l.ID, l.ContainerID); err != nil {
-			u.log.Debug("usage sample failed", "lease_id", l.ID, "container_id", l.ContainerID, "error", err)
-			return
-		}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := u.sample(sctx, l.ID, l.ContainerID)
+	if err != nil {
+		u.log.Debug("usage sample failed", "lease_id", l.ID, "container_id", l.ContainerID, "error", err)
+		return
 	}
 	if out.Usage == nil {
 		out.Usage = &orchv1.Usage{}
