@@ -118,6 +118,7 @@ execute, 127 not found).`,
 		}
 	}
 	add(groupLeases, newSnapshotCommand(env))
+	add(groupLeases, newVolumeCommand(env)) // volume.go
 	add(groupLeases, newLeaseCommand(env))
 	add(groupLeases, newLogsCommand(env))
 	add(groupSandbox, newExecCommand(env), newShellCommand(env), newCpCommand(env), newGitCommand(env))

@@ -68,6 +68,8 @@ func newAcquireCommand(env Env, lf *leaseFlags) *cobra.Command {
 		pids                     int64
 		labels                   = labelFlag{}
 		secrets, secretEnv       []string
+		persist                  bool      // volume.go
+		mounts                   mountFlag // volume.go
 	)
 	cmd := &cobra.Command{
 		Use:   "acquire --conversation ID [flags]",
@@ -89,6 +91,8 @@ not).`,
   orchestrator lease acquire --conversation ci-42 --memory 2Gi --disk 10Gi --cpus 1.5 --ttl 30m
   orchestrator lease acquire --conversation ci-42 --label team=infra --label job=build -o json
   orchestrator lease acquire --conversation ci-42 --secret-env GITHUB_TOKEN
+  orchestrator lease acquire --conversation c-1 --persist --idle-timeout 10m --idle-policy hibernate
+  orchestrator lease acquire --conversation c-1 --mount /srv/projects/app:/workspace/app
   TOKEN=$(orchestrator lease acquire --conversation ci-42 -o json | jq -r .token)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -99,6 +103,10 @@ not).`,
 			return lf.call(cmd.Context(), env, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
 				req := &orchv1.AcquireRequest{ConversationId: conv, Image: image, Labels: labels, Owner: owner, User: user, IdlePolicy: idlePolicy, Snapshot: snapshot,
 					Resources: &orchv1.Resources{Cpus: float64(cpus), MemoryBytes: int64(mem), DiskBytes: int64(disk), Pids: pids}, Secrets: sec}
+				if persist {
+					req.Workspace = &orchv1.Workspace{Persist: true}
+				}
+				req.Mounts = mounts.mounts
 				if ttl != 0 {
 					req.Ttl = durationpb.New(ttl)
 				}
@@ -125,6 +133,8 @@ not).`,
 	fs.Var(labels, "label", "label key=value (repeatable)")
 	fs.StringArrayVar(&secrets, "secret", nil, "secret `NAME=VALUE` for the sandbox's environment, masked in its output (repeatable; prefer --secret-env)")
 	fs.StringArrayVar(&secretEnv, "secret-env", nil, "secret `NAME` whose value is this environment's NAME (repeatable)")
+	fs.BoolVar(&persist, "persist", false, "keep /workspace on the conversation's volume: a later acquire of the conversation finds the files (orchestrator volume list)")
+	fs.Var(&mounts, "mount", "mount a host path: HOST_PATH:TARGET[:ro] (repeatable; only under prefixes the operator allows)")
 	return cmd
 }
 

@@ -1,0 +1,187 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/berth-dev/berth/internal/quantity"
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
+)
+
+// newVolumeCommand is `orchestrator volume`: list, inspect and remove the
+// workspace volumes that `lease acquire --persist` creates.
+func newVolumeCommand(env Env) *cobra.Command {
+	lf := &leaseFlags{}
+	cmd := newGroup("volume", "List, inspect and remove persistent workspace volumes (lease acquire --persist)",
+		`  orchestrator lease acquire --conversation c-1 --persist
+  orchestrator volume list -o json
+  orchestrator volume inspect berth-ws-0123456789abcdef0123456789abcdef
+  orchestrator volume rm berth-ws-0123456789abcdef0123456789abcdef`,
+		newVolumeListCommand(env, lf), newVolumeInspectCommand(env, lf), newVolumeRmCommand(env, lf))
+	lf.register(cmd.PersistentFlags(), env)
+	addOutputFlag(cmd.PersistentFlags(), &lf.output)
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return checkOutput(lf.output) }
+	return cmd
+}
+
+func newVolumeListCommand(env Env, lf *leaseFlags) *cobra.Command {
+	var owner, conv string
+	cmd := &cobra.Command{
+		Use:     "list [--owner O] [--conversation ID]",
+		Aliases: []string{"ls"},
+		Short:   "List workspace volumes (a client sees its own; the operator every owner's)",
+		Example: `  orchestrator volume list
+  orchestrator volume list --conversation c-1 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return lf.callVolumes(cmd.Context(), env, func(ctx context.Context, c orchv1.VolumeServiceClient) (proto.Message, error) {
+				return c.List(ctx, &orchv1.ListVolumesRequest{Owner: owner, ConversationId: conv})
+			})
+		},
+	}
+	cmd.Flags().StringVar(&owner, "owner", "", "one owner's volumes (operator)")
+	cmd.Flags().StringVar(&conv, "conversation", "", "the volume of one conversation")
+	return cmd
+}
+
+func newVolumeInspectCommand(env Env, lf *leaseFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:     "inspect NAME",
+		Aliases: []string{"get"},
+		Short:   "Show one volume with its size measured",
+		Example: `  orchestrator volume inspect berth-ws-0123456789abcdef0123456789abcdef -o json | jq .sizeBytes`,
+		Args:    exactArgs(1, "one volume name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return lf.callVolumes(cmd.Context(), env, func(ctx context.Context, c orchv1.VolumeServiceClient) (proto.Message, error) {
+				return c.Get(ctx, &orchv1.GetVolumeRequest{Name: args[0]})
+			})
+		},
+	}
+}
+
+func newVolumeRmCommand(env Env, lf *leaseFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm NAME...",
+		Aliases: []string{"remove"},
+		Short:   "Remove volumes and their files (refused while a lease uses one)",
+		Example: `  orchestrator volume rm berth-ws-0123456789abcdef0123456789abcdef`,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, name := range args {
+				err := lf.callVolumes(cmd.Context(), env, func(ctx context.Context, c orchv1.VolumeServiceClient) (proto.Message, error) {
+					if _, err := c.Delete(ctx, &orchv1.DeleteVolumeRequest{Name: name}); err != nil {
+						return nil, err
+					}
+					return &orchv1.DeleteVolumeRequest{Name: name}, nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// callVolumes is leaseFlags.call on the VolumeService, with the volume
+// table for -o table and wide.
+func (lf *leaseFlags) callVolumes(ctx context.Context, env Env, fn func(context.Context, orchv1.VolumeServiceClient) (proto.Message, error)) error {
+	conn, err := lf.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	msg, err := fn(withToken(ctx, lf.bearer()), orchv1.NewVolumeServiceClient(conn))
+	if err != nil {
+		return fail(err)
+	}
+	if rm, ok := msg.(*orchv1.DeleteVolumeRequest); ok {
+		if lf.output == outJSON || lf.output == outYAML {
+			return fail(printMessage(env.Stdout, lf.output, &orchv1.Volume{Name: rm.GetName()}))
+		}
+		fmt.Fprintf(env.Stdout, "removed %s\n", safe(rm.GetName()))
+		return nil
+	}
+	if lf.output == outJSON || lf.output == outYAML {
+		return fail(printMessage(env.Stdout, lf.output, msg))
+	}
+	printVolumes(env.Stdout, msg)
+	return nil
+}
+
+// printVolumes writes volumes as a table.
+func printVolumes(w io.Writer, msg proto.Message) {
+	var list []*orchv1.Volume
+	switch m := msg.(type) {
+	case *orchv1.Volume:
+		list = []*orchv1.Volume{m}
+	case *orchv1.ListVolumesResponse:
+		list = m.GetVolumes()
+	}
+	t := &table{}
+	t.addRow([]string{"NAME", "SIZE", "OWNER", "CONVERSATION", "IN USE BY", "LAST USED", "CREATED"})
+	for _, v := range list {
+		size := "-"
+		if v.GetSizeBytes() >= 0 {
+			size = quantity.FormatBytes(v.GetSizeBytes())
+		}
+		last, created := "-", "-"
+		if v.GetLastUsedAt() != nil {
+			last = v.GetLastUsedAt().AsTime().Format(time.RFC3339)
+		}
+		if v.GetCreatedAt() != nil {
+			created = v.GetCreatedAt().AsTime().Format(time.RFC3339)
+		}
+		t.addRow([]string{safe(v.GetName()), size, orDash(v.GetOwner() != "", safe(v.GetOwner())),
+			orDash(v.GetConversationId() != "", safe(v.GetConversationId())), orDash(v.GetInUse(), safe(v.GetLeaseId())), last, created})
+	}
+	t.flush(w)
+	if len(list) == 0 {
+		fmt.Fprintln(w, "no volumes")
+	}
+}
+
+// mountFlag collects --mount HOST_PATH:TARGET[:ro|:rw] (repeatable).
+type mountFlag struct{ mounts []*orchv1.HostMount }
+
+// String implements pflag.Value.
+func (f *mountFlag) String() string {
+	parts := make([]string, len(f.mounts))
+	for i, m := range f.mounts {
+		parts[i] = m.HostPath + ":" + m.Target
+		if m.ReadOnly {
+			parts[i] += ":ro"
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// Set implements pflag.Value.
+func (f *mountFlag) Set(s string) error {
+	p := strings.Split(s, ":")
+	m := &orchv1.HostMount{}
+	switch {
+	case len(p) == 2:
+	case len(p) == 3 && (p[2] == "ro" || p[2] == "rw"):
+		m.ReadOnly = p[2] == "ro"
+	default:
+		return fmt.Errorf("--mount %q: want HOST_PATH:TARGET, HOST_PATH:TARGET:ro or HOST_PATH:TARGET:rw", s)
+	}
+	if p[0] == "" || p[1] == "" {
+		return fmt.Errorf("--mount %q: want HOST_PATH:TARGET", s)
+	}
+	m.HostPath, m.Target = p[0], p[1]
+	f.mounts = append(f.mounts, m)
+	return nil
+}
+
+// Type implements pflag.Value.
+func (f *mountFlag) Type() string { return "HOST:TARGET[:ro]" }
