@@ -187,8 +187,10 @@ func (m *Manager) expireIfDueLocked(e *entry, now time.Time) error {
 }
 
 // Renew extends a live lease: ExpiresAt becomes now + ttl, and ttl becomes
-// the lease's TTL; ttl 0 reuses the lease's TTL. Only READY and PENDING
-// leases can be renewed; others (or a READY lease already past its expiry,
+// the lease's TTL; ttl 0 reuses the lease's TTL. Only READY, PENDING and
+// PAUSED leases can be renewed (a PAUSED lease stays paused: renewing is
+// no activity, and its paused retention still counts from PausedAt, so a
+// client that keeps renewing does not lose it to a pause); others (or a READY lease already past its expiry,
 // which Renew expires) fail with errdefs.ErrFailedPrecondition ("lease X is
 // EXPIRED: ..."). A negative ttl or one above Config.MaxTTL is
 // errdefs.ErrInvalidArgument; an unknown id errdefs.ErrNotFound. Renew is
@@ -215,7 +217,7 @@ func (m *Manager) Renew(ctx context.Context, id string, ttl time.Duration) (Leas
 	if err := m.expireIfDueLocked(e, now); err != nil {
 		return Lease{}, err
 	}
-	if e.l.State != StateReady && e.l.State != StatePending {
+	if e.l.State != StateReady && e.l.State != StatePending && e.l.State != StatePaused {
 		err := errNotUsable(&e.l)
 		m.mu.Unlock()
 		return Lease{}, err

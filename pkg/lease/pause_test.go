@@ -81,8 +81,10 @@ func TestPauseFreezeResume(t *testing.T) {
 	if _, err := h.m.Pause(ctx, l.ID, PauseHibernate); !errdefs.IsFailedPrecondition(err) {
 		t.Fatalf("hibernate a frozen lease: %v", err)
 	}
-	if _, err := h.m.Renew(ctx, l.ID, 0); !errdefs.IsFailedPrecondition(err) {
-		t.Fatalf("renew a paused lease: %v", err)
+	// A renewal (a workspace's background loop) keeps a paused lease
+	// paused.
+	if rn, err := h.m.Renew(ctx, l.ID, 0); err != nil || rn.State != StatePaused {
+		t.Fatalf("renew a paused lease: %v %v, want it renewed and still paused", rn.State, err)
 	}
 	r, err := h.m.Resume(ctx, l.ID)
 	if err != nil {

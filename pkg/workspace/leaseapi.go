@@ -18,6 +18,10 @@ type leaseAPI interface {
 	// Renew extends lease id by ttl from now (0: the lease's own TTL).
 	Renew(ctx context.Context, id string, ttl time.Duration) (*orchv1.Lease, error)
 	Release(ctx context.Context, id, reason string) (*orchv1.Lease, error)
+	// Pause pauses lease id ("freeze" or "hibernate"); Resume resumes it
+	// (pause.go).
+	Pause(ctx context.Context, id, mode string) (*orchv1.Lease, error)
+	Resume(ctx context.Context, id string) (*orchv1.Lease, error)
 	Close() error
 }
 
@@ -67,6 +71,16 @@ func (a *grpcLeaseAPI) Release(ctx context.Context, id, reason string) (*orchv1.
 	return resp, wireErr(err)
 }
 
+func (a *grpcLeaseAPI) Pause(ctx context.Context, id, mode string) (*orchv1.Lease, error) {
+	resp, err := a.c.Pause(ctx, &orchv1.PauseRequest{Id: id, Mode: mode})
+	return resp, wireErr(err)
+}
+
+func (a *grpcLeaseAPI) Resume(ctx context.Context, id string) (*orchv1.Lease, error) {
+	resp, err := a.c.Resume(ctx, &orchv1.ResumeRequest{Id: id})
+	return resp, wireErr(err)
+}
+
 func (a *grpcLeaseAPI) Close() error { return a.conn.Close() }
 
 // restLeaseAPI calls the lease API over REST. Acquire (idempotent by
@@ -95,6 +109,18 @@ func (a *restLeaseAPI) Release(ctx context.Context, id, reason string) (*orchv1.
 		q = url.Values{"reason": {reason}}
 	}
 	return out, a.c.callJSON(ctx, request{method: http.MethodDelete, route: leaseRoute(id), query: q, retry: true}, nil, out)
+}
+
+// Pause and Resume are retried like idempotent calls: pausing a lease
+// paused the same way, or resuming a READY one, changes nothing.
+func (a *restLeaseAPI) Pause(ctx context.Context, id, mode string) (*orchv1.Lease, error) {
+	out := &orchv1.Lease{}
+	return out, a.c.callJSON(ctx, request{method: http.MethodPost, route: leaseRoute(id) + ":pause", retry: true}, &orchv1.PauseRequest{Mode: mode}, out)
+}
+
+func (a *restLeaseAPI) Resume(ctx context.Context, id string) (*orchv1.Lease, error) {
+	out := &orchv1.Lease{}
+	return out, a.c.callJSON(ctx, request{method: http.MethodPost, route: leaseRoute(id) + ":resume", retry: true}, &orchv1.ResumeRequest{}, out)
 }
 
 func (a *restLeaseAPI) Close() error {

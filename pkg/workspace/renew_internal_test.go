@@ -45,6 +45,14 @@ func (a *scriptedAPI) Release(context.Context, string, string) (*orchv1.Lease, e
 	return nil, errors.New("not used")
 }
 
+func (a *scriptedAPI) Pause(context.Context, string, string) (*orchv1.Lease, error) {
+	return nil, errors.New("not used")
+}
+
+func (a *scriptedAPI) Resume(context.Context, string) (*orchv1.Lease, error) {
+	return nil, errors.New("not used")
+}
+
 func (a *scriptedAPI) Close() error { return nil }
 
 func (a *scriptedAPI) count() int {

@@ -71,7 +71,7 @@ func Run(t *testing.T, newWorkspace Factory) {
 		{"ErrorCategories", testErrors},
 		{"Close", testClose},
 	}
-	runCases(t, newWorkspace, append(append(tests, archiveCases...), watchCases...))
+	runCases(t, newWorkspace, append(append(append(tests, archiveCases...), watchCases...), pauseCases...))
 }
 
 // testCase is one subtest of the suite.
