@@ -187,6 +187,22 @@ type Config struct {
 	// warning), "required" or "off". The containerd backend always installs
 	// them. Default "auto".
 	HostInput string
+	// Egress is how sandboxes' network policies are enforced (host
+	// iptables chains and berth's DNS resolver, docs/network-policy.md):
+	// "auto" (when the orchestrator is root and iptables exists; else one
+	// warning, and only open policies without a deny list are accepted),
+	// "required" (fail to start otherwise) or "off". Default "auto".
+	Egress string
+	// DefaultNetworkMode is the network mode of an acquire that sets none:
+	// "none", "restricted" or "open". Default "open".
+	DefaultNetworkMode string
+	// DefaultNetworkAllow and DefaultNetworkDeny are the allow and deny
+	// lists of an acquire that gives no network policy. Default empty.
+	DefaultNetworkAllow []string
+	DefaultNetworkDeny  []string
+	// EgressUpstreams are the name servers (host:port) berth's sandbox
+	// resolver asks. Default empty: the host's (/etc/resolv.conf).
+	EgressUpstreams []string
 	// MaxLeasesPerOwner bounds one owner's live leases; more acquires get
 	// RESOURCE_EXHAUSTED (HTTP 429 with Retry-After). The operator's own
 	// acquires are exempt (MaxLeases still applies). Default 20.
@@ -304,6 +320,8 @@ func Defaults() Config {
 		DefaultUserImages:      []string{"berth/"},
 		AllowRootUser:          true,
 		HostInput:              "auto",
+		Egress:                 "auto",
+		DefaultNetworkMode:     "open",
 		MaxLeasesPerOwner:      20,
 		MaxEndedPerOwner:       100,
 		MaxWatchesPerPrincipal: 8,
@@ -368,6 +386,9 @@ func (c Config) Validate() error {
 		return errors.New("read header timeout and idle timeout must be positive")
 	}
 	if err := c.validateVolumes(); err != nil { // volumes.go
+		return err
+	}
+	if err := c.validateEgress(); err != nil { // network.go
 		return err
 	}
 	seen := map[string]bool{}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/edge"
+	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
@@ -46,6 +47,8 @@ type Server struct {
 	store   *lease.BoltStore
 	manager *lease.Manager
 	auth    *authenticator
+	// egress enforces network policies; nil when it does not (network.go).
+	egress *egress.Enforcer
 	// operator is the operator token, given to the authenticator and the
 	// proxy alike.
 	operator bearer.Secret
@@ -89,8 +92,14 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: lease store: %w", err)
 	}
+	eg, err := newEgress(cfg, instance, log.With("component", "egress")) // network.go
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
 	m, err := lease.New(lease.Config{
 		Store: store, Runtime: rt, InstanceID: instance, Secret: secret,
+		Egress: leaseEgress(eg), DefaultNetwork: lease.NetworkPolicy(cfg.defaultNetwork()),
 		DefaultImage: cfg.DefaultImage, DefaultTTL: time.Duration(cfg.DefaultTTL), MaxTTL: time.Duration(cfg.MaxTTL),
 		DefaultIdleTimeout: time.Duration(cfg.DefaultIdleTimeout), MaxLive: cfg.MaxLeases,
 		DefaultResources:  cfg.DefaultResources(),
@@ -120,19 +129,21 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		Logger:            log.With("component", "lease"),
 	})
 	if err != nil {
+		closeEgress(eg)
 		store.Close()
 		return nil, fmt.Errorf("orchestrator: lease manager: %w", err)
 	}
 	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	if err := m.Start(mctx); err != nil {
 		cancel()
+		closeEgress(eg)
 		store.Close()
 		return nil, fmt.Errorf("orchestrator: start lease manager: %w", err)
 	}
 	// The operator token is read once: the authenticator and the proxy
 	// share this one Secret.
 	operator := bearer.NewSecret(cfg.OperatorToken)
-	s := &Server{cfg: cfg, log: log, store: store, manager: m, cancel: cancel, operator: operator,
+	s := &Server{cfg: cfg, log: log, store: store, manager: m, cancel: cancel, operator: operator, egress: eg,
 		auth: newAuthenticator(operator, cfg.Clients, m)}
 	s.usage = newUsageTracker(rt, m, cfg, log.With("component", "usage"))
 	s.logs = newLogSource(m, rt)
@@ -246,6 +257,7 @@ func (s *Server) Close() error {
 	}
 	s.cancel()
 	err := s.manager.Close()
+	closeEgress(s.egress)
 	return errors.Join(err, s.store.Close())
 }
 

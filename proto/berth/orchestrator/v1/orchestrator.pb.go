@@ -435,7 +435,10 @@ type Lease struct {
 	// workspace says whether /workspace persists and on which volume.
 	Workspace *Workspace `protobuf:"bytes,28,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	// mounts are the host paths mounted (symlinks resolved).
-	Mounts        []*HostMount `protobuf:"bytes,29,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	Mounts []*HostMount `protobuf:"bytes,29,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	// network is what the sandbox may reach (see NetworkPolicy); SetNetwork
+	// changes it.
+	Network       *NetworkPolicy `protobuf:"bytes,30,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -673,6 +676,13 @@ func (x *Lease) GetMounts() []*HostMount {
 	return nil
 }
 
+func (x *Lease) GetNetwork() *NetworkPolicy {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
 // AcquireRequest asks for a conversation's sandbox.
 type AcquireRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -721,7 +731,10 @@ type AcquireRequest struct {
 	// mounts are host paths to mount, allowed only under the prefixes the
 	// operator allows (read-only or read-write per prefix); anything else is
 	// PERMISSION_DENIED naming the path. Default: none allowed.
-	Mounts        []*HostMount `protobuf:"bytes,15,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	Mounts []*HostMount `protobuf:"bytes,15,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	// network is what the sandbox may reach; unset takes the operator's
+	// default policy (open unless configured). See docs/network-policy.md.
+	Network       *NetworkPolicy `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -861,6 +874,141 @@ func (x *AcquireRequest) GetMounts() []*HostMount {
 	return nil
 }
 
+func (x *AcquireRequest) GetNetwork() *NetworkPolicy {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// NetworkPolicy is what a sandbox may reach, enforced on the host outside
+// the sandbox (docs/network-policy.md). Some destinations are always
+// denied: link-local and cloud metadata addresses, the host itself, other
+// sandboxes.
+type NetworkPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// mode is "none" (nothing; the orchestrator still reaches the agent),
+	// "restricted" (only allow) or "open" (everything but deny). Empty takes
+	// the operator's default.
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// allow lists what restricted mode lets through: CIDRs ("10.0.0.0/8"),
+	// host:port ("10.0.0.5:443", "api.example.com:443") and domain names
+	// ("example.com"; "*.example.com" for every name under it). Names
+	// resolve through berth's resolver, which opens exactly the addresses it
+	// answered.
+	Allow []string `protobuf:"bytes,2,rep,name=allow,proto3" json:"allow,omitempty"`
+	// deny lists what is refused in every mode, in the same forms; it wins
+	// over allow. A denied name does not resolve.
+	Deny          []string `protobuf:"bytes,3,rep,name=deny,proto3" json:"deny,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkPolicy) Reset() {
+	*x = NetworkPolicy{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkPolicy) ProtoMessage() {}
+
+func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
+func (*NetworkPolicy) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *NetworkPolicy) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *NetworkPolicy) GetAllow() []string {
+	if x != nil {
+		return x.Allow
+	}
+	return nil
+}
+
+func (x *NetworkPolicy) GetDeny() []string {
+	if x != nil {
+		return x.Deny
+	}
+	return nil
+}
+
+// SetNetworkRequest replaces a live lease's network policy.
+type SetNetworkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// network is the new policy; it applies to new connections at once.
+	Network       *NetworkPolicy `protobuf:"bytes,2,opt,name=network,proto3" json:"network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNetworkRequest) Reset() {
+	*x = SetNetworkRequest{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNetworkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNetworkRequest) ProtoMessage() {}
+
+func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNetworkRequest.ProtoReflect.Descriptor instead.
+func (*SetNetworkRequest) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SetNetworkRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SetNetworkRequest) GetNetwork() *NetworkPolicy {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
 // AcquireResponse holds the lease and its token.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -876,7 +1024,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1036,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1049,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AcquireResponse) GetLease() *Lease {
@@ -938,7 +1086,7 @@ type Workspace struct {
 
 func (x *Workspace) Reset() {
 	*x = Workspace{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1098,7 @@ func (x *Workspace) String() string {
 func (*Workspace) ProtoMessage() {}
 
 func (x *Workspace) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1111,7 @@ func (x *Workspace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workspace.ProtoReflect.Descriptor instead.
 func (*Workspace) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Workspace) GetPersist() bool {
@@ -996,7 +1144,7 @@ type HostMount struct {
 
 func (x *HostMount) Reset() {
 	*x = HostMount{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1156,7 @@ func (x *HostMount) String() string {
 func (*HostMount) ProtoMessage() {}
 
 func (x *HostMount) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1169,7 @@ func (x *HostMount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostMount.ProtoReflect.Descriptor instead.
 func (*HostMount) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HostMount) GetHostPath() string {
@@ -1055,7 +1203,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1215,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1228,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetLeaseRequest) GetId() string {
@@ -1110,7 +1258,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1270,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1283,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListLeasesRequest) GetState() LeaseState {
@@ -1198,7 +1346,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1358,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1371,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -1252,7 +1400,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1412,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1425,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RenewRequest) GetId() string {
@@ -1305,7 +1453,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1465,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1478,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseRequest) GetId() string {
@@ -1359,7 +1507,7 @@ type PauseRequest struct {
 
 func (x *PauseRequest) Reset() {
 	*x = PauseRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1519,7 @@ func (x *PauseRequest) String() string {
 func (*PauseRequest) ProtoMessage() {}
 
 func (x *PauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1532,7 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
 func (*PauseRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PauseRequest) GetId() string {
@@ -1411,7 +1559,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1571,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1584,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResumeRequest) GetId() string {
@@ -1459,7 +1607,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1619,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1632,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotRequest) GetId() string {
@@ -1529,7 +1677,7 @@ type LeaseSnapshot struct {
 
 func (x *LeaseSnapshot) Reset() {
 	*x = LeaseSnapshot{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1689,7 @@ func (x *LeaseSnapshot) String() string {
 func (*LeaseSnapshot) ProtoMessage() {}
 
 func (x *LeaseSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1702,7 @@ func (x *LeaseSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseSnapshot.ProtoReflect.Descriptor instead.
 func (*LeaseSnapshot) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LeaseSnapshot) GetName() string {
@@ -1648,7 +1796,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1808,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1821,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListSnapshotsRequest) GetOwner() string {
@@ -1707,7 +1855,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1867,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1880,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*LeaseSnapshot {
@@ -1752,7 +1900,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1912,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1925,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteSnapshotRequest) GetName() string {
@@ -1796,7 +1944,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1956,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1969,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 // ReapRequest selects leases to release (operator only).
@@ -1840,7 +1988,7 @@ type ReapRequest struct {
 
 func (x *ReapRequest) Reset() {
 	*x = ReapRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +2000,7 @@ func (x *ReapRequest) String() string {
 func (*ReapRequest) ProtoMessage() {}
 
 func (x *ReapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2013,7 @@ func (x *ReapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReapRequest.ProtoReflect.Descriptor instead.
 func (*ReapRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReapRequest) GetIds() []string {
@@ -1920,7 +2068,7 @@ type ReapResponse struct {
 
 func (x *ReapResponse) Reset() {
 	*x = ReapResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2080,7 @@ func (x *ReapResponse) String() string {
 func (*ReapResponse) ProtoMessage() {}
 
 func (x *ReapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2093,7 @@ func (x *ReapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReapResponse.ProtoReflect.Descriptor instead.
 func (*ReapResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReapResponse) GetReaped() []string {
@@ -1968,7 +2116,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2128,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2141,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchRequest) GetOwner() string {
@@ -2021,7 +2169,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2181,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2194,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -2086,7 +2234,7 @@ type SignRequest struct {
 
 func (x *SignRequest) Reset() {
 	*x = SignRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2246,7 @@ func (x *SignRequest) String() string {
 func (*SignRequest) ProtoMessage() {}
 
 func (x *SignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2259,7 @@ func (x *SignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignRequest.ProtoReflect.Descriptor instead.
 func (*SignRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SignRequest) GetId() string {
@@ -2172,7 +2320,7 @@ type SignResponse struct {
 
 func (x *SignResponse) Reset() {
 	*x = SignResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2332,7 @@ func (x *SignResponse) String() string {
 func (*SignResponse) ProtoMessage() {}
 
 func (x *SignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2345,7 @@ func (x *SignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignResponse.ProtoReflect.Descriptor instead.
 func (*SignResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SignResponse) GetUrl() string {
@@ -2245,7 +2393,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2405,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2418,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LogsRequest) GetId() string {
@@ -2319,7 +2467,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2479,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2492,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LogEntry) GetTime() *timestamppb.Timestamp {
@@ -2396,7 +2544,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2556,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2569,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Volume) GetName() string {
@@ -2492,7 +2640,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2652,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2665,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListVolumesRequest) GetOwner() string {
@@ -2544,7 +2692,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2704,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +2717,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -2589,7 +2737,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[32]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2749,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[32]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2762,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{32}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetVolumeRequest) GetName() string {
@@ -2634,7 +2782,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[33]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +2794,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[33]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +2807,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{33}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteVolumeRequest) GetName() string {
@@ -2678,7 +2826,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[34]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2838,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[34]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2851,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{34}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{36}
 }
 
 var File_berth_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
@@ -2739,8 +2887,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xc9\n" +
-	"\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x89\v\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x14\n" +
@@ -2775,10 +2922,11 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"idlePolicy\x12!\n" +
 	"\fsecret_names\x18\x1b \x03(\tR\vsecretNames\x12>\n" +
 	"\tworkspace\x18\x1c \x01(\v2 .berth.orchestrator.v1.WorkspaceR\tworkspace\x128\n" +
-	"\x06mounts\x18\x1d \x03(\v2 .berth.orchestrator.v1.HostMountR\x06mounts\x1a9\n" +
+	"\x06mounts\x18\x1d \x03(\v2 .berth.orchestrator.v1.HostMountR\x06mounts\x12>\n" +
+	"\anetwork\x18\x1e \x01(\v2$.berth.orchestrator.v1.NetworkPolicyR\anetwork\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc8\a\n" +
 	"\x0eAcquireRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12+\n" +
@@ -2796,7 +2944,8 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\asecrets\x18\f \x03(\v22.berth.orchestrator.v1.AcquireRequest.SecretsEntryR\asecrets\x12\x1a\n" +
 	"\bsnapshot\x18\r \x01(\tR\bsnapshot\x12>\n" +
 	"\tworkspace\x18\x0e \x01(\v2 .berth.orchestrator.v1.WorkspaceR\tworkspace\x128\n" +
-	"\x06mounts\x18\x0f \x03(\v2 .berth.orchestrator.v1.HostMountR\x06mounts\x1a9\n" +
+	"\x06mounts\x18\x0f \x03(\v2 .berth.orchestrator.v1.HostMountR\x06mounts\x12>\n" +
+	"\anetwork\x18\x10 \x01(\v2$.berth.orchestrator.v1.NetworkPolicyR\anetwork\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
@@ -2805,7 +2954,14 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"u\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
+	"\rNetworkPolicy\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x14\n" +
+	"\x05allow\x18\x02 \x03(\tR\x05allow\x12\x12\n" +
+	"\x04deny\x18\x03 \x03(\tR\x04deny\"c\n" +
+	"\x11SetNetworkRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12>\n" +
+	"\anetwork\x18\x02 \x01(\v2$.berth.orchestrator.v1.NetworkPolicyR\anetwork\"u\n" +
 	"\x0fAcquireResponse\x122\n" +
 	"\x05lease\x18\x01 \x01(\v2\x1c.berth.orchestrator.v1.LeaseR\x05lease\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x18\n" +
@@ -2943,7 +3099,8 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x14LEASE_STATE_RELEASED\x10\x04\x12\x17\n" +
 	"\x13LEASE_STATE_EXPIRED\x10\x05\x12\x16\n" +
 	"\x12LEASE_STATE_FAILED\x10\x06\x12\x16\n" +
-	"\x12LEASE_STATE_PAUSED\x10\a2\xc1\t\n" +
+	"\x12LEASE_STATE_PAUSED\x10\a2\x97\n" +
+	"\n" +
 	"\fLeaseService\x12X\n" +
 	"\aAcquire\x12%.berth.orchestrator.v1.AcquireRequest\x1a&.berth.orchestrator.v1.AcquireResponse\x12K\n" +
 	"\x03Get\x12&.berth.orchestrator.v1.GetLeaseRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12[\n" +
@@ -2958,7 +3115,9 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x0eDeleteSnapshot\x12,.berth.orchestrator.v1.DeleteSnapshotRequest\x1a-.berth.orchestrator.v1.DeleteSnapshotResponse\x12Q\n" +
 	"\x05Watch\x12#.berth.orchestrator.v1.WatchRequest\x1a!.berth.orchestrator.v1.LeaseEvent0\x01\x12O\n" +
 	"\x04Sign\x12\".berth.orchestrator.v1.SignRequest\x1a#.berth.orchestrator.v1.SignResponse\x12M\n" +
-	"\x04Logs\x12\".berth.orchestrator.v1.LogsRequest\x1a\x1f.berth.orchestrator.v1.LogEntry0\x012\xa0\x02\n" +
+	"\x04Logs\x12\".berth.orchestrator.v1.LogsRequest\x1a\x1f.berth.orchestrator.v1.LogEntry0\x01\x12T\n" +
+	"\n" +
+	"SetNetwork\x12(.berth.orchestrator.v1.SetNetworkRequest\x1a\x1c.berth.orchestrator.v1.Lease2\xa0\x02\n" +
 	"\rVolumeService\x12]\n" +
 	"\x04List\x12).berth.orchestrator.v1.ListVolumesRequest\x1a*.berth.orchestrator.v1.ListVolumesResponse\x12M\n" +
 	"\x03Get\x12'.berth.orchestrator.v1.GetVolumeRequest\x1a\x1d.berth.orchestrator.v1.Volume\x12a\n" +
@@ -2977,7 +3136,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(LeaseState)(0),                // 0: berth.orchestrator.v1.LeaseState
 	(*Resources)(nil),              // 1: berth.orchestrator.v1.Resources
@@ -2985,128 +3144,135 @@ var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*Transition)(nil),             // 3: berth.orchestrator.v1.Transition
 	(*Lease)(nil),                  // 4: berth.orchestrator.v1.Lease
 	(*AcquireRequest)(nil),         // 5: berth.orchestrator.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 6: berth.orchestrator.v1.AcquireResponse
-	(*Workspace)(nil),              // 7: berth.orchestrator.v1.Workspace
-	(*HostMount)(nil),              // 8: berth.orchestrator.v1.HostMount
-	(*GetLeaseRequest)(nil),        // 9: berth.orchestrator.v1.GetLeaseRequest
-	(*ListLeasesRequest)(nil),      // 10: berth.orchestrator.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),     // 11: berth.orchestrator.v1.ListLeasesResponse
-	(*RenewRequest)(nil),           // 12: berth.orchestrator.v1.RenewRequest
-	(*ReleaseRequest)(nil),         // 13: berth.orchestrator.v1.ReleaseRequest
-	(*PauseRequest)(nil),           // 14: berth.orchestrator.v1.PauseRequest
-	(*ResumeRequest)(nil),          // 15: berth.orchestrator.v1.ResumeRequest
-	(*SnapshotRequest)(nil),        // 16: berth.orchestrator.v1.SnapshotRequest
-	(*LeaseSnapshot)(nil),          // 17: berth.orchestrator.v1.LeaseSnapshot
-	(*ListSnapshotsRequest)(nil),   // 18: berth.orchestrator.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),  // 19: berth.orchestrator.v1.ListSnapshotsResponse
-	(*DeleteSnapshotRequest)(nil),  // 20: berth.orchestrator.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil), // 21: berth.orchestrator.v1.DeleteSnapshotResponse
-	(*ReapRequest)(nil),            // 22: berth.orchestrator.v1.ReapRequest
-	(*ReapResponse)(nil),           // 23: berth.orchestrator.v1.ReapResponse
-	(*WatchRequest)(nil),           // 24: berth.orchestrator.v1.WatchRequest
-	(*LeaseEvent)(nil),             // 25: berth.orchestrator.v1.LeaseEvent
-	(*SignRequest)(nil),            // 26: berth.orchestrator.v1.SignRequest
-	(*SignResponse)(nil),           // 27: berth.orchestrator.v1.SignResponse
-	(*LogsRequest)(nil),            // 28: berth.orchestrator.v1.LogsRequest
-	(*LogEntry)(nil),               // 29: berth.orchestrator.v1.LogEntry
-	(*Volume)(nil),                 // 30: berth.orchestrator.v1.Volume
-	(*ListVolumesRequest)(nil),     // 31: berth.orchestrator.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),    // 32: berth.orchestrator.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),       // 33: berth.orchestrator.v1.GetVolumeRequest
-	(*DeleteVolumeRequest)(nil),    // 34: berth.orchestrator.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),   // 35: berth.orchestrator.v1.DeleteVolumeResponse
-	nil,                            // 36: berth.orchestrator.v1.Lease.LabelsEntry
-	nil,                            // 37: berth.orchestrator.v1.AcquireRequest.LabelsEntry
-	nil,                            // 38: berth.orchestrator.v1.AcquireRequest.EnvEntry
-	nil,                            // 39: berth.orchestrator.v1.AcquireRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil),  // 40: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 41: google.protobuf.Duration
+	(*NetworkPolicy)(nil),          // 6: berth.orchestrator.v1.NetworkPolicy
+	(*SetNetworkRequest)(nil),      // 7: berth.orchestrator.v1.SetNetworkRequest
+	(*AcquireResponse)(nil),        // 8: berth.orchestrator.v1.AcquireResponse
+	(*Workspace)(nil),              // 9: berth.orchestrator.v1.Workspace
+	(*HostMount)(nil),              // 10: berth.orchestrator.v1.HostMount
+	(*GetLeaseRequest)(nil),        // 11: berth.orchestrator.v1.GetLeaseRequest
+	(*ListLeasesRequest)(nil),      // 12: berth.orchestrator.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),     // 13: berth.orchestrator.v1.ListLeasesResponse
+	(*RenewRequest)(nil),           // 14: berth.orchestrator.v1.RenewRequest
+	(*ReleaseRequest)(nil),         // 15: berth.orchestrator.v1.ReleaseRequest
+	(*PauseRequest)(nil),           // 16: berth.orchestrator.v1.PauseRequest
+	(*ResumeRequest)(nil),          // 17: berth.orchestrator.v1.ResumeRequest
+	(*SnapshotRequest)(nil),        // 18: berth.orchestrator.v1.SnapshotRequest
+	(*LeaseSnapshot)(nil),          // 19: berth.orchestrator.v1.LeaseSnapshot
+	(*ListSnapshotsRequest)(nil),   // 20: berth.orchestrator.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),  // 21: berth.orchestrator.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),  // 22: berth.orchestrator.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil), // 23: berth.orchestrator.v1.DeleteSnapshotResponse
+	(*ReapRequest)(nil),            // 24: berth.orchestrator.v1.ReapRequest
+	(*ReapResponse)(nil),           // 25: berth.orchestrator.v1.ReapResponse
+	(*WatchRequest)(nil),           // 26: berth.orchestrator.v1.WatchRequest
+	(*LeaseEvent)(nil),             // 27: berth.orchestrator.v1.LeaseEvent
+	(*SignRequest)(nil),            // 28: berth.orchestrator.v1.SignRequest
+	(*SignResponse)(nil),           // 29: berth.orchestrator.v1.SignResponse
+	(*LogsRequest)(nil),            // 30: berth.orchestrator.v1.LogsRequest
+	(*LogEntry)(nil),               // 31: berth.orchestrator.v1.LogEntry
+	(*Volume)(nil),                 // 32: berth.orchestrator.v1.Volume
+	(*ListVolumesRequest)(nil),     // 33: berth.orchestrator.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),    // 34: berth.orchestrator.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),       // 35: berth.orchestrator.v1.GetVolumeRequest
+	(*DeleteVolumeRequest)(nil),    // 36: berth.orchestrator.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),   // 37: berth.orchestrator.v1.DeleteVolumeResponse
+	nil,                            // 38: berth.orchestrator.v1.Lease.LabelsEntry
+	nil,                            // 39: berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	nil,                            // 40: berth.orchestrator.v1.AcquireRequest.EnvEntry
+	nil,                            // 41: berth.orchestrator.v1.AcquireRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),  // 42: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 43: google.protobuf.Duration
 }
 var file_berth_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	40, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
-	40, // 1: berth.orchestrator.v1.Usage.sampled_at:type_name -> google.protobuf.Timestamp
+	42, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
+	42, // 1: berth.orchestrator.v1.Usage.sampled_at:type_name -> google.protobuf.Timestamp
 	0,  // 2: berth.orchestrator.v1.Transition.from:type_name -> berth.orchestrator.v1.LeaseState
 	0,  // 3: berth.orchestrator.v1.Transition.to:type_name -> berth.orchestrator.v1.LeaseState
-	40, // 4: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
-	36, // 5: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
+	42, // 4: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
+	38, // 5: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
 	1,  // 6: berth.orchestrator.v1.Lease.resources:type_name -> berth.orchestrator.v1.Resources
 	0,  // 7: berth.orchestrator.v1.Lease.state:type_name -> berth.orchestrator.v1.LeaseState
-	40, // 8: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
-	40, // 9: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
-	40, // 10: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 11: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
-	41, // 12: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	41, // 13: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
+	42, // 8: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
+	42, // 9: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 10: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 11: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
+	43, // 12: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	43, // 13: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
 	3,  // 14: berth.orchestrator.v1.Lease.transitions:type_name -> berth.orchestrator.v1.Transition
-	40, // 15: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	42, // 15: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
 	2,  // 16: berth.orchestrator.v1.Lease.usage:type_name -> berth.orchestrator.v1.Usage
-	40, // 17: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
-	7,  // 18: berth.orchestrator.v1.Lease.workspace:type_name -> berth.orchestrator.v1.Workspace
-	8,  // 19: berth.orchestrator.v1.Lease.mounts:type_name -> berth.orchestrator.v1.HostMount
-	41, // 20: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	41, // 21: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
-	37, // 22: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
-	1,  // 23: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
-	38, // 24: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
-	39, // 25: berth.orchestrator.v1.AcquireRequest.secrets:type_name -> berth.orchestrator.v1.AcquireRequest.SecretsEntry
-	7,  // 26: berth.orchestrator.v1.AcquireRequest.workspace:type_name -> berth.orchestrator.v1.Workspace
-	8,  // 27: berth.orchestrator.v1.AcquireRequest.mounts:type_name -> berth.orchestrator.v1.HostMount
-	4,  // 28: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
-	0,  // 29: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
-	4,  // 30: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
-	41, // 31: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	40, // 32: berth.orchestrator.v1.LeaseSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	41, // 33: berth.orchestrator.v1.LeaseSnapshot.duration:type_name -> google.protobuf.Duration
-	17, // 34: berth.orchestrator.v1.ListSnapshotsResponse.snapshots:type_name -> berth.orchestrator.v1.LeaseSnapshot
-	4,  // 35: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
-	3,  // 36: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
-	41, // 37: berth.orchestrator.v1.SignRequest.expires:type_name -> google.protobuf.Duration
-	40, // 38: berth.orchestrator.v1.SignResponse.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 39: berth.orchestrator.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
-	40, // 40: berth.orchestrator.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	3,  // 41: berth.orchestrator.v1.LogEntry.transition:type_name -> berth.orchestrator.v1.Transition
-	40, // 42: berth.orchestrator.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	40, // 43: berth.orchestrator.v1.Volume.last_used_at:type_name -> google.protobuf.Timestamp
-	30, // 44: berth.orchestrator.v1.ListVolumesResponse.volumes:type_name -> berth.orchestrator.v1.Volume
-	5,  // 45: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
-	9,  // 46: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
-	10, // 47: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
-	12, // 48: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
-	13, // 49: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
-	14, // 50: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
-	15, // 51: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
-	22, // 52: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
-	16, // 53: berth.orchestrator.v1.LeaseService.Snapshot:input_type -> berth.orchestrator.v1.SnapshotRequest
-	18, // 54: berth.orchestrator.v1.LeaseService.ListSnapshots:input_type -> berth.orchestrator.v1.ListSnapshotsRequest
-	20, // 55: berth.orchestrator.v1.LeaseService.DeleteSnapshot:input_type -> berth.orchestrator.v1.DeleteSnapshotRequest
-	24, // 56: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
-	26, // 57: berth.orchestrator.v1.LeaseService.Sign:input_type -> berth.orchestrator.v1.SignRequest
-	28, // 58: berth.orchestrator.v1.LeaseService.Logs:input_type -> berth.orchestrator.v1.LogsRequest
-	31, // 59: berth.orchestrator.v1.VolumeService.List:input_type -> berth.orchestrator.v1.ListVolumesRequest
-	33, // 60: berth.orchestrator.v1.VolumeService.Get:input_type -> berth.orchestrator.v1.GetVolumeRequest
-	34, // 61: berth.orchestrator.v1.VolumeService.Delete:input_type -> berth.orchestrator.v1.DeleteVolumeRequest
-	6,  // 62: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
-	4,  // 63: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
-	11, // 64: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
-	4,  // 65: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
-	4,  // 66: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
-	4,  // 67: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
-	4,  // 68: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
-	23, // 69: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
-	17, // 70: berth.orchestrator.v1.LeaseService.Snapshot:output_type -> berth.orchestrator.v1.LeaseSnapshot
-	19, // 71: berth.orchestrator.v1.LeaseService.ListSnapshots:output_type -> berth.orchestrator.v1.ListSnapshotsResponse
-	21, // 72: berth.orchestrator.v1.LeaseService.DeleteSnapshot:output_type -> berth.orchestrator.v1.DeleteSnapshotResponse
-	25, // 73: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
-	27, // 74: berth.orchestrator.v1.LeaseService.Sign:output_type -> berth.orchestrator.v1.SignResponse
-	29, // 75: berth.orchestrator.v1.LeaseService.Logs:output_type -> berth.orchestrator.v1.LogEntry
-	32, // 76: berth.orchestrator.v1.VolumeService.List:output_type -> berth.orchestrator.v1.ListVolumesResponse
-	30, // 77: berth.orchestrator.v1.VolumeService.Get:output_type -> berth.orchestrator.v1.Volume
-	35, // 78: berth.orchestrator.v1.VolumeService.Delete:output_type -> berth.orchestrator.v1.DeleteVolumeResponse
-	62, // [62:79] is the sub-list for method output_type
-	45, // [45:62] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	42, // 17: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
+	9,  // 18: berth.orchestrator.v1.Lease.workspace:type_name -> berth.orchestrator.v1.Workspace
+	10, // 19: berth.orchestrator.v1.Lease.mounts:type_name -> berth.orchestrator.v1.HostMount
+	6,  // 20: berth.orchestrator.v1.Lease.network:type_name -> berth.orchestrator.v1.NetworkPolicy
+	43, // 21: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	43, // 22: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
+	39, // 23: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	1,  // 24: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
+	40, // 25: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
+	41, // 26: berth.orchestrator.v1.AcquireRequest.secrets:type_name -> berth.orchestrator.v1.AcquireRequest.SecretsEntry
+	9,  // 27: berth.orchestrator.v1.AcquireRequest.workspace:type_name -> berth.orchestrator.v1.Workspace
+	10, // 28: berth.orchestrator.v1.AcquireRequest.mounts:type_name -> berth.orchestrator.v1.HostMount
+	6,  // 29: berth.orchestrator.v1.AcquireRequest.network:type_name -> berth.orchestrator.v1.NetworkPolicy
+	6,  // 30: berth.orchestrator.v1.SetNetworkRequest.network:type_name -> berth.orchestrator.v1.NetworkPolicy
+	4,  // 31: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
+	0,  // 32: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
+	4,  // 33: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
+	43, // 34: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	42, // 35: berth.orchestrator.v1.LeaseSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	43, // 36: berth.orchestrator.v1.LeaseSnapshot.duration:type_name -> google.protobuf.Duration
+	19, // 37: berth.orchestrator.v1.ListSnapshotsResponse.snapshots:type_name -> berth.orchestrator.v1.LeaseSnapshot
+	4,  // 38: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
+	3,  // 39: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
+	43, // 40: berth.orchestrator.v1.SignRequest.expires:type_name -> google.protobuf.Duration
+	42, // 41: berth.orchestrator.v1.SignResponse.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 42: berth.orchestrator.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	42, // 43: berth.orchestrator.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	3,  // 44: berth.orchestrator.v1.LogEntry.transition:type_name -> berth.orchestrator.v1.Transition
+	42, // 45: berth.orchestrator.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	42, // 46: berth.orchestrator.v1.Volume.last_used_at:type_name -> google.protobuf.Timestamp
+	32, // 47: berth.orchestrator.v1.ListVolumesResponse.volumes:type_name -> berth.orchestrator.v1.Volume
+	5,  // 48: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
+	11, // 49: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
+	12, // 50: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
+	14, // 51: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
+	15, // 52: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
+	16, // 53: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
+	17, // 54: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
+	24, // 55: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
+	18, // 56: berth.orchestrator.v1.LeaseService.Snapshot:input_type -> berth.orchestrator.v1.SnapshotRequest
+	20, // 57: berth.orchestrator.v1.LeaseService.ListSnapshots:input_type -> berth.orchestrator.v1.ListSnapshotsRequest
+	22, // 58: berth.orchestrator.v1.LeaseService.DeleteSnapshot:input_type -> berth.orchestrator.v1.DeleteSnapshotRequest
+	26, // 59: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
+	28, // 60: berth.orchestrator.v1.LeaseService.Sign:input_type -> berth.orchestrator.v1.SignRequest
+	30, // 61: berth.orchestrator.v1.LeaseService.Logs:input_type -> berth.orchestrator.v1.LogsRequest
+	7,  // 62: berth.orchestrator.v1.LeaseService.SetNetwork:input_type -> berth.orchestrator.v1.SetNetworkRequest
+	33, // 63: berth.orchestrator.v1.VolumeService.List:input_type -> berth.orchestrator.v1.ListVolumesRequest
+	35, // 64: berth.orchestrator.v1.VolumeService.Get:input_type -> berth.orchestrator.v1.GetVolumeRequest
+	36, // 65: berth.orchestrator.v1.VolumeService.Delete:input_type -> berth.orchestrator.v1.DeleteVolumeRequest
+	8,  // 66: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
+	4,  // 67: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
+	13, // 68: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
+	4,  // 69: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
+	4,  // 70: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
+	4,  // 71: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
+	4,  // 72: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
+	25, // 73: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
+	19, // 74: berth.orchestrator.v1.LeaseService.Snapshot:output_type -> berth.orchestrator.v1.LeaseSnapshot
+	21, // 75: berth.orchestrator.v1.LeaseService.ListSnapshots:output_type -> berth.orchestrator.v1.ListSnapshotsResponse
+	23, // 76: berth.orchestrator.v1.LeaseService.DeleteSnapshot:output_type -> berth.orchestrator.v1.DeleteSnapshotResponse
+	27, // 77: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
+	29, // 78: berth.orchestrator.v1.LeaseService.Sign:output_type -> berth.orchestrator.v1.SignResponse
+	31, // 79: berth.orchestrator.v1.LeaseService.Logs:output_type -> berth.orchestrator.v1.LogEntry
+	4,  // 80: berth.orchestrator.v1.LeaseService.SetNetwork:output_type -> berth.orchestrator.v1.Lease
+	34, // 81: berth.orchestrator.v1.VolumeService.List:output_type -> berth.orchestrator.v1.ListVolumesResponse
+	32, // 82: berth.orchestrator.v1.VolumeService.Get:output_type -> berth.orchestrator.v1.Volume
+	37, // 83: berth.orchestrator.v1.VolumeService.Delete:output_type -> berth.orchestrator.v1.DeleteVolumeResponse
+	66, // [66:84] is the sub-list for method output_type
+	48, // [48:66] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_berth_orchestrator_v1_orchestrator_proto_init() }
@@ -3120,7 +3286,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_orchestrator_v1_orchestrator_proto_rawDesc), len(file_berth_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -37,6 +37,7 @@ const (
 	LeaseService_Watch_FullMethodName          = "/berth.orchestrator.v1.LeaseService/Watch"
 	LeaseService_Sign_FullMethodName           = "/berth.orchestrator.v1.LeaseService/Sign"
 	LeaseService_Logs_FullMethodName           = "/berth.orchestrator.v1.LeaseService/Logs"
+	LeaseService_SetNetwork_FullMethodName     = "/berth.orchestrator.v1.LeaseService/SetNetwork"
 )
 
 // LeaseServiceClient is the client API for LeaseService service.
@@ -91,6 +92,10 @@ type LeaseServiceClient interface {
 	// container's main process writes), and with follow set, what comes
 	// next. See docs/usage-and-logs.md.
 	Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogEntry], error)
+	// SetNetwork replaces a live lease's network policy: new connections
+	// follow it at once (open ones stay open), and it is kept with the lease
+	// across restarts. See docs/network-policy.md.
+	SetNetwork(ctx context.Context, in *SetNetworkRequest, opts ...grpc.CallOption) (*Lease, error)
 }
 
 type leaseServiceClient struct {
@@ -259,6 +264,16 @@ func (c *leaseServiceClient) Logs(ctx context.Context, in *LogsRequest, opts ...
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LeaseService_LogsClient = grpc.ServerStreamingClient[LogEntry]
 
+func (c *leaseServiceClient) SetNetwork(ctx context.Context, in *SetNetworkRequest, opts ...grpc.CallOption) (*Lease, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Lease)
+	err := c.cc.Invoke(ctx, LeaseService_SetNetwork_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LeaseServiceServer is the server API for LeaseService service.
 // All implementations must embed UnimplementedLeaseServiceServer
 // for forward compatibility.
@@ -311,6 +326,10 @@ type LeaseServiceServer interface {
 	// container's main process writes), and with follow set, what comes
 	// next. See docs/usage-and-logs.md.
 	Logs(*LogsRequest, grpc.ServerStreamingServer[LogEntry]) error
+	// SetNetwork replaces a live lease's network policy: new connections
+	// follow it at once (open ones stay open), and it is kept with the lease
+	// across restarts. See docs/network-policy.md.
+	SetNetwork(context.Context, *SetNetworkRequest) (*Lease, error)
 	mustEmbedUnimplementedLeaseServiceServer()
 }
 
@@ -362,6 +381,9 @@ func (UnimplementedLeaseServiceServer) Sign(context.Context, *SignRequest) (*Sig
 }
 func (UnimplementedLeaseServiceServer) Logs(*LogsRequest, grpc.ServerStreamingServer[LogEntry]) error {
 	return status.Error(codes.Unimplemented, "method Logs not implemented")
+}
+func (UnimplementedLeaseServiceServer) SetNetwork(context.Context, *SetNetworkRequest) (*Lease, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetNetwork not implemented")
 }
 func (UnimplementedLeaseServiceServer) mustEmbedUnimplementedLeaseServiceServer() {}
 func (UnimplementedLeaseServiceServer) testEmbeddedByValue()                      {}
@@ -622,6 +644,24 @@ func _LeaseService_Logs_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LeaseService_LogsServer = grpc.ServerStreamingServer[LogEntry]
 
+func _LeaseService_SetNetwork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetNetworkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).SetNetwork(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_SetNetwork_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).SetNetwork(ctx, req.(*SetNetworkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LeaseService_ServiceDesc is the grpc.ServiceDesc for LeaseService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -676,6 +716,10 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Sign",
 			Handler:    _LeaseService_Sign_Handler,
+		},
+		{
+			MethodName: "SetNetwork",
+			Handler:    _LeaseService_SetNetwork_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

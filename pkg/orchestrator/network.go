@@ -1,0 +1,118 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
+
+	"github.com/berth-dev/berth/internal/egress"
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/lease"
+)
+
+// SetNetwork replaces a live lease's network policy. The operator and the
+// lease's owner (client token) may; a lease token may not — whoever holds
+// only the lease's token (the sandbox's user, say) cannot widen it.
+func (s *leaseServer) SetNetwork(ctx context.Context, req *orchv1.SetNetworkRequest) (*orchv1.Lease, error) {
+	if _, err := s.lookup(ctx, req.Id); err != nil {
+		return nil, err
+	}
+	if principal(ctx).Role == RoleLease {
+		return nil, errdefs.Newf(errdefs.ErrPermissionDenied, "network: a lease token cannot change its lease's network policy (use the owner's client token or the operator token)")
+	}
+	if req.Network == nil {
+		return nil, errdefs.InvalidArgument("network", "required")
+	}
+	l, err := s.m.SetNetwork(ctx, req.Id, fromNetwork(req.Network))
+	if err != nil {
+		return nil, err
+	}
+	return toLease(l), nil
+}
+
+// fromNetwork converts an API policy (nil stays nil: the default).
+func fromNetwork(n *orchv1.NetworkPolicy) lease.NetworkPolicy {
+	return lease.NetworkPolicy{Mode: n.GetMode(), Allow: n.GetAllow(), Deny: n.GetDeny()}
+}
+
+// acquireNetwork converts an acquire's policy: nil for none given.
+func acquireNetwork(n *orchv1.NetworkPolicy) *lease.NetworkPolicy {
+	if n == nil {
+		return nil
+	}
+	p := fromNetwork(n)
+	return &p
+}
+
+// toNetwork converts a lease's policy for the API.
+func toNetwork(p lease.NetworkPolicy) *orchv1.NetworkPolicy {
+	if p.Mode == "" && len(p.Allow) == 0 && len(p.Deny) == 0 {
+		return nil
+	}
+	return &orchv1.NetworkPolicy{Mode: p.Mode, Allow: p.Allow, Deny: p.Deny}
+}
+
+// validateEgress checks the egress settings.
+func (c Config) validateEgress() error {
+	switch c.Egress {
+	case "auto", "required", "off":
+	default:
+		return fmt.Errorf("egress must be auto, required or off, got %q", c.Egress)
+	}
+	if _, err := egress.Normalize(c.defaultNetwork().egressPolicy()); err != nil {
+		return fmt.Errorf("default network policy: %w", err)
+	}
+	for _, u := range c.EgressUpstreams {
+		if _, _, err := net.SplitHostPort(u); err != nil {
+			return fmt.Errorf("egress upstream %q: want host:port", u)
+		}
+	}
+	return nil
+}
+
+// netPolicy adapts a lease.NetworkPolicy for validation.
+type netPolicy lease.NetworkPolicy
+
+func (p netPolicy) egressPolicy() egress.Policy {
+	return egress.Policy{Mode: egress.Mode(p.Mode), Allow: p.Allow, Deny: p.Deny}
+}
+
+// defaultNetwork is the operator's default policy.
+func (c Config) defaultNetwork() netPolicy {
+	return netPolicy{Mode: c.DefaultNetworkMode, Allow: c.DefaultNetworkAllow, Deny: c.DefaultNetworkDeny}
+}
+
+// newEgress returns the enforcer Config.Egress asks for: nil when it is
+// off, or when it is auto and this host cannot enforce (logged once).
+func newEgress(cfg Config, instance string, log *slog.Logger) (*egress.Enforcer, error) {
+	if cfg.Egress == "off" {
+		return nil, nil
+	}
+	e, err := egress.New(egress.Config{InstanceID: instance, Upstreams: cfg.EgressUpstreams, Logger: log})
+	if err != nil {
+		if cfg.Egress == "required" {
+			return nil, fmt.Errorf("orchestrator: egress required: %w", err)
+		}
+		log.Warn("network policies are not enforced: only mode open without a deny list is accepted", "err", err)
+		return nil, nil
+	}
+	return e, nil
+}
+
+// leaseEgress returns e as the lease manager's enforcer (nil, untyped,
+// when there is none).
+func leaseEgress(e *egress.Enforcer) lease.Egress {
+	if e == nil {
+		return nil
+	}
+	return e
+}
+
+func closeEgress(e *egress.Enforcer) {
+	if e != nil {
+		_ = e.Close()
+	}
+}
