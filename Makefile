@@ -11,7 +11,7 @@ PROTOC_GEN_GATEWAY_VERSION := v2.27.8
 PROTOC_GEN_OPENAPIV2_VERSION := v2.30.0
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build run run-agent images images-dev e2e proto proto-tools proto-check lint test chaos bench leakcheck clean
+.PHONY: help deps build run run-agent images images-dev e2e proto proto-tools proto-check lint test chaos bench leakcheck clean k8s-up k8s-down
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -93,6 +93,12 @@ bench: deps build images ## benchmarks; each prints ratios measured in one run
 
 leakcheck: ## list berth test leftovers (containers, tasks, snapshots, volumes, networks, netns, veths); fail if any
 	scripts/leakcheck.sh
+
+k8s-up: deps ## build (tools/k8s, cached) and start a single-node Kubernetes test cluster on loopback; kubeconfig in .berth/k8s/kubeconfig (docs/kubernetes.md)
+	scripts/k8s/up.sh
+
+k8s-down: ## stop the test cluster of make k8s-up and remove every trace of it (processes, mounts, iptables rules, sysctls, cgroups)
+	scripts/k8s/down.sh
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,233 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// Create creates a sandbox's Secret (its agent token and secrets) and Pod,
+// waits until the Pod runs and its agent answers health, and returns it.
+// A Pod that already exists for the lease is ErrAlreadyExists. On failure
+// nothing is left behind.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	if err := spec.Validate(); err != nil {
+		return runtime.Sandbox{}, err
+	}
+	res := spec.Resources.WithDefaults(r.cfg.DefaultResources).WithDefaults(runtime.DefaultResources())
+	secret, pod := r.buildObjects(spec, res)
+	b := r.backend()
+	c, ctx, cancel := b.BeginCreate(ctx, spec, r.cfg.ReadyTimeout)
+	defer cancel()
+	if err := ctx.Err(); err != nil {
+		return runtime.Sandbox{}, c.Err(fmt.Errorf("kubernetes: create pod %s: %w", pod.Name, err))
+	}
+
+	// Calls that create something are not cut short by the caller's
+	// context (the object would exist without anyone knowing); the
+	// context is checked after each.
+	dctx, dcancel := runtime.Detached(ctx)
+	defer dcancel()
+	secrets := r.cs.CoreV1().Secrets(r.cfg.Namespace)
+	if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		// The lease's sandbox exists, or a Create that failed half-way
+		// left its Secret: only the Pod tells.
+		if _, perr := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(dctx, pod.Name, metav1.GetOptions{}); perr == nil {
+			return runtime.Sandbox{}, b.AlreadyExists(spec.LeaseID, pod.Name, err)
+		}
+		if _, err := secrets.Update(dctx, secret, metav1.UpdateOptions{}); err != nil {
+			return runtime.Sandbox{}, r.apiErr(err, "update secret", secret.Name)
+		}
+	} else if err != nil {
+		return runtime.Sandbox{}, r.apiErr(err, "create secret", secret.Name)
+	}
+	created, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Create(dctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return runtime.Sandbox{}, b.AlreadyExists(spec.LeaseID, pod.Name, err)
+	}
+	if err != nil {
+		_ = r.deleteSecret(dctx, secret.Name)
+		return runtime.Sandbox{}, r.apiErr(err, "create pod", pod.Name)
+	}
+	if err := ctx.Err(); err != nil {
+		return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, fmt.Errorf("kubernetes: create pod %s: %w", pod.Name, err))
+	}
+	sb, err := r.waitReady(ctx, created)
+	if err != nil {
+		return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, err)
+	}
+	return sb, nil
+}
+
+// waitReady waits until pod's sandbox container runs with an IP and its
+// agent answers health; a Pod that cannot get there fails at once (see
+// podProblem).
+func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod) (runtime.Sandbox, error) {
+	running, err := r.waitPod(ctx, pod.Name, pod.ResourceVersion, func(p *corev1.Pod) (bool, error) {
+		if err := podProblem(p); err != nil {
+			return false, err
+		}
+		return sandboxOf(p).Endpoint != "", nil
+	})
+	if err != nil {
+		return runtime.Sandbox{}, err
+	}
+	sb := sandboxOf(running)
+	alive := func(ctx context.Context) error {
+		p, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return r.apiErr(err, "get pod", pod.Name)
+		}
+		return podProblem(p)
+	}
+	if err := r.health.WaitReady(ctx, sb.Endpoint, alive); err != nil {
+		return runtime.Sandbox{}, err
+	}
+	return sb, nil
+}
+
+// waitPod watches Pod name from resourceVersion rv until done says it is
+// done (or fails), ctx ends or the Pod is deleted; a watch that the API
+// server closes is opened again.
+func (r *Runtime) waitPod(ctx context.Context, name, rv string, done func(*corev1.Pod) (bool, error)) (*corev1.Pod, error) {
+	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
+	// The current state first: it may be done already.
+	if p, err := pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
+		return nil, r.apiErr(err, "get pod", name)
+	} else if ok, err := done(p); err != nil || ok {
+		return p, err
+	} else {
+		rv = p.ResourceVersion
+	}
+	for {
+		w, err := pods.Watch(ctx, metav1.ListOptions{
+			FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
+			ResourceVersion: rv,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, r.apiErr(err, "watch pod", name)
+		}
+		p, closed, err := r.consume(ctx, w, name, done)
+		w.Stop()
+		if err != nil || !closed {
+			return p, err
+		}
+		if p != nil {
+			rv = p.ResourceVersion
+		}
+		// Closed by the server (a timeout, or too old a version): read
+		// the Pod again and go on.
+		cur, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, r.apiErr(err, "get pod", name)
+		}
+		if ok, err := done(cur); err != nil || ok {
+			return cur, err
+		}
+		rv = cur.ResourceVersion
+	}
+}
+
+// consume reads w until done, an error, ctx's end, or w closes (closed).
+func (r *Runtime) consume(ctx context.Context, w watch.Interface, name string, done func(*corev1.Pod) (bool, error)) (last *corev1.Pod, closed bool, err error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return last, false, ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return last, true, nil
+			}
+			switch ev.Type {
+			case watch.Deleted:
+				return nil, false, errdefs.NotFound("kubernetes: pod %s was deleted", name)
+			case watch.Error:
+				return last, true, nil
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			last = p
+			if ok, err := done(p); err != nil || ok {
+				return p, false, err
+			}
+		}
+	}
+}
+
+// podProblem returns the error of a Pod whose sandbox cannot become ready:
+// an image that is not there or cannot be pulled (NotFound, naming the
+// image), a container the runtime cannot create or start (a user the image
+// lacks: FailedPrecondition), the agent's installer failing, or the
+// sandbox's container exiting. nil while the Pod may still get there.
+func podProblem(pod *corev1.Pod) error {
+	for _, st := range pod.Status.InitContainerStatuses {
+		if w := st.State.Waiting; w != nil {
+			if err := waitingErr(pod, st.Name, st.Image, w); err != nil {
+				return fmt.Errorf("%w (the agent image: build and load it with scripts/k8s/agent-image.sh, docs/kubernetes.md)", err)
+			}
+		}
+		if t := st.State.Terminated; t != nil && t.ExitCode != 0 {
+			return errdefs.FailedPrecondition("kubernetes: pod %s: the agent installer exited with code %d: %s %s", pod.Name, t.ExitCode, t.Reason, t.Message)
+		}
+	}
+	st := mainStatus(pod)
+	if st != nil {
+		if w := st.State.Waiting; w != nil {
+			if err := waitingErr(pod, st.Name, specImage(pod), w); err != nil {
+				return err
+			}
+		}
+		if t := st.State.Terminated; t != nil {
+			return runtime.Backend{Name: "kubernetes", Noun: "pod"}.ExitedErr(pod.Name, int(t.ExitCode), t.Reason == "OOMKilled", strings.TrimSpace(t.Reason+" "+t.Message))
+		}
+	}
+	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+		return errdefs.FailedPrecondition("kubernetes: pod %s ended (%s) before the agent was ready: %s %s", pod.Name, pod.Status.Phase, pod.Status.Reason, pod.Status.Message)
+	}
+	if pod.DeletionTimestamp != nil {
+		return errdefs.FailedPrecondition("kubernetes: pod %s is being deleted", pod.Name)
+	}
+	return nil
+}
+
+// specImage is the image of the sandbox's container as the Pod names it.
+func specImage(pod *corev1.Pod) string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == containerName {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+// waitingErr maps the reason a container waits to an error, nil for a
+// reason that passes (ContainerCreating, PodInitializing).
+func waitingErr(pod *corev1.Pod, container, image string, w *corev1.ContainerStateWaiting) error {
+	switch w.Reason {
+	case "ErrImageNeverPull":
+		return errdefs.NotFound("kubernetes: image %s is not present on the node of pod %s (build it with make images and load it into the node, docs/kubernetes.md): %s",
+			image, pod.Name, w.Message)
+	case "ErrImagePull", "ImagePullBackOff":
+		return errdefs.NotFound("kubernetes: image %s cannot be pulled for pod %s (build it with make images and push or load it, docs/kubernetes.md): %s",
+			image, pod.Name, w.Message)
+	case "InvalidImageName":
+		return errdefs.InvalidArgument("image", "%s: %s", image, w.Message)
+	case "CreateContainerError", "RunContainerError", "CrashLoopBackOff", "CreateContainerConfigError":
+		return errdefs.FailedPrecondition("kubernetes: pod %s: container %s cannot start: %s: %s", pod.Name, container, w.Reason, w.Message)
+	}
+	return nil
+}

@@ -1,0 +1,311 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// Defaults of Config.
+const (
+	// DefaultNamespace is the namespace of deploy/kubernetes.
+	DefaultNamespace = "berth"
+	// DefaultAgentImage is the agent image scripts/k8s/agent-image.sh builds.
+	DefaultAgentImage = "berth/k8s-agent:latest"
+)
+
+// Config configures the Kubernetes backend.
+type Config struct {
+	// Kubeconfig is a kubeconfig file; "" means the in-cluster
+	// configuration (the Pod's ServiceAccount).
+	Kubeconfig string
+	// Namespace holds the sandboxes. Default: the kubeconfig context's
+	// namespace, else DefaultNamespace.
+	Namespace string
+	// NodeName, when set, pins every sandbox Pod to that node (a cluster
+	// without a scheduler, like make k8s-up's). Default "": the scheduler
+	// places them.
+	NodeName string
+	// AgentImage is the image of the init container that copies the agent
+	// into each sandbox (scripts/k8s/agent-image.sh). Default
+	// DefaultAgentImage.
+	AgentImage string
+	// AgentImagePullPolicy and ImagePullPolicy apply to the agent image and
+	// to the sandboxes' images. Default IfNotPresent; Never on a node whose
+	// images are imported rather than pulled (make k8s-up).
+	AgentImagePullPolicy corev1.PullPolicy
+	ImagePullPolicy      corev1.PullPolicy
+	// NetworkPolicy makes New ensure the namespace's NetworkPolicy
+	// (networkPolicyName; see network.go). Enforcement depends on the
+	// cluster's network plugin.
+	NetworkPolicy bool
+	// InstanceID becomes the instance label of sandboxes whose Spec leaves
+	// InstanceID empty.
+	InstanceID string
+	// DefaultResources fill the zero fields of a Spec's resources;
+	// runtime.DefaultResources fills what it leaves zero.
+	DefaultResources runtime.Resources
+	// ReadyTimeout applies when Spec.ReadyTimeout is zero. Default
+	// runtime.DefaultReadyTimeout, plus the time a cold node needs.
+	ReadyTimeout time.Duration
+	// OrphanAge is how old a Secret berth created for a sandbox must be
+	// before reconciliation removes it when its Pod is gone. Default 2m.
+	OrphanAge time.Duration
+	// REST, when set, is used instead of Kubeconfig (tests).
+	REST *rest.Config
+	// Logger receives the backend's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime is the Kubernetes backend: one Pod per sandbox.
+type Runtime struct {
+	cfg    Config
+	cs     kubernetes.Interface
+	host   string
+	log    *slog.Logger
+	health runtime.HealthProber
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New connects to the cluster and starts the reconciliation of orphans.
+// It does not check that the API server answers: Ping does.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	rc := cfg.REST
+	if rc == nil {
+		loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.Kubeconfig}, &clientcmd.ConfigOverrides{})
+		var err error
+		if cfg.Kubeconfig == "" {
+			rc, err = rest.InClusterConfig()
+		} else {
+			rc, err = loader.ClientConfig()
+		}
+		if err != nil {
+			return nil, errdefs.InvalidArgument("kubeconfig", "%q: %v", cfg.Kubeconfig, err)
+		}
+		if cfg.Namespace == "" && cfg.Kubeconfig != "" {
+			if ns, overridden, err := loader.Namespace(); err == nil && (overridden || ns != "default") {
+				cfg.Namespace = ns
+			}
+		}
+	}
+	rc = rest.CopyConfig(rc)
+	// Creates wait on watches, not polls; still, 20 parallel acquires make
+	// more calls than client-go's default of 5 per second.
+	rc.QPS, rc.Burst = 50, 100
+	rc.UserAgent = "berth-orchestrator"
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
+	}
+	if errs := validation.IsDNS1123Label(cfg.Namespace); len(errs) > 0 {
+		return nil, errdefs.InvalidArgument("namespace", "%q: %s", cfg.Namespace, errs[0])
+	}
+	if cfg.AgentImage == "" {
+		cfg.AgentImage = DefaultAgentImage
+	}
+	if cfg.AgentImagePullPolicy == "" {
+		cfg.AgentImagePullPolicy = corev1.PullIfNotPresent
+	}
+	if cfg.ImagePullPolicy == "" {
+		cfg.ImagePullPolicy = corev1.PullIfNotPresent
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = runtime.DefaultReadyTimeout
+	}
+	if cfg.OrphanAge <= 0 {
+		cfg.OrphanAge = 2 * time.Minute
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, errdefs.InvalidArgument("kubeconfig", "%v", err)
+	}
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	r := &Runtime{cfg: cfg, cs: cs, host: rc.Host, log: cfg.Logger, health: runtime.NewHealthProber(), stop: stop}
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.reconcileLoop(bg) }()
+	return r, nil
+}
+
+// Close stops the background reconciliation.
+func (r *Runtime) Close() error {
+	r.stop()
+	r.wg.Wait()
+	r.health.Close()
+	return nil
+}
+
+// Namespace returns the namespace of the sandboxes.
+func (r *Runtime) Namespace() string { return r.cfg.Namespace }
+
+// backend is what the shared Create logic knows of this backend.
+func (r *Runtime) backend() runtime.Backend {
+	return runtime.Backend{Name: "kubernetes", Noun: "pod", Log: r.log, Output: r.output, Remove: r.remove}
+}
+
+// Ping lists one Pod of the namespace: the API server answers and the
+// orchestrator may read it.
+func (r *Runtime) Ping(ctx context.Context) error {
+	_, err := r.cs.CoreV1().Pods(r.cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil && !errors.Is(category(err), errdefs.ErrPermissionDenied) && !errors.Is(category(err), errdefs.ErrUnauthenticated) {
+		return fmt.Errorf("%w: kubernetes: API server at %s: %w", errdefs.ErrUnavailable, r.host, err)
+	}
+	return r.apiErr(err, "list pods", "")
+}
+
+// pod returns sandbox id's Pod; NotFound also for a Pod berth did not
+// create.
+func (r *Runtime) pod(ctx context.Context, id string) (*corev1.Pod, error) {
+	pod, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
+	if err != nil {
+		return nil, r.apiErr(err, "get pod", id)
+	}
+	if err := runtime.CheckManaged("kubernetes", id, pod.Labels); err != nil {
+		return nil, err
+	}
+	return pod, nil
+}
+
+// Get returns one sandbox.
+func (r *Runtime) Get(ctx context.Context, id string) (runtime.Sandbox, error) {
+	pod, err := r.pod(ctx, id)
+	if err != nil {
+		return runtime.Sandbox{}, err
+	}
+	return sandboxOf(pod), nil
+}
+
+// selector is the API server's part of sel: LabelManaged=true and each key
+// and value that Kubernetes labels can hold (the others are matched on
+// labelsAnnotation).
+func selector(sel runtime.Selector) string {
+	set := labels.Set{runtime.LabelManaged: "true"}
+	for k, v := range sel {
+		if len(validation.IsQualifiedName(k)) == 0 && len(validation.IsValidLabelValue(v)) == 0 {
+			set[k] = v
+		}
+	}
+	return labels.SelectorFromSet(set).String()
+}
+
+// List returns the sandboxes matching sel.
+func (r *Runtime) List(ctx context.Context, sel runtime.Selector) ([]runtime.Sandbox, error) {
+	list, err := r.cs.CoreV1().Pods(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(sel)})
+	if err != nil {
+		return nil, r.apiErr(err, "list pods", "")
+	}
+	var out []runtime.Sandbox
+	for i := range list.Items {
+		sb := sandboxOf(&list.Items[i])
+		if runtime.IsManaged(sb.Labels) && sel.Matches(sb.Labels) {
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
+
+// Remove deletes a sandbox's Pod at once (no grace: the sandbox is gone
+// when Remove returns) and its Secret. A missing sandbox is success, one
+// berth did not create FailedPrecondition.
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	pod, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return r.deleteSecret(ctx, secretName(id))
+	case err != nil:
+		return r.apiErr(err, "get pod", id)
+	case !runtime.IsManaged(pod.Labels):
+		return errdefs.FailedPrecondition("kubernetes: pod %s is not managed by berth (no %s=true label); not removing it", id, runtime.LabelManaged)
+	}
+	return r.remove(ctx, id)
+}
+
+// remove deletes sandbox id's Pod (force: grace 0) and Secret.
+func (r *Runtime) remove(ctx context.Context, id string) error {
+	zero := int64(0)
+	err := r.cs.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return r.apiErr(err, "delete pod", id)
+	}
+	return r.deleteSecret(ctx, secretName(id))
+}
+
+func (r *Runtime) deleteSecret(ctx context.Context, name string) error {
+	err := r.cs.CoreV1().Secrets(r.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return r.apiErr(err, "delete secret", name)
+	}
+	return nil
+}
+
+// Stop ends a sandbox's processes and keeps its Pod, which then reports
+// the container's exit: Kubernetes has no call that stops a Pod in place,
+// so Stop sets the Pod's activeDeadlineSeconds, after which the kubelet
+// kills it (SIGTERM, the Pod's grace of 10 s, SIGKILL). grace bounds how
+// long Stop waits for that. A stopped Pod cannot start again: Restart
+// replaces it.
+func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) error {
+	pod, err := r.pod(ctx, id)
+	if err != nil {
+		return err
+	}
+	if sandboxOf(pod).State == runtime.StateExited {
+		return nil
+	}
+	patch := []byte(`{"spec":{"activeDeadlineSeconds":1}}`)
+	if _, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Patch(ctx, id, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return r.apiErr(err, "stop pod", id)
+	}
+	wctx, cancel := context.WithTimeout(ctx, grace+stopGrace*time.Second+5*time.Second)
+	defer cancel()
+	_, err = r.waitPod(wctx, id, pod.ResourceVersion, func(p *corev1.Pod) (bool, error) {
+		return sandboxOf(p).State == runtime.StateExited, nil
+	})
+	if err != nil {
+		return fmt.Errorf("kubernetes: stop pod %s: %w", id, err)
+	}
+	return nil
+}
+
+// Usage reports no disk figure: the kubelet measures and enforces a
+// sandbox's disk limit itself (ephemeral-storage, DiskEnforcementEngine).
+func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
+	if _, err := r.pod(ctx, id); err != nil {
+		return runtime.Usage{}, err
+	}
+	return runtime.Usage{MeasuredAt: time.Now()}, nil
+}
+
+// output returns the last n lines of sandbox id's output (its container's
+// log, else its init container's), as runtime.TailLines formats them.
+func (r *Runtime) output(ctx context.Context, id string, n int) string {
+	lines := int64(n)
+	for _, c := range []string{containerName, installName} {
+		b, err := r.cs.CoreV1().Pods(r.cfg.Namespace).GetLogs(id, &corev1.PodLogOptions{Container: c, TailLines: &lines}).DoRaw(ctx)
+		if err == nil && len(b) > 0 {
+			return runtime.TailLines(string(b), n)
+		}
+	}
+	return ""
+}

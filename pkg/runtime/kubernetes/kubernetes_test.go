@@ -1,0 +1,173 @@
+package kubernetes
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+func TestPodName(t *testing.T) {
+	long := strings.Repeat("a", 128)
+	cases := map[string]string{
+		"lease-1":   "berth-lease-1",
+		"abc":       "berth-abc",
+		"Lease_1.x": "",
+		long:        "",
+		"a-":        "",
+	}
+	seen := map[string]string{}
+	for lease, want := range cases {
+		got := podName(lease)
+		if want != "" && got != want {
+			t.Errorf("podName(%q) = %q, want %q", lease, got, want)
+		}
+		if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
+			t.Errorf("podName(%q) = %q: not a DNS label: %v", lease, got, errs)
+		}
+		if other, ok := seen[got]; ok {
+			t.Errorf("podName(%q) = podName(%q) = %q", lease, other, got)
+		}
+		seen[got] = lease
+		if podName(lease) != got {
+			t.Errorf("podName(%q) is not deterministic", lease)
+		}
+	}
+	// Two ids that differ only in what sanitising maps away differ.
+	if podName("a_b") == podName("a.b") || podName("A") == podName("a") {
+		t.Error("sanitised ids collide")
+	}
+}
+
+func TestBuildObjects(t *testing.T) {
+	r := &Runtime{cfg: Config{Namespace: "ns", AgentImage: "agent:1", InstanceID: "inst",
+		AgentImagePullPolicy: corev1.PullNever, ImagePullPolicy: corev1.PullNever}}
+	spec := runtime.Spec{
+		LeaseID: "Lease_1", ConversationID: strings.Repeat("c", 100), Image: "img:1", AgentToken: "tok",
+		Env: map[string]string{"A": "1"}, Secrets: map[string]string{"S": "secret-value"},
+		Labels: map[string]string{"color": "blue", "weird key": "x"}, User: "1000",
+	}
+	res := runtime.Resources{NanoCPUs: 500_000_000, MemoryBytes: 256 << 20, PidsLimit: 100, DiskBytes: 1 << 30}
+	secret, pod := r.buildObjects(spec, res)
+
+	if pod.Name != podName("Lease_1") || secret.Name != pod.Name+"-agent" || pod.Namespace != "ns" {
+		t.Fatalf("names: pod %s/%s secret %s", pod.Namespace, pod.Name, secret.Name)
+	}
+	// Every berth label is in the annotation; the Kubernetes labels hold
+	// those Kubernetes accepts.
+	var labels map[string]string
+	if err := json.Unmarshal([]byte(pod.Annotations[labelsAnnotation]), &labels); err != nil {
+		t.Fatal(err)
+	}
+	if labels[runtime.LabelConversation] != spec.ConversationID || labels[runtime.LabelUserPrefix+"weird key"] != "x" || labels[runtime.LabelInstance] != "inst" {
+		t.Errorf("annotation labels = %v", labels)
+	}
+	if pod.Labels[runtime.LabelManaged] != "true" || pod.Labels[runtime.LabelUserPrefix+"color"] != "blue" || pod.Labels[LabelSandbox] != pod.Name {
+		t.Errorf("pod labels = %v", pod.Labels)
+	}
+	if _, ok := pod.Labels[runtime.LabelConversation]; ok {
+		t.Errorf("a 100-character label value made it into the Kubernetes labels")
+	}
+	sb := sandboxOf(pod)
+	if sb.LeaseID != "Lease_1" || sb.ConversationID != spec.ConversationID || sb.DiskEnforcement != runtime.DiskEnforcementEngine {
+		t.Errorf("sandboxOf = %+v", sb)
+	}
+
+	// No secret in the Pod object: the token and Secrets come from the Secret.
+	podJSON, _ := json.Marshal(pod)
+	if strings.Contains(string(podJSON), "secret-value") || strings.Contains(string(podJSON), `"tok"`) {
+		t.Errorf("the Pod object holds a secret: %s", podJSON)
+	}
+	if string(secret.Data[tokenKey]) != "tok" || string(secret.Data[secretPrefix+"S"]) != "secret-value" {
+		t.Errorf("secret data = %v", secret.Data)
+	}
+
+	if len(pod.Spec.InitContainers) != 1 || len(pod.Spec.Containers) != 1 {
+		t.Fatalf("containers: %d init, %d", len(pod.Spec.InitContainers), len(pod.Spec.Containers))
+	}
+	c := pod.Spec.Containers[0]
+	if c.Command[0] != runtime.AgentPath || !strings.Contains(strings.Join(c.Command, " "), "--user 1000") {
+		t.Errorf("command = %v", c.Command)
+	}
+	sc := c.SecurityContext
+	if sc == nil || *sc.AllowPrivilegeEscalation || *sc.Privileged || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault ||
+		len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != len(runtime.Capabilities()) {
+		t.Errorf("securityContext = %+v", sc)
+	}
+	if sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+		t.Errorf("with a user the agent runs as root; RunAsUser = %v", sc.RunAsUser)
+	}
+	lim := c.Resources.Limits
+	if lim.Cpu().MilliValue() != 500 || lim.Memory().Value() != 256<<20 || lim.StorageEphemeral().Value() != 1<<30 {
+		t.Errorf("limits = %v", lim)
+	}
+	if c.Resources.Requests.Cpu().Cmp(*lim.Cpu()) != 0 {
+		t.Errorf("requests %v != limits %v", c.Resources.Requests, lim)
+	}
+	if *pod.Spec.AutomountServiceAccountToken || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("pod spec: automount %v restart %s", *pod.Spec.AutomountServiceAccountToken, pod.Spec.RestartPolicy)
+	}
+	if init := pod.Spec.InitContainers[0]; init.Image != "agent:1" || !*init.SecurityContext.RunAsNonRoot || !*init.SecurityContext.ReadOnlyRootFilesystem {
+		t.Errorf("init container = %+v", init)
+	}
+}
+
+func TestSandboxOfStates(t *testing.T) {
+	r := &Runtime{cfg: Config{Namespace: "ns"}}
+	_, pod := r.buildObjects(runtime.Spec{LeaseID: "l", Image: "i", AgentToken: "t"}, runtime.DefaultResources())
+	if sb := sandboxOf(pod); sb.State != runtime.StateCreated || sb.Endpoint != "" {
+		t.Errorf("new pod: %+v", sb)
+	}
+	pod.Status.PodIP = "10.0.0.5"
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	if sb := sandboxOf(pod); sb.State != runtime.StateRunning || sb.Endpoint != "10.0.0.5:7000" {
+		t.Errorf("running pod: %+v", sb)
+	}
+	pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}
+	if sb := sandboxOf(pod); sb.State != runtime.StateExited || sb.ExitCode != 137 || !sb.OOMKilled || sb.Endpoint != "" {
+		t.Errorf("killed pod: %+v", sb)
+	}
+	evs := died(pod.DeepCopy(), pod)
+	if len(evs) != 0 {
+		t.Errorf("no transition, events %v", evs)
+	}
+	old := pod.DeepCopy()
+	old.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	evs = died(old, pod)
+	if len(evs) != 2 || evs[0].Kind != runtime.EventOOM || evs[1].Kind != runtime.EventDied || evs[1].ExitCode != 137 || evs[1].LeaseID != "l" {
+		t.Errorf("died events = %+v", evs)
+	}
+}
+
+func TestPodProblem(t *testing.T) {
+	r := &Runtime{cfg: Config{Namespace: "ns"}}
+	_, pod := r.buildObjects(runtime.Spec{LeaseID: "l", Image: "some/image:1", AgentToken: "t"}, runtime.DefaultResources())
+	if err := podProblem(pod); err != nil {
+		t.Fatalf("pending pod: %v", err)
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: "not present"}}}}
+	err := podProblem(pod)
+	if err == nil || !strings.Contains(err.Error(), "make images") || !strings.Contains(err.Error(), "some/image:1") {
+		t.Errorf("missing image: %v", err)
+	}
+	pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: "unable to find user x"}}
+	if err := podProblem(pod); err == nil || !strings.Contains(err.Error(), "cannot start") {
+		t.Errorf("bad user: %v", err)
+	}
+	pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2}}
+	if err := podProblem(pod); err == nil || !strings.Contains(err.Error(), "exited with code 2") {
+		t.Errorf("exited: %v", err)
+	}
+}
+
+func TestSelector(t *testing.T) {
+	got := selector(runtime.Selector{runtime.LabelLease: "ok-1", runtime.LabelUserPrefix + "bad key": "v", "k": strings.Repeat("x", 70)})
+	if got != "dev.berth.lease=ok-1,dev.berth.managed=true" {
+		t.Errorf("selector = %q", got)
+	}
+}

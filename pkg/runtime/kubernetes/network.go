@@ -1,0 +1,125 @@
+package kubernetes
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// networkPolicyName is the NetworkPolicy that isolates every sandbox of
+// the namespace.
+const networkPolicyName = "berth-sandboxes"
+
+// LabelOrchestrator marks the orchestrator's own Pods when it runs in the
+// cluster: the only Pods that may reach the sandboxes' agents.
+const LabelOrchestrator = "app.kubernetes.io/name=berth-orchestrator"
+
+// networkPolicy returns the namespace's policy for every berth sandbox
+// (LabelManaged=true): ingress only from the orchestrator's Pods to the
+// agent's port (an orchestrator outside the cluster reaches Pods from
+// their node, which network plugins allow), egress to the internet only,
+// not to private and link-local ranges (other Pods, the nodes, the cloud's
+// metadata service) — except DNS. It is enforced only by a network plugin
+// that implements NetworkPolicy (Calico, Cilium, ...); on one that does
+// not (the plain bridge plugin of make k8s-up, which scripts/k8s/up.sh
+// makes up for with iptables rules) it is a statement, not a wall.
+func (r *Runtime) networkPolicy() *networkingv1.NetworkPolicy {
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+	agent := intstr.FromInt32(runtime.AgentPort)
+	dns := intstr.FromInt32(53)
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: networkPolicyName, Namespace: r.cfg.Namespace,
+			Labels: map[string]string{runtime.LabelManaged: "true"}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{runtime.LabelManaged: "true"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{
+					MatchLabels: map[string]string{"app.kubernetes.io/name": "berth-orchestrator"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &agent}},
+			}},
+			Egress: []networkingv1.NetworkPolicyEgressRule{
+				{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{
+					CIDR:   "0.0.0.0/0",
+					Except: []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10", "127.0.0.0/8"},
+				}}}},
+				{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}},
+					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}}},
+			},
+		},
+	}
+}
+
+// ensureNetworkPolicy creates the namespace's NetworkPolicy, or replaces
+// its spec when it differs from networkPolicy's.
+func (r *Runtime) ensureNetworkPolicy(ctx context.Context) error {
+	want := r.networkPolicy()
+	np := r.cs.NetworkingV1().NetworkPolicies(r.cfg.Namespace)
+	_, err := np.Create(ctx, want, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return r.apiErr(err, "create networkpolicy", networkPolicyName)
+	}
+	return nil
+}
+
+// reconcileLoop ensures the NetworkPolicy and removes orphans at start and
+// then every reconcileEvery, until ctx ends.
+func (r *Runtime) reconcileLoop(ctx context.Context) {
+	const reconcileEvery = 5 * time.Minute
+	for {
+		if r.cfg.NetworkPolicy {
+			if err := r.ensureNetworkPolicy(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("kubernetes: sandboxes' NetworkPolicy not ensured", "err", err)
+			}
+		}
+		if n, err := r.ReconcileOrphans(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("kubernetes: orphans not reconciled", "err", err)
+		} else if n > 0 {
+			r.log.Info("kubernetes: removed orphaned secrets", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(reconcileEvery):
+		}
+	}
+}
+
+// ReconcileOrphans removes the Secrets berth created for sandboxes whose
+// Pod is gone (a Create or Remove cut short, an orchestrator killed) once
+// they are older than Config.OrphanAge, and returns how many it removed.
+// (Pods without a lease are the lease manager's to reconcile, through
+// List and Remove, as on every backend.)
+func (r *Runtime) ReconcileOrphans(ctx context.Context) (int, error) {
+	secrets, err := r.cs.CoreV1().Secrets(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(nil)})
+	if err != nil {
+		return 0, r.apiErr(err, "list secrets", "")
+	}
+	pods, err := r.cs.CoreV1().Pods(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(nil)})
+	if err != nil {
+		return 0, r.apiErr(err, "list pods", "")
+	}
+	live := map[string]bool{}
+	for _, p := range pods.Items {
+		live[p.Name] = true
+	}
+	n := 0
+	for _, s := range secrets.Items {
+		pod := s.Labels[LabelSandbox]
+		if pod == "" || live[pod] || time.Since(s.CreationTimestamp.Time) < r.cfg.OrphanAge {
+			continue
+		}
+		if err := r.deleteSecret(ctx, s.Name); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}

@@ -1,0 +1,63 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/berth-dev/berth/pkg/runtime"
+)
+
+// Restart brings an exited sandbox back. A Pod cannot start again once its
+// container ended (restartPolicy Never, so that an exit is reported as one
+// rather than hidden by the kubelet's restarts): Restart replaces the Pod
+// by one with the same name, spec, labels and Secret, so the sandbox keeps
+// its id and token; its address changes, and its files do not survive
+// (the Pod's emptyDir volumes go with it; a persistent workspace needs a
+// PersistentVolumeClaim). A running sandbox is only waited for.
+func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.ReadyTimeout)
+	defer cancel()
+	pod, err := r.pod(ctx, id)
+	if err != nil {
+		return runtime.Sandbox{}, err
+	}
+	if sandboxOf(pod).State != runtime.StateExited {
+		return r.waitReady(ctx, pod)
+	}
+	next := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, Labels: pod.Labels, Annotations: pod.Annotations},
+		Spec:       *pod.Spec.DeepCopy(),
+	}
+	next.Spec.ActiveDeadlineSeconds = nil
+	dctx, dcancel := runtime.Detached(ctx)
+	defer dcancel()
+	zero := int64(0)
+	uid := pod.UID
+	err = r.cs.CoreV1().Pods(r.cfg.Namespace).Delete(dctx, id, metav1.DeleteOptions{
+		GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return runtime.Sandbox{}, r.apiErr(err, "delete exited pod", id)
+	}
+	var created *corev1.Pod
+	for {
+		// A force delete is immediate; still, retry while the name is taken.
+		created, err = r.cs.CoreV1().Pods(r.cfg.Namespace).Create(dctx, next, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		return runtime.Sandbox{}, r.apiErr(err, "create pod again", id)
+	}
+	sb, err := r.waitReady(ctx, created)
+	if err != nil {
+		return runtime.Sandbox{}, r.backend().TimeoutErr(context.WithoutCancel(ctx), ctx, r.cfg.ReadyTimeout, fmt.Errorf("kubernetes: restart pod %s: %w", id, err))
+	}
+	return sb, nil
+}
