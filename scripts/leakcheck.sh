@@ -13,6 +13,9 @@
 #     - every volume labelled dev.berth.managed, except the agent volume of
 #       ./bin/sandbox-agent (the one `make run` serves sandboxes from, named
 #       berth-agent-<sha256 prefix>, reused by the next `make run`);
+#     - every image labelled dev.berth.managed (snapshots) or
+#       dev.berth.image.name other than berth/base, berth/minimal and
+#       berth/dev (what make images builds);
 #     - every network labelled dev.berth.managed except the one named
 #       "berth" (the sandbox network `make run` creates once and reuses),
 #       and every network named berth-test-* (tests' own, unlabelled).
@@ -23,6 +26,9 @@
 #     - every snapshot that is not a committed image layer (active and view
 #       snapshots: a container's writable layer). Images are not leaks: they
 #       are the imported cache.
+#     - every berth snapshot image (label dev.berth.snapshot: made by
+#       `orchestrator lease snapshot`; a serving orchestrator's are kept on
+#       purpose, so run this with none serving).
 #   Host
 #     - network namespaces named berth-* (`ip netns list`);
 #     - links attached to a bridge named berth-ctrd* (sandbox veths);
@@ -60,6 +66,19 @@ if command -v docker >/dev/null 2>&1 && docker version --format '{{.Server.Versi
 		done <<<"$out"
 	else
 		warn "Docker volumes"
+	fi
+
+	# Images: snapshots (dev.berth.managed, dev.berth.snapshot) and any
+	# other image labelled by berth except the ones make images builds.
+	if out=$( (docker images --no-trunc --filter label=dev.berth.managed --format '{{.Repository}}:{{.Tag}} {{.ID}}'
+		docker images --no-trunc --filter label=dev.berth.image.name --format '{{.Repository}}:{{.Tag}} {{.ID}}') | sort -u); then
+		while read -r ref id; do
+			[[ -n $ref ]] || continue
+			case ${ref%%:*} in berth/base | berth/minimal | berth/dev) continue ;; esac
+			leak "docker image $ref ($id)"
+		done <<<"$out"
+	else
+		warn "Docker images"
 	fi
 
 	if out=$(docker network ls --format '{{.ID}} {{.Name}} managed={{.Label "dev.berth.managed"}}'); then
@@ -110,6 +129,13 @@ for sock in "${sockets[@]}"; do
 			done <<<"$out"
 		else
 			warn "$where containers: $out"
+		fi
+		if out=$("${ctr[@]}" -n "$ns" images ls -q 'labels."dev.berth.snapshot"' 2>&1); then
+			while read -r ref; do
+				[[ -n $ref ]] && leak "$where snapshot image $ref"
+			done <<<"$out"
+		else
+			warn "$where images: $out"
 		fi
 		if out=$("${ctr[@]}" -n "$ns" snapshots --snapshotter overlayfs ls 2>&1); then
 			# KEY [PARENT] KIND: a base layer has no parent, so KIND is the
