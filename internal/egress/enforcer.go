@@ -178,10 +178,19 @@ func (e *Enforcer) Apply(ctx context.Context, lease, endpoint string, p Policy) 
 		host = endpoint
 	}
 	ip, err := netip.ParseAddr(host)
+	if (err != nil || !ip.Is4()) && c.Mode == ModeOpen && len(c.Deny) == 0 {
+		return nil
+	}
 	if err != nil || !ip.Is4() {
 		return errdefs.FailedPrecondition("egress: lease %s: sandbox endpoint %q has no IPv4 address", lease, endpoint)
 	}
 	iface, gw, subnet, err := hostNet(ip)
+	if err != nil && c.Mode == ModeOpen && len(c.Deny) == 0 {
+		// Not a sandbox on a network of this host (an engine elsewhere, an
+		// agent on loopback): an open policy has nothing to enforce here.
+		e.log.Debug("egress: sandbox not on a local network; open policy not enforced", "lease_id", lease, "endpoint", endpoint)
+		return nil
+	}
 	if err != nil {
 		return errdefs.FailedPrecondition("egress: lease %s: the sandbox is not on a network of this host (%v): cannot enforce its policy", lease, err)
 	}

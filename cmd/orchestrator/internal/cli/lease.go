@@ -33,7 +33,7 @@ func newLeaseCommand(env Env) *cobra.Command {
   orchestrator lease release LEASE --reason done`,
 		newAcquireCommand(env, lf), newGetCommand(env, lf), newListCommand(env, lf), newRenewCommand(env, lf),
 		newPauseCommand(env, lf), newResumeCommand(env, lf), newLeaseSnapshotCommand(env, lf), newReleaseCommand(env, lf), newReapCommand(env, lf), newWatchCommand(env, lf),
-		newSignCommand(env, lf), newTopCommand(env, lf))
+		newSignCommand(env, lf), newTopCommand(env, lf), newLeaseNetworkCommand(env, lf))
 	lf.register(cmd.PersistentFlags(), env)
 	addOutputFlag(cmd.PersistentFlags(), &lf.output)
 	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return checkOutput(lf.output) }
@@ -71,6 +71,7 @@ func newAcquireCommand(env Env, lf *leaseFlags) *cobra.Command {
 		persist                  bool      // volume.go
 		mounts                   mountFlag // volume.go
 	)
+	var netf networkFlags // network.go
 	cmd := &cobra.Command{
 		Use:   "acquire --conversation ID [flags]",
 		Short: "Acquire a lease on a new sandbox (or the conversation's existing one)",
@@ -107,6 +108,9 @@ not).`,
 					req.Workspace = &orchv1.Workspace{Persist: true}
 				}
 				req.Mounts = mounts.mounts
+				if netf.set() {
+					req.Network = netf.policy() // network.go
+				}
 				if ttl != 0 {
 					req.Ttl = durationpb.New(ttl)
 				}
@@ -118,6 +122,7 @@ not).`,
 		},
 	}
 	fs := cmd.Flags()
+	netf.register(fs, "network-mode")
 	fs.StringVar(&conv, "conversation", "", "conversation id (required)")
 	fs.StringVar(&image, "image", "", "image (default: the orchestrator's default image)")
 	fs.StringVar(&snapshot, "snapshot", "", "start from this snapshot (lease snapshot): a fork with its files; leave --image empty")
