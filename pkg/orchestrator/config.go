@@ -23,9 +23,25 @@ type Config struct {
 	// DataDir holds the lease store (leases.db), the server secret and the
 	// instance id. Default "$HOME/.local/share/berth".
 	DataDir string
-	// Runtime selects the container backend: "docker" or "containerd".
-	// Default "docker".
+	// Runtime selects the container backend: "docker", "containerd" or
+	// "kubernetes". Default "docker".
 	Runtime string
+	// Kubeconfig is the kubeconfig file of the Kubernetes backend; ""
+	// means the in-cluster configuration. Default "".
+	Kubeconfig string
+	// KubernetesNamespace holds the sandbox Pods. Default: the
+	// kubeconfig context's namespace, else "berth" (deploy/kubernetes).
+	KubernetesNamespace string
+	// KubernetesNode pins sandbox Pods to one node, for a cluster without
+	// a scheduler (make k8s-up: "localhost"). Default "": scheduled.
+	KubernetesNode string
+	// KubernetesAgentImage is the image whose init container copies the
+	// agent into each sandbox Pod. Default "berth/k8s-agent:latest".
+	KubernetesAgentImage string
+	// KubernetesPullPolicy is the pull policy of the agent image and the
+	// sandboxes' images: IfNotPresent, Always or Never (images loaded
+	// into the nodes by hand). Default "" (IfNotPresent).
+	KubernetesPullPolicy string
 	// ContainerdAddress is containerd's socket. Default: auto-detected
 	// (/run/containerd/containerd.sock, else Docker's own containerd at
 	// /var/run/docker/containerd/containerd.sock).
@@ -352,8 +368,10 @@ func restartLimit(n int) int {
 // Validate checks the configuration for values that cannot work.
 func (c Config) Validate() error {
 	switch {
-	case c.Runtime != "docker" && c.Runtime != "containerd":
-		return fmt.Errorf("runtime %q is not supported (supported: docker, containerd)", c.Runtime)
+	case c.Runtime != "docker" && c.Runtime != "containerd" && c.Runtime != "kubernetes":
+		return fmt.Errorf("runtime %q is not supported (supported: docker, containerd, kubernetes)", c.Runtime)
+	case c.KubernetesPullPolicy != "" && c.KubernetesPullPolicy != "IfNotPresent" && c.KubernetesPullPolicy != "Always" && c.KubernetesPullPolicy != "Never":
+		return fmt.Errorf("kubernetes pull policy must be IfNotPresent, Always or Never, got %q", c.KubernetesPullPolicy)
 	case c.Runtime == "docker" && c.AgentInjection != "copy" && c.AgentInjection != "volume":
 		return fmt.Errorf("agent injection must be copy or volume, got %q", c.AgentInjection)
 	case c.MaxLeases <= 0:

@@ -1,5 +1,5 @@
 // Package backend builds the container runtime `orchestrator serve` runs
-// on: the Docker or the containerd backend, as the configuration's Runtime
+// on: the Docker, containerd or Kubernetes backend, as the configuration's Runtime
 // names, with the configuration's agent, network and per-sandbox defaults.
 // It is the only package of the orchestrator command that imports the
 // backends, so pkg/orchestrator (the server) depends on the runtime
@@ -17,6 +17,8 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/runtime/containerd"
 	"github.com/berth-dev/berth/pkg/runtime/docker"
+	"github.com/berth-dev/berth/pkg/runtime/kubernetes"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Runtime is a container backend that holds a client to close.
@@ -34,8 +36,8 @@ const (
 	prepareTimeout = 15 * time.Minute
 )
 
-// New builds the backend cfg.Runtime names ("docker" or "containerd") and
-// checks that its engine answers; the error of an unreachable engine wraps
+// New builds the backend cfg.Runtime names ("docker", "containerd" or
+// "kubernetes") and checks that its engine answers; the error of an unreachable engine wraps
 // errdefs.ErrUnavailable with a hint. The containerd backend also imports
 // the images the Docker Engine has (when there is one) and, with user
 // namespaces, prepares the default image in the background.
@@ -58,8 +60,14 @@ func New(ctx context.Context, cfg orchestrator.Config, log *slog.Logger) (Runtim
 		}
 		prepareContainerd(ctx, c, cfg, log)
 		rt = c
+	case "kubernetes":
+		k, err := kubernetes.New(ctx, kubernetesConfig(cfg, log))
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes runtime: %w", err)
+		}
+		rt = k
 	default:
-		return nil, fmt.Errorf("runtime %q is not supported (supported: docker, containerd)", cfg.Runtime)
+		return nil, fmt.Errorf("runtime %q is not supported (supported: docker, containerd, kubernetes)", cfg.Runtime)
 	}
 	if err := rt.Ping(ctx); err != nil {
 		rt.Close()
@@ -88,6 +96,17 @@ func containerdConfig(cfg orchestrator.Config, log *slog.Logger) containerd.Conf
 		StateDir: cfg.ContainerdStateDir, CNIBinDirs: bins, Subnet: cfg.SandboxSubnet, Bridge: cfg.SandboxBridge,
 		DefaultResources: cfg.DefaultResources(), UserNamespaces: cfg.UserNamespaces, UserNSBase: cfg.UserNSBase,
 		Logger: log.With("component", "containerd"),
+	}
+}
+
+// kubernetesConfig is the Kubernetes backend's configuration from cfg.
+func kubernetesConfig(cfg orchestrator.Config, log *slog.Logger) kubernetes.Config {
+	pull := corev1.PullPolicy(cfg.KubernetesPullPolicy)
+	return kubernetes.Config{
+		Kubeconfig: cfg.Kubeconfig, Namespace: cfg.KubernetesNamespace, NodeName: cfg.KubernetesNode,
+		AgentImage: cfg.KubernetesAgentImage, AgentImagePullPolicy: pull, ImagePullPolicy: pull,
+		NetworkPolicy: true, DefaultResources: cfg.DefaultResources(),
+		Logger: log.With("component", "kubernetes"),
 	}
 }
 

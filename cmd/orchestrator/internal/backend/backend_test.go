@@ -46,9 +46,25 @@ func TestBackendConfigs(t *testing.T) {
 
 func TestNewUnsupported(t *testing.T) {
 	cfg := orchestrator.Defaults()
-	cfg.Runtime = "kubernetes"
+	cfg.Runtime = "podman"
 	_, err := New(context.Background(), cfg, discard)
-	if err == nil || !strings.Contains(err.Error(), `runtime "kubernetes" is not supported`) {
-		t.Fatalf("New(kubernetes): %v", err)
+	if err == nil || !strings.Contains(err.Error(), `runtime "podman" is not supported`) {
+		t.Fatalf("New(podman): %v", err)
+	}
+}
+
+func TestKubernetesConfig(t *testing.T) {
+	cfg := orchestrator.Defaults()
+	cfg.Runtime, cfg.Kubeconfig, cfg.KubernetesNamespace, cfg.KubernetesNode = "kubernetes", "/k/config", "ns", "node1"
+	cfg.KubernetesAgentImage, cfg.KubernetesPullPolicy = "reg/agent:1", "Never"
+	k := kubernetesConfig(cfg, discard)
+	if k.Kubeconfig != "/k/config" || k.Namespace != "ns" || k.NodeName != "node1" || k.AgentImage != "reg/agent:1" ||
+		k.AgentImagePullPolicy != "Never" || k.ImagePullPolicy != "Never" || !k.NetworkPolicy || k.DefaultResources != cfg.DefaultResources() || k.Logger == nil {
+		t.Errorf("kubernetes config: %+v", k)
+	}
+	// Without a kubeconfig outside a cluster: a clear error naming the setting.
+	cfg.Kubeconfig = ""
+	if _, err := New(context.Background(), cfg, discard); err == nil || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Errorf("New(kubernetes) without kubeconfig outside a cluster: %v", err)
 	}
 }

@@ -100,7 +100,7 @@ var settings = []setting{
 
 	// Runtime.
 	{Flag: "runtime", Env: "BERTH_RUNTIME", Key: "runtime", Group: groupRuntime,
-		Usage: "container runtime: docker or containerd",
+		Usage: "container runtime: docker, containerd or kubernetes",
 		field: str(func(c *orchestrator.Config) *string { return &c.Runtime })},
 	{Flag: "agent-binary", Env: "BERTH_AGENT_BINARY", Key: "agentBinary", Group: groupRuntime, Default: "sandbox-agent next to the executable",
 		Usage: "static sandbox-agent injected into sandboxes",
@@ -144,6 +144,21 @@ var settings = []setting{
 	{Flag: "userns-base", Env: "BERTH_USERNS_BASE", Key: "userNSBase", Group: groupRuntime, Default: "1073741824 (2^30)",
 		Usage: "containerd: first host uid/gid of the user-namespace range",
 		field: num(func(c *orchestrator.Config) *uint32 { return &c.UserNSBase })},
+	{Flag: "kubeconfig", Env: "BERTH_KUBECONFIG", Key: "kubeconfig", Group: groupRuntime, Default: "in-cluster configuration",
+		Usage: "kubernetes: kubeconfig file",
+		field: str(func(c *orchestrator.Config) *string { return &c.Kubeconfig })},
+	{Flag: "namespace", Env: "BERTH_NAMESPACE", Key: "namespace", Group: groupRuntime, Default: "the kubeconfig context's, else berth",
+		Usage: "kubernetes: namespace of the sandbox Pods",
+		field: str(func(c *orchestrator.Config) *string { return &c.KubernetesNamespace })},
+	{Flag: "k8s-node", Env: "BERTH_K8S_NODE", Key: "k8sNode", Group: groupRuntime, Default: "none: the scheduler places Pods",
+		Usage: "kubernetes: node every sandbox Pod is pinned to (a cluster without a scheduler)",
+		field: str(func(c *orchestrator.Config) *string { return &c.KubernetesNode })},
+	{Flag: "k8s-agent-image", Env: "BERTH_K8S_AGENT_IMAGE", Key: "k8sAgentImage", Group: groupRuntime, Default: "berth/k8s-agent:latest",
+		Usage: "kubernetes: image of the init container that copies the agent into each sandbox",
+		field: str(func(c *orchestrator.Config) *string { return &c.KubernetesAgentImage })},
+	{Flag: "k8s-pull-policy", Env: "BERTH_K8S_PULL_POLICY", Key: "k8sPullPolicy", Group: groupRuntime, Default: "IfNotPresent",
+		Usage: "kubernetes: pull policy of the agent and sandbox images: IfNotPresent, Always or Never",
+		field: str(func(c *orchestrator.Config) *string { return &c.KubernetesPullPolicy })},
 
 	// Leases.
 	{Flag: "default-image", Env: "BERTH_DEFAULT_IMAGE", Key: "defaultImage", Group: groupLeases,
