@@ -12,7 +12,10 @@
 #       agent-volume helpers);
 #     - every volume labelled dev.berth.managed, except the agent volume of
 #       ./bin/sandbox-agent (the one `make run` serves sandboxes from, named
-#       berth-agent-<sha256 prefix>, reused by the next `make run`);
+#       berth-agent-<sha256 prefix>, reused by the next `make run`): among
+#       them the persistent workspace volumes (berth-ws-*, label
+#       dev.berth.volume=workspace), which outlive leases on purpose — a
+#       developer's own are listed too; `orchestrator volume rm` removes them;
 #     - every image labelled dev.berth.managed (snapshots) or
 #       dev.berth.image.name other than berth/base, berth/minimal and
 #       berth/dev (what make images builds);
@@ -33,7 +36,9 @@
 #     - network namespaces named berth-* (`ip netns list`);
 #     - links attached to a bridge named berth-ctrd* (sandbox veths);
 #     - host-local IP allocations in /var/lib/cni/networks/berth-ctrd*;
-#     - per-sandbox directories in /var/lib/berth/containerd/sandboxes.
+#     - per-sandbox directories in /var/lib/berth/containerd/sandboxes;
+#     - containerd workspace volumes: directories in
+#       /var/lib/berth/containerd/volumes (see docs/workspaces.md).
 #
 # Usage: scripts/leakcheck.sh   (prints each leftover on a line; exit 0 when
 # nothing is left, 1 otherwise, 2 when a check itself could not run)
@@ -174,6 +179,9 @@ for d in /var/lib/cni/networks/berth-ctrd*; do
 done
 for d in /var/lib/berth/containerd/sandboxes/*; do
 	[[ -e $d ]] && leak "sandbox directory $d"
+done
+for d in /var/lib/berth/containerd/volumes/*; do
+	[[ -e $d ]] && leak "containerd workspace volume $d"
 done
 
 if ((found)); then
