@@ -330,6 +330,13 @@ ns_init() {
 		kctl -n "$1" create configmap kube-root-ca.crt --from-file=ca.crt="$PKI/ca.crt" >/dev/null
 }
 ns_init default
+# The Node authorizer learns that a Pod is bound to the node from its own
+# informer, a moment after the kubelet does: the kubelet's first status
+# update of a Pod is then refused, and retried only at its next periodic
+# sync (10 s). On this one-node cluster the node may also read and update
+# its Pods through RBAC's system:node role, which closes that window.
+kctl get clusterrolebinding berth-k8s-node >/dev/null 2>&1 ||
+	kctl create clusterrolebinding berth-k8s-node --clusterrole system:node --user "system:node:$NODE" >/dev/null
 t_ready=$(date +%s.%N)
 
 # ---- berth's manifests and the orchestrator's kubeconfig -------------------

@@ -105,8 +105,8 @@ func TestBuildObjects(t *testing.T) {
 	if lim.Cpu().MilliValue() != 500 || lim.Memory().Value() != 256<<20 || lim.StorageEphemeral().Value() != 1<<30 {
 		t.Errorf("limits = %v", lim)
 	}
-	if c.Resources.Requests.Cpu().Cmp(*lim.Cpu()) != 0 {
-		t.Errorf("requests %v != limits %v", c.Resources.Requests, lim)
+	if req := c.Resources.Requests; req.Cpu().MilliValue() != 50 || req.Memory().Value() != 64<<20 {
+		t.Errorf("requests = %v, want a tenth of the CPU and a quarter of the memory", req)
 	}
 	if *pod.Spec.AutomountServiceAccountToken || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
 		t.Errorf("pod spec: automount %v restart %s", *pod.Spec.AutomountServiceAccountToken, pod.Spec.RestartPolicy)

@@ -114,12 +114,19 @@ func labelsOf(meta metav1.ObjectMeta) map[string]string {
 	return out
 }
 
-// quantities returns the requests and limits of res: equal, so that a
-// sandbox is in the Guaranteed QoS class and gets what it was promised.
-// The pids limit has no place in a Pod (it is the kubelet's podPidsLimit,
-// one value for the node); the disk limit becomes ephemeral-storage, which
-// the kubelet enforces by evicting the Pod.
-func quantities(res runtime.Resources) corev1.ResourceList {
+// Requests are these fractions of the limits: a sandbox is mostly idle
+// (an agent waiting for commands), so reserving its whole limit would fit
+// a handful of sandboxes on a node where the other backends run a hundred.
+const (
+	cpuRequestDivisor    = 10
+	memoryRequestDivisor = 4
+)
+
+// limits returns the limits of res. The pids limit has no place in a Pod
+// (it is the kubelet's podPidsLimit, one value for the node); the disk
+// limit becomes ephemeral-storage, which the kubelet enforces by evicting
+// the Pod.
+func limits(res runtime.Resources) corev1.ResourceList {
 	rl := corev1.ResourceList{}
 	if res.NanoCPUs > 0 {
 		rl[corev1.ResourceCPU] = *resource.NewMilliQuantity(res.NanoCPUs/1_000_000, resource.DecimalSI)
@@ -129,6 +136,19 @@ func quantities(res runtime.Resources) corev1.ResourceList {
 	}
 	if res.DiskBytes > 0 {
 		rl[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(res.DiskBytes, resource.BinarySI)
+	}
+	return rl
+}
+
+// requests returns the requests of res: a tenth of its CPU (at least 10m)
+// and a quarter of its memory (Burstable QoS; the limits still bound it).
+func requests(res runtime.Resources) corev1.ResourceList {
+	rl := corev1.ResourceList{}
+	if res.NanoCPUs > 0 {
+		rl[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(res.NanoCPUs/1_000_000/cpuRequestDivisor, 10), resource.DecimalSI)
+	}
+	if res.MemoryBytes > 0 {
+		rl[corev1.ResourceMemory] = *resource.NewQuantity(res.MemoryBytes/memoryRequestDivisor, resource.BinarySI)
 	}
 	return rl
 }
@@ -237,7 +257,7 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 			{Name: agentVolume, MountPath: runtime.AgentDir, ReadOnly: true},
 			{Name: workspaceVolume, MountPath: workDir},
 		},
-		Resources:       corev1.ResourceRequirements{Requests: quantities(res), Limits: quantities(res)},
+		Resources:       corev1.ResourceRequirements{Requests: requests(res), Limits: limits(res)},
 		SecurityContext: sc,
 	}
 	pod := &corev1.Pod{

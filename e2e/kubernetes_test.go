@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/orchestrator"
+	"github.com/berth-dev/berth/pkg/runtime/kubernetes"
+)
+
+// The Kubernetes e2e tests run only with BERTH_K8S=1 against the cluster
+// of `make k8s-up` (docs/kubernetes.md): the orchestrator runs in process
+// as the ServiceAccount of deploy/kubernetes (.berth/k8s/berth.kubeconfig).
+// They are not part of `make test` yet: without BERTH_K8S=1 they skip, also
+// under BERTH_REQUIRE_DOCKER=1.
+const k8sNodeSock = "/run/berth-k8s/containerd.sock"
+
+// k8sDir returns the directory of make k8s-up's kubeconfigs, or skips.
+func k8sDir(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("BERTH_K8S") != "1" {
+		t.Skip("set BERTH_K8S=1 (after make k8s-up) to run the Kubernetes e2e tests")
+	}
+	requireDocker(t)
+	if d := os.Getenv("BERTH_K8S_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join("..", ".berth", "k8s")
+}
+
+// k8sLoad copies a Docker image into the test cluster's node.
+func k8sLoad(t *testing.T, ref string) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", `docker save "$1" | ctr --address "$2" --namespace k8s.io images import -`, "sh", ref, k8sNodeSock)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("load %s into the node: %v\n%s", ref, err, out)
+	}
+}
+
+// startK8sOrch starts an in-process orchestrator on the Kubernetes backend
+// and returns its API and the runtime. Its leases are reaped when the test
+// ends.
+func startK8sOrch(t *testing.T) (*api, *kubernetes.Runtime) {
+	t.Helper()
+	dir := k8sDir(t)
+	if out, err := exec.Command("../scripts/k8s/agent-image.sh").CombinedOutput(); err != nil {
+		t.Fatalf("agent image: %v\n%s", err, out)
+	}
+	k8sLoad(t, minimalImage)
+	cfg := orchestrator.Defaults()
+	cfg.Runtime = "kubernetes"
+	cfg.Kubeconfig = filepath.Join(dir, "berth.kubeconfig")
+	cfg.KubernetesNode = "localhost"
+	cfg.KubernetesPullPolicy = "Never"
+	cfg.DataDir = t.TempDir()
+	cfg.AgentBinary = agentBin
+	cfg.OperatorToken = operatorToken
+	cfg.DefaultImage = minimalImage
+	log := testLogger(t, "inproc-k8s")
+	ctx := context.Background()
+	rt, err := kubernetes.New(ctx, kubernetes.Config{
+		Kubeconfig: cfg.Kubeconfig, NodeName: cfg.KubernetesNode, NetworkPolicy: true,
+		AgentImagePullPolicy: corev1.PullNever, ImagePullPolicy: corev1.PullNever,
+		DefaultResources: cfg.DefaultResources(), Logger: log.With("component", "kubernetes"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Ping(ctx); err != nil {
+		rt.Close()
+		t.Fatalf("cluster unreachable (make k8s-up): %v", err)
+	}
+	srv, err := orchestrator.New(ctx, cfg, rt, log)
+	if err != nil {
+		rt.Close()
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(sctx, ln) }()
+	a := newAPI(ln.Addr().String())
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		srv.Close()
+		rt.Close()
+	})
+	t.Cleanup(func() {
+		code, _, b, err := a.call(http.MethodPost, "/v1/leases:reap", `{"all":true}`)
+		if err != nil || code != http.StatusOK {
+			t.Errorf("cleanup: reap all: HTTP %d, %v: %s", code, err, b)
+		}
+	})
+	return a, rt
+}
+
+// TestKubernetesLeaseLifecycle: acquire on the Kubernetes backend gives a
+// READY lease whose sandbox is a Pod, a command runs in it through the
+// proxy with the lease's token, and release removes the Pod.
+func TestKubernetesLeaseLifecycle(t *testing.T) {
+	a, rt := startK8sOrch(t)
+	began := time.Now()
+	r := a.mustAcquire(t, "k8s-"+randHex(4), minimalImage, "5m")
+	t.Logf("acquire on kubernetes: %s (pod %s at %s)", time.Since(began).Round(time.Millisecond),
+		r.GetLease().GetContainerId(), r.GetLease().GetEndpoint())
+	id, pod := r.GetLease().GetId(), r.GetLease().GetContainerId()
+	if !strings.HasPrefix(pod, "berth-") {
+		t.Errorf("container id %q is not a berth Pod name", pod)
+	}
+	out := a.mustProxyExec(t, id, r.GetToken(), "sh", "-c", "echo hello from $(hostname)")
+	if !strings.Contains(out.Stdout, "hello from "+pod) {
+		t.Errorf("exec through the proxy: stdout %q, want the Pod's hostname %s", out.Stdout, pod)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code, _, _ := a.proxyExecCode(ctx, t, id, "wrong-token")
+	if code != http.StatusUnauthorized {
+		t.Errorf("exec with a wrong token: HTTP %d, want 401", code)
+	}
+	a.mustRelease(t, id)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := rt.Get(ctx, pod); errdefs.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s still there 30 s after release", pod)
+		}
+	}
+}
+
+// proxyExecCode runs `true` through the proxy with token and returns the
+// HTTP status.
+func (a *api) proxyExecCode(ctx context.Context, t *testing.T, id, token string) (int, execResult, error) {
+	t.Helper()
+	return a.proxyExec(ctx, id, token, map[string]any{"argv": []string{"true"}})
+}
