@@ -34,6 +34,7 @@ import (
 	tasks "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
+	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/orchestrator"
@@ -181,6 +182,9 @@ func newCtrdEnv(tb testing.TB) *ctrdEnv {
 			if err := rt.Remove(ctx, sb.ID); err != nil {
 				tb.Errorf("cleanup: remove %s: %v", sb.ID, err)
 			}
+		}
+		if err := egress.RemoveInstance(ctx, e.instance); err != nil {
+			tb.Errorf("cleanup: egress rules of instance %s: %v", e.instance, err)
 		}
 		e.mu.Lock()
 		ids := make([]string, 0, len(e.seen))

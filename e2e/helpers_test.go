@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/lease"
@@ -316,6 +317,10 @@ func newDataDir(tb testing.TB) (dir, instance string) {
 	tb.Cleanup(func() {
 		if n := removeContainers(runtime.LabelInstance + "=" + instance); n > 0 {
 			tb.Logf("cleanup: removed %d container(s) of instance %s", n, instance)
+		}
+		// The egress rules of sandboxes removed behind the orchestrator's back.
+		if err := egress.RemoveInstance(context.Background(), instance); err != nil {
+			tb.Errorf("cleanup: egress rules of instance %s: %v", instance, err)
 		}
 	})
 	return dir, instance

@@ -38,7 +38,13 @@
 #     - host-local IP allocations in /var/lib/cni/networks/berth-ctrd*;
 #     - per-sandbox directories in /var/lib/berth/containerd/sandboxes;
 #     - containerd workspace volumes: directories in
-#       /var/lib/berth/containerd/volumes (see docs/workspaces.md).
+#       /var/lib/berth/containerd/volumes (see docs/workspaces.md);
+#     - egress policy rules (docs/network-policy.md): per-sandbox iptables
+#       chains BERTH-E-* and BERTH-EI-*, and rules whose comment starts with
+#       "berth-egress" (filter and nat); the shared chains BERTH-EGRESS,
+#       BERTH-EGRESS-IN, BERTH-EGRESS-REJECT and BERTH-EGRESS-DNS stay, like
+#       BERTH-INPUT;
+#     - the egress tests' veths (begt*).
 #
 # Usage: scripts/leakcheck.sh   (prints each leftover on a line; exit 0 when
 # nothing is left, 1 otherwise, 2 when a check itself could not run)
@@ -183,6 +189,27 @@ done
 for d in /var/lib/berth/containerd/volumes/*; do
 	[[ -e $d ]] && leak "containerd workspace volume $d"
 done
+if command -v ip >/dev/null 2>&1; then
+	while read -r link; do
+		[[ $link == begt* ]] && leak "egress test link $link"
+	done < <(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1)
+fi
+if command -v iptables >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+	for table in filter nat; do
+		if ! out=$(iptables -w 10 -t "$table" -S 2>/dev/null); then
+			warn "iptables $table table"
+			continue
+		fi
+		while read -r line; do
+			case $line in
+			"-N BERTH-E-"* | "-N BERTH-EI-"*) leak "egress chain ${line#-N } ($table)" ;;
+			*"--comment \"berth-egress "* | *"--comment berth-egress "*) leak "egress rule ($table): $line" ;;
+			esac
+		done <<<"$out"
+	done
+else
+	echo "leakcheck: not root or no iptables; egress rules not checked" >&2
+fi
 
 if ((found)); then
 	echo "leakcheck: $found leftover(s) (see above)"

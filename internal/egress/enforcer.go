@@ -407,3 +407,25 @@ func (e *Enforcer) Leases(ctx context.Context) ([]string, error) {
 	}
 	return leasesOf(t, e.cfg.InstanceID), nil
 }
+
+// RemoveInstance deletes every rule of instance's leases on this host (a
+// test's cleanup after removing its sandboxes behind the orchestrator's
+// back; an orchestrator prunes its own at start). Without iptables or root
+// there is nothing to remove.
+func RemoveInstance(ctx context.Context, instance string) error {
+	if Available() != nil {
+		return nil
+	}
+	unlock := flock()
+	defer unlock()
+	x := execIPT{}
+	t, err := snapshot(ctx, x)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, lease := range leasesOf(t, instance) {
+		errs = append(errs, unprogram(ctx, x, t, instance, lease))
+	}
+	return errors.Join(errs...)
+}
