@@ -2455,7 +2455,8 @@ type LogEntry struct {
 	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
 	// source is "transition" (a lease state change; text is its reason),
 	// "stdout" or "stderr" (the container's output; "output" when the
-	// backend does not tell them apart).
+	// backend does not tell them apart), or "berth" (a note from the
+	// orchestrator, e.g. that the output is gone with the sandbox).
 	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
 	// text is one line, without its newline.
 	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
