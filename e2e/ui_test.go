@@ -78,8 +78,7 @@ func TestDashboard(t *testing.T) {
 	}
 	input := func(id, value string) {
 		t.Helper()
-		step("set #"+id, chromedp.SetValue(chromedp.ID(id), value))
-		eval(fmt.Sprintf(`document.getElementById(%q).dispatchEvent(new Event('input')), true`, id))
+		eval(fmt.Sprintf(`(e => { e.value = %q; e.dispatchEvent(new Event('input')); return true })(document.getElementById(%q))`, value, id))
 	}
 	colorScheme := func(v string) {
 		t.Helper()
@@ -98,7 +97,7 @@ func TestDashboard(t *testing.T) {
 	shot("login")
 	step("sign in",
 		chromedp.SendKeys(chromedp.ID("token"), operatorToken),
-		chromedp.Submit(chromedp.ID("login-form")),
+		chromedp.Click(chromedp.CSS(`#login-form button[type=submit]`)),
 		chromedp.WaitVisible(chromedp.ID("view-leases")),
 	)
 	waitJS("the watch stream is live", `document.querySelector('#live').classList.contains('ok')`, 15*time.Second)

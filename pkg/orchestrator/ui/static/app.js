@@ -65,12 +65,15 @@
     while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
     return (i === 0 ? n : n.toFixed(n < 10 ? 1 : 0)) + ' ' + u[i];
   }
+  const pad = (n) => String(n).padStart(2, '0');
+  // absTime is local time as YYYY-MM-DD HH:MM:SS.
   const absTime = (t) => {
     const v = ms(t);
     if (!isFinite(v) || v <= 0) return '—';
-    return new Date(v).toLocaleString(undefined, { hour12: false });
+    const d = new Date(v);
+    return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + ' ' +
+      pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds());
   };
-  const shortId = (id) => (id && id.length > 12 ? id.slice(0, 12) + '…' : id || '');
 
   // rel is a span whose text the ticker keeps current: "since" counts up
   // from t, "until" down to t.
@@ -436,7 +439,7 @@
       const labels = Object.entries(l.labels || {}).sort().map(([k, v]) => el('span', { class: 'chip', text: k + '=' + v }));
       const tr = el('tr', { class: [ended ? 'ended' : '', flashed ? 'flash' : ''].join(' ').trim() || undefined, dataset: { id: l.id, state: st } },
         el('td', {}, pill(l.state)),
-        el('td', { class: 'mono', title: l.id }, el('a', { href: '#/lease/' + l.id, text: shortId(l.id) })),
+        el('td', { class: 'mono' }, el('a', { href: '#/lease/' + l.id, text: l.id })),
         el('td', { class: 'conv mono', title: l.conversationId, text: l.conversationId }),
         el('td', { text: l.owner }),
         el('td', { class: 'image', title: l.image, text: l.image }),
@@ -444,7 +447,7 @@
         el('td', { class: 'num' }, expires),
         el('td', { class: 'muted', text: usageShort(l.usage) }),
         el('td', {}, labels),
-        el('td', { class: 'reason', title: l.reason, text: l.reason }),
+        el('td', { class: 'reason fill', title: l.reason, text: l.reason }),
       );
       frag.append(tr);
     }
@@ -452,6 +455,12 @@
     $('leases-empty').hidden = rows.length > 0;
     const live = all.filter((l) => LIVE.has(stateName(l.state))).length;
     $('counts').textContent = rows.length + ' shown · ' + live + ' live · ' + all.length + ' known';
+    const byState = {};
+    for (const l of all) byState[stateName(l.state)] = (byState[stateName(l.state)] || 0) + 1;
+    $('summary').replaceChildren(...['READY', 'PENDING', 'PAUSED', 'RELEASING', 'FAILED', 'EXPIRED', 'RELEASED'].map((st) =>
+      el('button', { type: 'button', class: 'sum s-' + st + (f.state === st ? ' on' : '') + (byState[st] ? '' : ' zero'),
+        title: 'show only ' + st + ' leases', dataset: { state: st } },
+      el('b', { text: String(byState[st] || 0) }), ' ' + st.toLowerCase())));
     const owners = [...new Set(all.map((l) => l.owner).filter(Boolean))].sort();
     $('owners').replaceChildren(...owners.map((o) => el('option', { value: o })));
   }
@@ -567,7 +576,7 @@
 
     const u = l.usage;
     if (!u) {
-      kv($('l-usage'), [['', el('span', { class: 'muted', text: 'not reported by this runtime' })]]);
+      kv($('l-usage'), [['—', el('span', { class: 'muted', text: 'no figures: the runtime reports none, or the sandbox is not running' })]]);
     } else {
       kv($('l-usage'), [
         ['CPU', u.sampledAt ? el('span', {}, num(u.cpuPercent).toFixed(1) + '% · ' + dur(num(u.cpuNanos) / 1e6) + ' total') : null],
@@ -588,7 +597,7 @@
       el('td', {}, stateName(t.from) === 'UNSPECIFIED' ? '' : pill(t.from)),
       el('td', { class: 'arrow', text: '→' }),
       el('td', {}, pill(t.to)),
-      el('td', { text: t.reason }),
+      el('td', { class: 'fill', text: t.reason }),
     )));
   }
 
@@ -611,7 +620,7 @@
         return el('tr', {},
           el('td', { class: 'mono', text: p.id }),
           el('td', { class: 'num', text: p.pid || '' }),
-          el('td', { class: 'mono', title: (p.argv || []).join(' '), text: p.command || (p.argv || []).join(' ') }),
+          el('td', { class: 'mono fill', title: (p.argv || []).join(' '), text: p.command || (p.argv || []).join(' ') }),
           el('td', {}, el('span', { class: 'pill s-' + st, text: st })),
           el('td', { class: 'num', text: exited ? (p.signal || String(p.exitCode)) + (p.oomKilled ? ' (OOM)' : '') + (p.timedOut ? ' (timeout)' : '') : '' }),
           el('td', { class: 'num' }, rel('ago', p.startedAt)),
@@ -724,6 +733,12 @@
     $('l-actions').addEventListener('click', act);
     $('p-refresh').addEventListener('click', () => loadProcesses(S.route.id));
     for (const id of ['f-state', 'f-owner', 'f-label', 'f-text']) $(id).addEventListener('input', saveFilters);
+    $('summary').addEventListener('click', (ev) => {
+      const b = ev.target.closest('button[data-state]');
+      if (!b) return;
+      $('f-state').value = $('f-state').value === b.dataset.state ? 'live' : b.dataset.state;
+      saveFilters();
+    });
     $('leases').addEventListener('click', (ev) => {
       const tr = ev.target.closest('tr[data-id]');
       if (tr && !ev.target.closest('a')) location.hash = '#/lease/' + tr.dataset.id;
