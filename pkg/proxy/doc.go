@@ -10,8 +10,11 @@
 //	Host: {lease}.{Domain}, any path              → http://ENDPOINT/{path} (agent API)
 //	gRPC with metadata x-berth-lease: {lease}     → the agent's gRPC, same method
 //	gRPC with :authority {lease}.{Domain}         → the agent's gRPC, same method
+//	/v1/signed/{lease}/ports/{port}/{path}?berth_exp=&berth_sig=  → a preview port, signed (signed.go)
+//	/v1/signed/{lease}/files/{path}?berth_exp=&berth_sig=          → one file's download (GET) or upload (PUT), signed
 //
 // Proxy.ServeHTTP serves the HTTP routes (mount it at /v1/sandboxes/ and
+// /v1/signed/, and
 // wrap the root handler with Proxy.HostRouter for the host forms);
 // Proxy.GRPCHandler is a grpc.UnknownServiceHandler that forwards gRPC
 // frames without decoding them, given a server built with

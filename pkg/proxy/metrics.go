@@ -201,9 +201,11 @@ func (p *Proxy) routeKind(r *http.Request) int {
 		}
 		return kindREST
 	}
-	if rest, ok := strings.CutPrefix(r.URL.Path, RoutePrefix); ok {
-		if _, after, _ := strings.Cut(rest, "/"); strings.HasPrefix(after, "ports/") {
-			return kindPreview
+	for _, prefix := range []string{RoutePrefix, SignedPrefix} {
+		if rest, ok := strings.CutPrefix(r.URL.Path, prefix); ok {
+			if _, after, _ := strings.Cut(rest, "/"); strings.HasPrefix(after, "ports/") {
+				return kindPreview
+			}
 		}
 	}
 	return kindREST
