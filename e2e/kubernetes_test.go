@@ -114,7 +114,7 @@ func startK8sOrch(t *testing.T) (*api, *kubernetes.Runtime) {
 func TestKubernetesLeaseLifecycle(t *testing.T) {
 	a, rt := startK8sOrch(t)
 	began := time.Now()
-	r := a.mustAcquire(t, "k8s-"+randHex(4), minimalImage, "5m")
+	r := a.mustAcquire(t, "k8s-"+randHex(4), minimalImage, "300s")
 	t.Logf("acquire on kubernetes: %s (pod %s at %s)", time.Since(began).Round(time.Millisecond),
 		r.GetLease().GetContainerId(), r.GetLease().GetEndpoint())
 	id, pod := r.GetLease().GetId(), r.GetLease().GetContainerId()
