@@ -1,8 +1,13 @@
 package proxy_test
 
 import (
+	"bytes"
+	"mime/multipart"
 	"net/http"
+	"net/url"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -79,5 +84,38 @@ func TestOpenHandsSessionKeyAndHealth(t *testing.T) {
 	// Other routes still need the token.
 	if r := do(t, "GET", e.sandboxURL(ready, "/api/git/changes"), "", nil, ""); r.code != 401 {
 		t.Errorf("/api without a token: %d %s", r.code, r.body)
+	}
+}
+
+// TestOpenHandsUploadHeldToDiskLimit sends OpenHands uploads (multipart,
+// X-Session-API-Key, both route prefixes) past a lease's disk limit: 507,
+// and nothing written; one that fits goes through.
+func TestOpenHandsUploadHeldToDiskLimit(t *testing.T) {
+	e := diskEnv(t)
+	id, tok := e.acquire(t, "oh-disk", "")
+	dir := e.workdir(t, id, tok)
+	multipartBody := func(n int) (string, string) {
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		fw, _ := mw.CreateFormFile("file", "f")
+		_, _ = fw.Write(bytes.Repeat([]byte("x"), n))
+		_ = mw.Close()
+		return b.String(), mw.FormDataContentType()
+	}
+	for _, prefix := range []string{"/api", "/api/conversations/c1"} {
+		body, ct := multipartBody(3 << 20)
+		dst := dir + "/big" + strconv.Itoa(len(prefix)) + ".bin"
+		r := do(t, "POST", e.sandboxURL(id, prefix+"/file/upload?path="+url.QueryEscape(dst)), "",
+			http.Header{"X-Session-Api-Key": {tok}, "Content-Type": {ct}}, body)
+		checkRefused(t, r, prefix+" upload")
+		if _, err := os.Stat(dst); !os.IsNotExist(err) {
+			t.Errorf("%s: %v, want no file", dst, err)
+		}
+	}
+	body, ct := multipartBody(100 << 10)
+	r := do(t, "POST", e.sandboxURL(id, "/api/file/upload?path="+url.QueryEscape(dir+"/small.bin")), "",
+		http.Header{"X-Session-Api-Key": {tok}, "Content-Type": {ct}}, body)
+	if r.code != 200 || !strings.Contains(string(r.body), `"file_size":102400`) {
+		t.Errorf("small upload: %d %s", r.code, r.body)
 	}
 }
