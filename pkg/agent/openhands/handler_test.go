@@ -211,3 +211,34 @@ func TestStoreEvictsFinishedCommands(t *testing.T) {
 		t.Errorf("%d commands kept; the running one kept: %t", len(s.order), s.cmds[first.start.ID] != nil)
 	}
 }
+
+func TestExecuteBatchAndClear(t *testing.T) {
+	srv, _ := newTestServer(t, nil)
+	var last testOutput
+	postJSON(t, srv.URL+"/api/bash/execute_bash_command", map[string]any{"command": "echo done"}, http.StatusOK, &last)
+	if last.ExitCode == nil || *last.ExitCode != 0 || last.Stdout == nil || *last.Stdout != "done\n" {
+		t.Fatalf("execute_bash_command: %+v", last)
+	}
+	var batch []*testOutput
+	getJSON(t, srv.URL+"/api/bash/bash_events/?event_ids="+last.ID+"&event_ids="+strings.Repeat("1", 32), http.StatusOK, &batch)
+	if len(batch) != 2 || batch[0] == nil || batch[0].ID != last.ID || batch[1] != nil {
+		t.Errorf("batch get: %+v", batch)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/api/bash/bash_events", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if string(b) != `{"cleared_count":2}`+"\n" {
+		t.Errorf("clear: %s", b)
+	}
+	var page struct {
+		Items []any `json:"items"`
+	}
+	getJSON(t, srv.URL+"/api/bash/bash_events/search", http.StatusOK, &page)
+	if len(page.Items) != 0 {
+		t.Errorf("events after clear: %v", page.Items)
+	}
+}
