@@ -23,9 +23,10 @@ import (
 // with the operator token, watches a lease appear and go READY as the test
 // acquires it and RELEASED as the test releases it, opens a second lease's
 // page (its transitions and its background process, read from the agent
-// through the proxy), clicks Release there, and saves screenshots (login,
-// leases light and dark, lease page, released) under $BERTH_ARTIFACTS, or a
-// temporary directory whose path it logs.
+// through the proxy), freezes and resumes it with the buttons, clicks
+// Release there, and saves screenshots (login, leases light and dark, lease
+// page, paused, released) under $BERTH_ARTIFACTS, or a temporary directory
+// whose path it logs.
 func TestDashboard(t *testing.T) {
 	requireImage(t, baseImage)
 	dataDir, _ := newDataDir(t)
@@ -55,7 +56,7 @@ func TestDashboard(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(b, 30*time.Second)
 		defer cancel()
-		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // PNG
 		if err != nil {
 			t.Fatalf("screenshot %s: %v", name, err)
 		}
@@ -168,6 +169,22 @@ func TestDashboard(t *testing.T) {
 	waitJS("the background process is listed", `[...document.querySelectorAll('#l-processes tbody td')].some(td => td.textContent.includes('sleep 600'))`, 15*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	shot("lease")
+
+	// Freeze and resume from the UI; a paused lease's processes are not
+	// read (that would resume it).
+	step("click freeze", chromedp.Click(chromedp.CSS(`#l-actions button[data-act="freeze"]`)))
+	waitJS("lease page PAUSED", `document.querySelector('#l-state').textContent === 'PAUSED'`, 15*time.Second)
+	if l := o.mustGet(t, bid); l.GetState() != orchv1.LeaseState_LEASE_STATE_PAUSED || l.GetPaused() != "freeze" {
+		t.Fatalf("after Freeze: lease %s is %s (%q)", bid, l.GetState(), l.GetPaused())
+	}
+	step("refresh processes", chromedp.Click(chromedp.ID("p-refresh")))
+	waitJS("no process read from a paused lease", `document.querySelector('#p-note').textContent.includes('READY sandbox only')`, 5*time.Second)
+	if l := o.mustGet(t, bid); l.GetState() != orchv1.LeaseState_LEASE_STATE_PAUSED {
+		t.Fatalf("looking at the paused lease resumed it: %s", l.GetState())
+	}
+	shot("lease-paused")
+	step("click resume", chromedp.Click(chromedp.CSS(`#l-actions button[data-act="resume"]`)))
+	waitJS("lease page READY again", `document.querySelector('#l-state').textContent === 'READY'`, 15*time.Second)
 
 	// Release from the UI: two clicks (the button asks once more).
 	release := chromedp.CSS(`#l-actions button[data-act="release"]`)

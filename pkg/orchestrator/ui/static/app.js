@@ -55,6 +55,8 @@
     const d = Math.floor(h / 24); h %= 24;
     return d + 'd ' + h + 'h';
   }
+  // cpuTime formats nanoseconds of CPU time.
+  const cpuTime = (ns) => (ns < 1e9 ? Math.round(ns / 1e6) + 'ms' : ns < 60e9 ? (ns / 1e9).toFixed(1) + 's' : dur(ns / 1e6));
   // protoDur turns "600s" / "0.5s" into milliseconds.
   const protoDur = (v) => (typeof v === 'string' && v.endsWith('s') ? parseFloat(v) * 1000 : NaN);
   function bytes(v) {
@@ -258,9 +260,13 @@
     if (!l || !l.id) return;
     const old = S.leases.get(l.id);
     if (old && ms(old.updatedAt) > ms(l.updatedAt)) return; // an older copy
-    // List leaves out some usage figures that Get fills: keep them.
+    // List leaves out some usage figures that Get fills, and a lease that
+    // stopped running reports none: keep the last ones (their "sampled"
+    // time tells how old they are).
     if (old && old.usage && l.usage && !l.usage.sampledAt && old.usage.sampledAt) {
       l.usage = Object.assign({}, old.usage, { diskBytes: l.usage.diskBytes, measuredAt: l.usage.measuredAt });
+    } else if (old && old.usage && !l.usage) {
+      l.usage = old.usage;
     }
     if (!old || old.state !== l.state || old.updatedAt !== l.updatedAt) S.flash.set(l.id, Date.now());
     S.leases.set(l.id, l);
@@ -431,14 +437,15 @@
     for (const l of rows) {
       const st = stateName(l.state);
       const ended = !LIVE.has(st);
-      const flashed = now - (S.flash.get(l.id) || 0) < 1600;
+      const since = now - (S.flash.get(l.id) || 0);
+      const flashed = since < 1600;
       let expires;
       if (ended) expires = el('span', { class: 'muted', text: '—' });
       else if (st === 'PAUSED') expires = el('span', { class: 'muted', text: 'paused' });
       else expires = rel('until', l.expiresAt, { soon: true });
       const labels = Object.entries(l.labels || {}).sort().map(([k, v]) => el('span', { class: 'chip', text: k + '=' + v }));
       const tr = el('tr', { class: [ended ? 'ended' : '', flashed ? 'flash' : ''].join(' ').trim() || undefined, dataset: { id: l.id, state: st } },
-        el('td', {}, pill(l.state)),
+        el('td', {}, pill(l.state), (l.warnings || []).length ? el('span', { class: 'warnmark', title: l.warnings.join('\n'), text: ' ⚠' }) : null),
         el('td', { class: 'mono' }, el('a', { href: '#/lease/' + l.id, text: l.id })),
         el('td', { class: 'conv mono', title: l.conversationId, text: l.conversationId }),
         el('td', { text: l.owner }),
@@ -449,6 +456,8 @@
         el('td', {}, labels),
         el('td', { class: 'reason fill', title: l.reason, text: l.reason }),
       );
+      // A row rebuilt mid-highlight carries on where it was.
+      if (flashed) tr.style.animationDelay = -since + 'ms';
       frag.append(tr);
     }
     tbody.replaceChildren(frag);
@@ -485,7 +494,7 @@
       upsert(l);
       // Get is the newest copy: take its usage even when updatedAt is equal.
       const cur = S.leases.get(id);
-      if (cur && l.usage) cur.usage = l.usage;
+      if (cur && l.usage && ms(l.usage.sampledAt) >= ms((cur.usage || {}).sampledAt || 0)) cur.usage = l.usage;
       renderLease();
       if (first) loadProcesses(id);
     } catch (e) {
@@ -579,7 +588,7 @@
       kv($('l-usage'), [['—', el('span', { class: 'muted', text: 'no figures: the runtime reports none, or the sandbox is not running' })]]);
     } else {
       kv($('l-usage'), [
-        ['CPU', u.sampledAt ? el('span', {}, num(u.cpuPercent).toFixed(1) + '% · ' + dur(num(u.cpuNanos) / 1e6) + ' total') : null],
+        ['CPU', u.sampledAt ? el('span', {}, num(u.cpuPercent).toFixed(1) + '% · ' + cpuTime(num(u.cpuNanos)) + ' CPU time') : null],
         ['Memory', num(u.memoryBytes) ? el('span', {}, bytes(u.memoryBytes) + (num(u.memoryLimitBytes) ? ' of ' + bytes(u.memoryLimitBytes) : ''), bar(num(u.memoryBytes), num(u.memoryLimitBytes))) : null],
         ['Memory peak', num(u.memoryPeakBytes) ? bytes(u.memoryPeakBytes) : null],
         ['Disk', el('span', {}, bytes(u.diskBytes) + (num(r.diskBytes) ? ' of ' + bytes(r.diskBytes) : ''), bar(num(u.diskBytes), num(r.diskBytes)))],
@@ -698,16 +707,26 @@
     if (S.route.view === 'collection') navOn(S.route.id);
   }
 
-  function cell(v) {
-    if (v === null || v === undefined) return '';
-    if (Array.isArray(v)) return v.map(cell).join(', ');
-    if (typeof v === 'object') return Object.entries(v).map(([k, x]) => k + '=' + cell(x)).join(' ');
+  // colTitle turns a JSON field name into a column title: sizeBytes ->
+  // size, lastUsedAt -> last used, conversationId -> conversation.
+  const colTitle = (k) => k.replace(/(Bytes|At|Id)$/, '').replace(/([a-z])([A-Z])/g, '$1 $2').toLowerCase();
+
+  // cell renders one field of a pools/volumes/snapshots item by its name.
+  function cell(k, v) {
+    if (v === null || v === undefined || v === '') return '';
+    if (/Bytes$/.test(k)) return num(v) < 0 ? '—' : bytes(v);
+    if (/At$/.test(k) && typeof v === 'string') return ms(v) > 0 ? rel('ago', v) : '—';
+    if (k === 'leaseId') return el('a', { class: 'mono', href: '#/lease/' + v, text: v });
+    if (typeof v === 'boolean') return v ? 'yes' : '';
+    if (Array.isArray(v)) return v.map((x) => cell('', x)).join(', ');
+    if (typeof v === 'object') return Object.entries(v).map(([kk, x]) => kk + '=' + cell('', x)).join(' ');
     return String(v).replace(/^[A-Z]+(_[A-Z]+)*_STATE_/, '');
   }
 
   async function openCollection(name) {
     const title = (COLLECTIONS.find((c) => c[0] === name) || [name, name])[1];
     $('c-title').textContent = title;
+    document.title = title + ' · berth';
     const table = $('c-table');
     table.tHead.replaceChildren();
     table.tBodies[0].replaceChildren();
@@ -716,9 +735,11 @@
       const items = Object.values(r || {}).find(Array.isArray) || [];
       const cols = [];
       for (const it of items) for (const k of Object.keys(it)) if (!cols.includes(k) && cols.length < 12) cols.push(k);
-      table.tHead.append(el('tr', {}, cols.map((c) => el('th', { text: c }))));
-      table.tBodies[0].append(...items.map((it) => el('tr', {}, cols.map((c) => el('td', { text: cell(it[c]) })))));
+      table.tHead.append(el('tr', {}, cols.map((c) => el('th', { class: /Bytes$|At$/.test(c) ? 'num' : '', text: colTitle(c) }))));
+      table.tBodies[0].append(...items.map((it) => el('tr', {}, cols.map((c) =>
+        el('td', { class: /Bytes$|At$/.test(c) ? 'num' : /name|Id$/.test(c) ? 'mono' : '' }, cell(c, it[c]))))));
       $('c-empty').hidden = items.length > 0;
+      $('c-empty').textContent = 'Nothing here.';
     } catch (e) {
       $('c-empty').hidden = false;
       $('c-empty').textContent = e.message;
