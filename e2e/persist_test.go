@@ -33,7 +33,7 @@ func TestPersistDocker(t *testing.T) {
 	requireImage(t, baseImage)
 	hostRW := hostMountDir(t)
 	dir, instance := newDataDir(t)
-	o := startOrch(t, dir, func(c *orchestrator.Config) { c.AllowHostMounts = hostRW + ":rw" })
+	o := startOrch(t, dir, func(c *orchestrator.Config) { c.AllowHostMounts = hostRW + ":rw"; c.Clients = persistClients })
 	persistScenario(t, persistTarget{a: o.api, addr: strings.TrimPrefix(o.base, "http://"), vm: dockerRT, hostRW: hostRW,
 		reap: func() { removeContainers(runtime.LabelInstance + "=" + instance) }})
 }
@@ -45,7 +45,7 @@ func TestPersistContainerd(t *testing.T) {
 	requireCtrdImage(t, minimalImage)
 	hostRW := hostMountDir(t)
 	env := newCtrdEnv(t)
-	o := startCtrdOrch(t, env, func(c *orchestrator.Config) { c.AllowHostMounts = hostRW + ":rw" })
+	o := startCtrdOrch(t, env, func(c *orchestrator.Config) { c.AllowHostMounts = hostRW + ":rw"; c.Clients = persistClients })
 	persistScenario(t, persistTarget{a: o.api, addr: strings.TrimPrefix(o.base, "http://"), vm: rt, hostRW: hostRW,
 		reap: func() { o.reapAll(t); waitNoLive(t, o.api) }})
 }
@@ -75,6 +75,10 @@ func TestVolumeRetentionDocker(t *testing.T) {
 		t.Errorf("the engine still has volume %s", vol)
 	}
 }
+
+// persistClients is a client owner besides the operator, to check that a
+// client sees only its own owner's volumes.
+var persistClients = []orchestrator.Client{{Owner: "persist-team", Token: "persist-client-token-0123456789"}}
 
 // hostMountDir is a fresh host directory (symlinks resolved) with a file
 // "hello", writable by any sandbox user.
@@ -184,6 +188,19 @@ func persistScenario(t *testing.T, tgt persistTarget) {
 	code, _, b = a.mustCall(t, http.MethodDelete, "/v1/volumes/"+vol, nil)
 	if e := parseErr(t, b); code != http.StatusBadRequest || !strings.Contains(e.Message, "in use") {
 		t.Fatalf("DELETE of a volume in use: HTTP %d: %s; want 400 FAILED_PRECONDITION", code, b)
+	}
+	// Another owner's client sees nothing of it; a lease token may not ask.
+	client := persistClients[0].Token
+	if code, _, b := a.mustCall(t, http.MethodGet, "/v1/volumes", nil, client); code != http.StatusOK || strings.Contains(string(b), vol) {
+		t.Errorf("client list: HTTP %d: %s; want 200 without %s", code, b, vol)
+	}
+	for _, m := range []string{http.MethodGet, http.MethodDelete} {
+		if code, _, b := a.mustCall(t, m, "/v1/volumes/"+vol, nil, client); code != http.StatusNotFound {
+			t.Errorf("client %s of another owner's volume: HTTP %d: %s; want 404", m, code, b)
+		}
+	}
+	if code, _, b := a.mustCall(t, http.MethodGet, "/v1/volumes", nil, tok); code != http.StatusForbidden {
+		t.Errorf("lease token list: HTTP %d: %s; want 403", code, b)
 	}
 
 	// Release, then acquire the conversation again: the file is there.
