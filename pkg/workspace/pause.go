@@ -3,6 +3,8 @@ package workspace
 import (
 	"context"
 	"fmt"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
 )
 
 // PauseMode is how deep Pauser.Pause pauses a workspace's sandbox.
@@ -49,6 +51,11 @@ func (l *Leased) Pause(ctx context.Context, mode PauseMode) error {
 	}
 	if mode == "" {
 		mode = PauseFreeze
+	}
+	if l.cfg.direct != nil {
+		// Only the proxy resumes a paused sandbox (and follows a
+		// hibernated one to its new address).
+		return errdefs.FailedPrecondition("workspace: a workspace that reaches its agent directly, not through the orchestrator's proxy, cannot be paused")
 	}
 	id := l.LeaseID()
 	if _, err := l.api.Pause(ctx, id, string(mode)); err != nil {
