@@ -131,6 +131,14 @@ func TestKubernetesLeaseLifecycle(t *testing.T) {
 	if code != http.StatusUnauthorized {
 		t.Errorf("exec with a wrong token: HTTP %d, want 401", code)
 	}
+	// A cluster cannot freeze a Pod: pause in freeze mode is refused
+	// with FAILED_PRECONDITION (HTTP 400) naming the reason.
+	code, _, body := a.mustCall(t, http.MethodPost, "/v1/leases/"+id+":pause", map[string]any{"mode": "freeze"})
+	if code != http.StatusBadRequest || !strings.Contains(string(body), `"code":9`) {
+		t.Errorf("pause (freeze) on kubernetes: HTTP %d %s, want 400 FAILED_PRECONDITION", code, body)
+	} else {
+		t.Logf("pause (freeze) on kubernetes: %s", body)
+	}
 	a.mustRelease(t, id)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if _, err := rt.Get(ctx, pod); errdefs.IsNotFound(err) {
