@@ -261,7 +261,8 @@ func TestSnapshotBench(t *testing.T) {
 		o := startOrch(t, dir)
 		backends = append(backends, backend{"docker", o.api, baseImage})
 	}
-	if ctrdHasImage(baseImage) {
+	requireCtrdImage(t, baseImage)
+	{
 		env := newCtrdEnv(t)
 		removeCtrdSnapshots(t, env)
 		o := startCtrdOrch(t, env)
