@@ -63,7 +63,7 @@ stop_pid "$K8S_RUN/containerd.pid" containerd 15
 # Shims outlive containerd: end those of this containerd (their command
 # line names its socket), by pid.
 for p in /proc/[0-9]*; do
-	cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+	cmd=$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
 	if [[ $cmd == *containerd-shim* && $cmd == *"$CTRD_SOCK"* ]]; then
 		log "killing shim ${p#/proc/}"
 		kill -KILL "${p#/proc/}" 2>/dev/null || true
@@ -139,9 +139,11 @@ if [[ -f $host_env ]]; then
 	for d in /var/log/containers /var/log/pods; do
 		existed "$d" || rm -rf "$d"
 	done
-	# The CNI cache: libcni's results for this network.
+	# The CNI cache: libcni's results for this network. Other users of
+	# CNI on the host (berth's containerd backend) keep theirs: only empty
+	# directories up.sh did not find are removed.
 	rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null
-	existed /var/lib/cni || rm -rf /var/lib/cni
+	existed /var/lib/cni || { rmdir /var/lib/cni/results /var/lib/cni/networks 2>/dev/null; rmdir /var/lib/cni 2>/dev/null; }
 	existed /var/run/netns || rmdir /var/run/netns 2>/dev/null
 	# Shim sockets that were not there before and that nothing listens on.
 	if [[ -d /run/containerd/s ]]; then
