@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/berth-dev/berth/internal/testsupport/orchtest"
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
 // TestSignTopLogsCommands drives lease sign, lease top and logs against an
@@ -83,5 +86,19 @@ func TestSignTopLogsCommands(t *testing.T) {
 	}
 	if code := <-done; code != 0 || !strings.Contains(fout.String(), "-> RELEAS") {
 		t.Errorf("logs --follow: exit %d: %q", code, fout.String())
+	}
+}
+
+func TestUsageLine(t *testing.T) {
+	u := &orchv1.Usage{CpuNanos: 1_234_567_890, CpuPercent: 12.34, MemoryBytes: 40 << 20, MemoryPeakBytes: 41 << 20, MemoryLimitBytes: 512 << 20,
+		NetworkRxBytes: 2048, NetworkTxBytes: 100, Processes: 16, SampledAt: timestamppb.Now()}
+	want := "usage: cpu 1.235s (12.3%), memory 40Mi (peak 41Mi) of 512Mi, network 2Ki in / 100 out, 16 processes"
+	if got := usageLine(u); got != want {
+		t.Errorf("usageLine = %q, want %q", got, want)
+	}
+	var b bytes.Buffer
+	printTable(&b, &orchv1.Lease{Id: "x", Usage: u})
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("lease table lacks the usage line:\n%s", b.String())
 	}
 }

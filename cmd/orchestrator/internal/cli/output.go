@@ -109,6 +109,9 @@ func printLeaseTable(w io.Writer, msg proto.Message, wide bool) {
 			fmt.Fprintf(w, "disk: %d of %d bytes (measured %s)\n", m.GetUsage().GetDiskBytes(), lim,
 				m.GetUsage().GetMeasuredAt().AsTime().Format(time.RFC3339))
 		}
+		if u := m.GetUsage(); u.GetSampledAt() != nil { // top.go
+			fmt.Fprintln(w, usageLine(u))
+		}
 		for _, wn := range m.GetWarnings() {
 			fmt.Fprintf(w, "warning: %s\n", safe(wn))
 		}

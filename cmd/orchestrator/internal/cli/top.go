@@ -153,3 +153,17 @@ func printTop(w io.Writer, leases []*orchv1.Lease) {
 	}
 	t.flush(w)
 }
+
+// usageLine is the one-line usage summary `lease get` prints under its row.
+func usageLine(u *orchv1.Usage) string {
+	mem := quantity.FormatBytes(u.GetMemoryBytes())
+	if p := u.GetMemoryPeakBytes(); p > 0 {
+		mem += " (peak " + quantity.FormatBytes(p) + ")"
+	}
+	if l := u.GetMemoryLimitBytes(); l > 0 {
+		mem += " of " + quantity.FormatBytes(l)
+	}
+	return fmt.Sprintf("usage: cpu %s (%.1f%%), memory %s, network %s in / %s out, %d processes",
+		(time.Duration(u.GetCpuNanos()) * time.Nanosecond).Round(time.Millisecond), u.GetCpuPercent(), mem,
+		quantity.FormatBytes(u.GetNetworkRxBytes()), quantity.FormatBytes(u.GetNetworkTxBytes()), u.GetProcesses())
+}
