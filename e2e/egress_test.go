@@ -274,7 +274,7 @@ func TestEgressDocker(t *testing.T) {
 	b := checkEgress(t, a, tg, "docker")
 
 	// The CLI changes it too (-o json).
-	out, errs, code := cliRun(t, addr, "lease", "network", b.id, "--mode", "restricted", "--allow", tg.a3.String()+":80", "-o", "json")
+	out, errs, code := cliRun(t, addr, "lease", "network", b.id, "--mode", "restricted", "--allow", tg.a3.String()+":80,allowed.test", "-o", "json")
 	var l orchv1.Lease
 	if code != 0 || decode([]byte(out), &l) != nil || l.GetNetwork().GetMode() != "restricted" {
 		t.Fatalf("orchestrator lease network: exit %d: %s %s", code, out, errs)
@@ -288,17 +288,21 @@ func TestEgressDocker(t *testing.T) {
 	waitRestarted(t, a, b.id, 1, 30*time.Second)
 	b.expect(tg.a3, 80, true)
 	b.expect(tg.a2, 80, false)
+	b.expectName("allowed.test", tg.a1)
+	b.expect(tg.a1, 80, true)
 	if rc, _ := b.sh(`timeout 2 bash -c 'exec 3<>/dev/tcp/169.254.169.254/80'`); rc == 0 {
 		t.Error("metadata address reached after restart")
 	}
 
-	// An orchestrator restart (a new resolver port) re-applies it.
+	// An orchestrator restart (a new resolver port) re-applies it: names
+	// resolve through the new resolver.
 	p.stop()
 	p = startProc(t, dir, addr, env...)
-	b.setNetwork(map[string]any{"mode": "restricted", "allow": []string{"allowed.test"}})
 	b.expectName("allowed.test", tg.a1)
 	b.expect(tg.a1, 80, true)
-	b.expect(tg.a3, 80, false)
+	b.expect(tg.a3, 80, true)
+	b.expect(tg.a2, 80, false)
+	b.expectName("other.test", netip.Addr{})
 
 	// Releasing the lease removes its rules.
 	if n := egressRules(t, b.id); n == 0 {
