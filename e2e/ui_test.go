@@ -22,8 +22,8 @@ import (
 // chromium against an orchestrator on the real Docker backend: it signs in
 // with the operator token, watches a lease appear and go READY as the test
 // acquires it and RELEASED as the test releases it, opens a second lease's
-// page (its transitions and its background process, read from the agent
-// through the proxy), freezes and resumes it with the buttons, clicks
+// page (its transitions, its log, and its background process, read from the
+// agent through the proxy), freezes and resumes it with the buttons, clicks
 // Release there, and saves screenshots (login, leases light and dark, lease
 // page, paused, released) under $BERTH_ARTIFACTS, or a temporary directory
 // whose path it logs.
@@ -167,6 +167,7 @@ func TestDashboard(t *testing.T) {
 	waitJS("lease page READY", `document.querySelector('#l-state').textContent === 'READY'`, 10*time.Second)
 	waitJS("the transitions are listed", `document.querySelectorAll('#l-transitions tbody tr').length >= 2`, 10*time.Second)
 	waitJS("the background process is listed", `[...document.querySelectorAll('#l-processes tbody td')].some(td => td.textContent.includes('sleep 600'))`, 15*time.Second)
+	waitJS("the log shows the lease's transitions", `[...document.querySelectorAll('#l-log .logline')].some(l => l.textContent.includes('acquired'))`, 15*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	shot("lease")
 

@@ -35,6 +35,7 @@
     watch: null, // AbortController of the watch stream
     collections: [],
     leaseTimer: 0,
+    log: null, // AbortController of the log stream
     renderQueued: false,
   };
 
@@ -209,6 +210,7 @@
     S.watch = null;
     S.leases.clear();
     clearInterval(S.leaseTimer);
+    stopLog();
     for (const id of ['nav', 'live', 'who', 'signout']) $(id).hidden = true;
     showView('login');
     $('login-error').textContent = msg || '';
@@ -344,6 +346,7 @@
   function route() {
     if (!S.session) { showView('login'); return; }
     clearInterval(S.leaseTimer);
+    stopLog();
     const { path, query } = parseHash();
     let m;
     document.querySelectorAll('#nav a').forEach((a) => a.classList.remove('on'));
@@ -496,7 +499,10 @@
       const cur = S.leases.get(id);
       if (cur && l.usage && ms(l.usage.sampledAt) >= ms((cur.usage || {}).sampledAt || 0)) cur.usage = l.usage;
       renderLease();
-      if (first) loadProcesses(id);
+      if (first) {
+        loadProcesses(id);
+        loadLog(id, false);
+      }
     } catch (e) {
       if (first) {
         $('l-conv').textContent = e.message;
@@ -643,6 +649,60 @@
     }
   }
 
+  // ---- log ------------------------------------------------------------
+
+  const LOG_TAIL = 200;
+  const LOG_MAX = 2000; // lines kept in the page
+
+  function stopLog() {
+    if (S.log) S.log.abort();
+    S.log = null;
+  }
+
+  // loadLog shows the lease's log (GET /v1/leases/ID/logs): the container's
+  // output and the lease's transitions, the last LOG_TAIL lines, then, when
+  // following, each new line as it comes.
+  async function loadLog(id, follow) {
+    stopLog();
+    const ctl = new AbortController();
+    S.log = ctl;
+    const box = $('l-log');
+    const note = $('log-note');
+    const btn = $('log-follow');
+    btn.setAttribute('aria-pressed', String(follow));
+    btn.classList.toggle('on', follow);
+    box.replaceChildren();
+    note.textContent = 'loading…';
+    const q = new URLSearchParams({ tail: String(LOG_TAIL) });
+    if (follow) q.set('follow', 'true');
+    try {
+      await stream('/v1/leases/' + encodeURIComponent(id) + '/logs?' + q, ctl.signal, (e) => {
+        const stick = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+        const t = ms(e.time);
+        const src = e.source || '';
+        box.append(el('div', { class: 'logline src-' + src },
+          el('span', { class: 't', title: absTime(e.time), text: isFinite(t) ? absTime(e.time).slice(11) : '' }),
+          el('span', { class: 'src', text: src }),
+          el('span', { class: 'x', text: e.text || '' })));
+        while (box.childElementCount > LOG_MAX) box.firstElementChild.remove();
+        if (stick) box.scrollTop = box.scrollHeight;
+      }, () => { note.textContent = follow ? 'following' : ''; });
+      if (!ctl.signal.aborted) {
+        note.textContent = (box.childElementCount ? 'last ' + LOG_TAIL + ' lines' : 'no log lines') +
+          (follow ? ' · the stream ended' : ', as of ' + absTime(new Date().toISOString()).slice(11));
+        box.scrollTop = box.scrollHeight;
+      }
+    } catch (e) {
+      if (!ctl.signal.aborted) note.textContent = e.message;
+    } finally {
+      if (S.log === ctl) {
+        S.log = null;
+        btn.setAttribute('aria-pressed', 'false');
+        btn.classList.remove('on');
+      }
+    }
+  }
+
   // confirmable makes a button ask once more before it acts.
   function confirmed(b) {
     if (b.classList.contains('confirm')) {
@@ -753,6 +813,11 @@
     $('signout').addEventListener('click', signOut);
     $('l-actions').addEventListener('click', act);
     $('p-refresh').addEventListener('click', () => loadProcesses(S.route.id));
+    $('log-reload').addEventListener('click', () => loadLog(S.route.id, false));
+    $('log-follow').addEventListener('click', () => {
+      if (S.log && $('log-follow').classList.contains('on')) { stopLog(); $('log-note').textContent = 'stopped'; return; }
+      loadLog(S.route.id, true);
+    });
     for (const id of ['f-state', 'f-owner', 'f-label', 'f-text']) $(id).addEventListener('input', saveFilters);
     $('summary').addEventListener('click', (ev) => {
       const b = ev.target.closest('button[data-state]');
