@@ -288,3 +288,52 @@ func persistScenario(t *testing.T, tgt persistTarget) {
 		t.Errorf("host file written through the mount = %q, %v", got, err)
 	}
 }
+
+// TestPersistDiskLimitDocker: the disk limit covers the persistent
+// workspace: writing past it into /workspace (the volume, not the
+// container's layer) fails the lease for its disk, and the volume keeps
+// the files.
+func TestPersistDiskLimitDocker(t *testing.T) {
+	requireDocker(t)
+	requireImage(t, baseImage)
+	dir, instance := newDataDir(t)
+	o := startOrch(t, dir, func(c *orchestrator.Config) {
+		c.DiskInterval, c.DiskGrace = orchestrator.Duration(200*time.Millisecond), orchestrator.Duration(500*time.Millisecond)
+	})
+	tgt := persistTarget{a: o.api, vm: dockerRT, reap: func() { removeContainers(runtime.LabelInstance + "=" + instance) }}
+	conv := "persist-disk-" + randHex(4)
+	body := map[string]any{"conversationId": conv, "ttl": "600s", "workspace": map[string]any{"persist": true},
+		"resources": map[string]any{"diskBytes": 4 << 20}}
+	code, _, b := o.mustCall(t, http.MethodPost, "/v1/leases", body)
+	if code != http.StatusOK {
+		t.Fatalf("acquire: HTTP %d: %s", code, b)
+	}
+	var r orchv1.AcquireResponse
+	if err := decode(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	vol := r.GetLease().GetWorkspace().GetVolume()
+	t.Cleanup(func() {
+		tgt.reap()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := tgt.vm.RemoveVolume(ctx, vol); err != nil {
+			t.Errorf("cleanup: remove volume %s: %v", vol, err)
+		}
+	})
+	id := r.GetLease().GetId()
+	pexec(t, o.api, id, r.GetToken(), "head -c 6291456 /dev/zero > /workspace/big")
+	var l *orchv1.Lease
+	if !eventually(30*time.Second, 100*time.Millisecond, func() bool {
+		l = o.mustGet(t, id)
+		return l.GetState() == orchv1.LeaseState_LEASE_STATE_FAILED
+	}) {
+		t.Fatalf("lease %s not FAILED 30s after writing 6 MiB into a 4 MiB workspace: %s (%s), usage %+v", id, l.GetState(), l.GetReason(), l.GetUsage())
+	}
+	if !strings.Contains(l.GetReason(), "disk limit") {
+		t.Errorf("reason %q, want the disk limit", l.GetReason())
+	}
+	if v, err := tgt.vm.InspectVolume(context.Background(), vol); err != nil || v.SizeBytes < 6<<20 {
+		t.Errorf("volume after the failure: %+v, %v; want its 6 MiB kept", v, err)
+	}
+}
