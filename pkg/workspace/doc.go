@@ -14,7 +14,9 @@
 //     safe to retry; see RemoteConfig).
 //   - Leased acquires a lease from the orchestrator for a conversation,
 //     works through a Remote via the proxy, renews the lease in the
-//     background and releases it on Close.
+//     background and releases it on Close. It survives a pause of its
+//     lease unchanged (the proxy resumes the sandbox at the next call), and
+//     implements Pauser for an agent loop that pauses it between turns.
 //
 // # Paths
 //
