@@ -148,7 +148,7 @@ func (m *Manager) reapplyNetworks(ctx context.Context) {
 	for id, e := range m.leases {
 		if (e.l.State == StateReady || e.l.State == StatePaused || e.l.State == StatePending) && e.l.Endpoint != "" {
 			live[id] = true
-			if e.l.State != StatePending {
+			if running(&e.l) {
 				jobs = append(jobs, job{id, e.l.Endpoint})
 			}
 		}
@@ -162,6 +162,13 @@ func (m *Manager) reapplyNetworks(ctx context.Context) {
 	if err := m.cfg.Egress.Prune(ctx, func(id string) bool { return live[id] }); err != nil {
 		m.log.Warn("pruning network rules of ended leases failed", "err", err)
 	}
+}
+
+// running reports whether l's sandbox runs at l.Endpoint: READY, or
+// PAUSED by freezing (a hibernated sandbox's container is stopped and its
+// address free for another).
+func running(l *Lease) bool {
+	return l.State == StateReady || (l.State == StatePaused && l.Paused == PauseFreeze)
 }
 
 // SetNetwork replaces lease id's network policy while it runs: the new
@@ -189,16 +196,17 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, p NetworkPolicy) (L
 	}
 	e.l.Network = np.Clone()
 	e.rev++
-	endpoint, state := e.l.Endpoint, e.l.State
+	endpoint, run := e.l.Endpoint, running(&e.l)
 	l, rev := e.snapshot()
 	m.mu.Unlock()
 	if err := m.persist(l, rev); err != nil {
 		return Lease{}, wrapf(err, "lease %s: persist network policy", id)
 	}
-	// A PENDING lease's sandbox (being created or restarted) gets it
-	// again when it is ready.
-	if endpoint != "" {
-		if err := m.enforceNetwork(ctx, id, endpoint); err != nil && state != StatePending {
+	// A sandbox being created or restarted, or hibernated, gets it when it
+	// is ready again (its address may change, and the old one may belong
+	// to another sandbox by then).
+	if run && endpoint != "" {
+		if err := m.enforceNetwork(ctx, id, endpoint); err != nil {
 			return Lease{}, err
 		}
 	}

@@ -158,3 +158,34 @@ func TestNetworkPolicyNeedsEnforcer(t *testing.T) {
 		t.Errorf("spec DNS without enforcer: %v", h.rt.specs[0].DNS)
 	}
 }
+
+// TestNetworkPolicyHibernate: a hibernated sandbox's rules go (its address
+// is free for another sandbox); a change while it sleeps is recorded, not
+// applied; the wake applies it.
+func TestNetworkPolicyHibernate(t *testing.T) {
+	eg := newFakeEgress()
+	h := newHarness(t, func(c *Config) { c.Egress = eg })
+	ctx := context.Background()
+	l, _ := h.acquire("sleepy")
+	if _, ok := eg.policy(l.ID); !ok {
+		t.Fatal("no policy enforced at acquire")
+	}
+	if _, err := h.m.Pause(ctx, l.ID, PauseHibernate); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := eg.policy(l.ID); ok {
+		t.Error("rules kept for a hibernated sandbox")
+	}
+	if _, err := h.m.SetNetwork(ctx, l.ID, NetworkPolicy{Mode: NetworkNone}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := eg.policy(l.ID); ok {
+		t.Error("a change was applied to a hibernated sandbox's old address")
+	}
+	if _, err := h.m.Resume(ctx, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := eg.policy(l.ID); !ok || p.Mode != egress.ModeNone {
+		t.Errorf("after the wake: %+v %v, want mode none", p, ok)
+	}
+}

@@ -207,6 +207,9 @@ func (m *Manager) pauseRuntime(ctx context.Context, fr runtime.Freezer, id, cid 
 	if err != nil {
 		return wrapf(err, "pause lease %s (%s)", id, mode)
 	}
+	if mode == PauseHibernate {
+		m.dropNetwork(ctx, id) // network.go: its address is free; wake applies the policy again
+	}
 	m.log.Info("lease paused", "lease_id", id, "container_id", cid, "mode", string(mode), "duration", time.Since(began))
 	return nil
 }
