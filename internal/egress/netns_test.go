@@ -54,8 +54,10 @@ func TestEnforcerNetns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	began := time.Now()
 	apply(egress.Policy{Mode: egress.ModeRestricted, Allow: []string{"allowed.test", "*.svc.test:81", a3.String() + ":80"},
 		Deny: []string{"other.test"}})
+	t.Logf("EGRESS-LATENCY first Apply of a sandbox (what an acquire waits for): %s", time.Since(began).Round(time.Microsecond))
 	expectDial := func(addr string, ok bool) {
 		t.Helper()
 		start := time.Now()
