@@ -68,6 +68,19 @@ const SignInHeader = "X-Berth-Sign-In"
 //go:embed static
 var staticFS embed.FS
 
+// xtermFS holds the browser terminal's files when scripts/ui-xterm.sh
+// built them before the Go build (xterm/xterm.bundle.js, xterm/xterm.css);
+// otherwise only its README.
+//
+//go:embed xterm
+var xtermFS embed.FS
+
+// terminalFiles reports whether the browser terminal was built in.
+func terminalFiles() bool {
+	_, err := fs.Stat(xtermFS, "xterm/xterm.bundle.js")
+	return err == nil
+}
+
 // Identity is who a token signs in as.
 type Identity struct {
 	// Operator is true for the operator token: every lease, reap.
@@ -114,6 +127,9 @@ type Handler struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	static http.Handler
+	// terminal is true when the browser terminal is served: its files
+	// were built in and the proxy is there.
+	terminal bool
 }
 
 // New returns the dashboard handler; mount it at "/ui/" (and "/ui").
@@ -132,12 +148,22 @@ func New(cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
-		static: http.StripPrefix("/ui/static/", http.FileServerFS(sub))}
+		static:   http.StripPrefix("/ui/static/", http.FileServerFS(sub)),
+		terminal: cfg.Sandboxes != nil && terminalFiles()}
 	h.mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix, http.StatusFound)
 	})
 	h.mux.HandleFunc("GET /ui/{$}", h.index)
 	h.mux.HandleFunc("GET /ui/static/", h.serveStatic)
+	if h.terminal {
+		xt := http.StripPrefix("/ui/", http.FileServerFS(xtermFS))
+		for _, f := range []string{"xterm.bundle.js", "xterm.css"} {
+			h.mux.HandleFunc("GET /ui/xterm/"+f, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Cache-Control", "no-cache")
+				xt.ServeHTTP(w, r)
+			})
+		}
+	}
 	h.mux.HandleFunc("POST /ui/login", h.login)
 	h.mux.HandleFunc("POST /ui/logout", h.logout)
 	h.mux.HandleFunc("GET /ui/api/session", h.session)
@@ -210,6 +236,8 @@ type sessionInfo struct {
 	Role  string `json:"role"`
 	Owner string `json:"owner"`
 	CSRF  string `json:"csrf,omitempty"`
+	// Terminal tells the page that the browser terminal is served.
+	Terminal bool `json:"terminal"`
 }
 
 func roleOf(id Identity) string {
@@ -242,7 +270,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	h.log.Info("dashboard sign-in", "role", roleOf(id), "owner", id.Owner, "remote_addr", r.RemoteAddr)
 	h.setCookie(w, r, base64.RawURLEncoding.EncodeToString([]byte(tok)), 0)
-	writeJSON(w, http.StatusOK, sessionInfo{Role: roleOf(id), Owner: id.Owner, CSRF: csrfFor(tok)})
+	writeJSON(w, http.StatusOK, sessionInfo{Role: roleOf(id), Owner: id.Owner, CSRF: csrfFor(tok), Terminal: h.terminal})
 }
 
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
@@ -280,7 +308,13 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) (string, Ide
 		return "", Identity{}, false
 	}
 	want := csrfFor(string(tok))
-	if got := r.Header.Get(CSRFHeader); subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+	got := r.Header.Get(CSRFHeader)
+	if got == "" && isWebSocket(r) {
+		// A browser's WebSocket cannot set headers: the page offers the
+		// value as the subprotocol berth.csrf.VALUE instead.
+		got = wsCSRF(r.Header)
+	}
+	if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
 		w.Header().Set(SignInHeader, "required")
 		writeError(w, http.StatusForbidden, errdefs.Newf(errdefs.ErrPermissionDenied, "missing or wrong %s header: sign in again in this tab", CSRFHeader))
 		return "", Identity{}, false
@@ -293,7 +327,7 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, sessionInfo{Role: roleOf(id), Owner: id.Owner})
+	writeJSON(w, http.StatusOK, sessionInfo{Role: roleOf(id), Owner: id.Owner, Terminal: h.terminal})
 }
 
 // apiCollections are the REST collections the shim forwards to the API.
@@ -301,6 +335,58 @@ var apiCollections = []string{"/v1/leases", "/v1/pools", "/v1/volumes", "/v1/sna
 
 // sandboxReads are the agent paths the shim reads through the proxy.
 var sandboxReads = map[string]bool{"/v1/processes": true, "/v1/info": true}
+
+// terminalPath is the agent's terminal WebSocket, forwarded when the
+// browser terminal is built in.
+const terminalPath = "/v1/terminals/ws"
+
+// CSRFProtocolPrefix prefixes the CSRF value that a WebSocket upgrade
+// offers as a subprotocol; the shim removes it before forwarding.
+const CSRFProtocolPrefix = "berth.csrf."
+
+// isWebSocket reports whether r asks for a WebSocket upgrade.
+func isWebSocket(r *http.Request) bool {
+	if r.Method != http.MethodGet || !strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "websocket") {
+		return false
+	}
+	for _, v := range r.Header.Values("Connection") {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wsCSRF returns the CSRF value offered as a subprotocol, or "".
+func wsCSRF(h http.Header) string {
+	for _, v := range h.Values("Sec-WebSocket-Protocol") {
+		for p := range strings.SplitSeq(v, ",") {
+			if c, ok := strings.CutPrefix(strings.TrimSpace(p), CSRFProtocolPrefix); ok {
+				return c
+			}
+		}
+	}
+	return ""
+}
+
+// stripCSRFProtocol removes the CSRF subprotocol from h, keeping the
+// others (berth.terminal.v1, which the agent selects).
+func stripCSRFProtocol(h http.Header) {
+	var keep []string
+	for _, v := range h.Values("Sec-WebSocket-Protocol") {
+		for p := range strings.SplitSeq(v, ",") {
+			if p = strings.TrimSpace(p); p != "" && !strings.HasPrefix(p, CSRFProtocolPrefix) {
+				keep = append(keep, p)
+			}
+		}
+	}
+	h.Del("Sec-WebSocket-Protocol")
+	if len(keep) > 0 {
+		h.Set("Sec-WebSocket-Protocol", strings.Join(keep, ", "))
+	}
+}
 
 func (h *Handler) apiShim(w http.ResponseWriter, r *http.Request) {
 	tok, id, ok := h.authorize(w, r)
@@ -322,9 +408,13 @@ func (h *Handler) apiShim(w http.ResponseWriter, r *http.Request) {
 	if rest, ok := strings.CutPrefix(p, "/v1/sandboxes/"); ok && h.cfg.Sandboxes != nil {
 		leaseID, agentPath, _ := strings.Cut(rest, "/")
 		agentPath = "/" + agentPath
-		if r.Method != http.MethodGet || !sandboxReads[agentPath] {
+		terminal := h.terminal && agentPath == terminalPath && isWebSocket(r)
+		if r.Method != http.MethodGet || !(sandboxReads[agentPath] || terminal) {
 			writeError(w, http.StatusNotFound, errdefs.Newf(errdefs.ErrNotFound, "the dashboard reads only %s of a sandbox", "GET /v1/processes and /v1/info"))
 			return
+		}
+		if terminal {
+			stripCSRFProtocol(r.Header)
 		}
 		h.sandboxRead(w, r, id, tok, leaseID, p)
 		return

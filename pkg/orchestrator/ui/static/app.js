@@ -36,6 +36,7 @@
     collections: [],
     leaseTimer: 0,
     log: null, // AbortController of the log stream
+    term: null, // the open terminal: {term, ws, onWinResize}
     renderQueued: false,
   };
 
@@ -211,6 +212,7 @@
     S.leases.clear();
     clearInterval(S.leaseTimer);
     stopLog();
+    closeTerminal('');
     for (const id of ['nav', 'live', 'who', 'signout']) $(id).hidden = true;
     showView('login');
     $('login-error').textContent = msg || '';
@@ -230,7 +232,7 @@
       const data = await r.json().catch(() => ({}));
       if (!r.ok) throw new Error(data.message || r.statusText);
       $('token').value = '';
-      saveSession({ role: data.role, owner: data.owner, csrf: data.csrf });
+      saveSession({ role: data.role, owner: data.owner, csrf: data.csrf, terminal: !!data.terminal });
       started();
     } catch (e) {
       $('login-error').textContent = e.message;
@@ -347,6 +349,7 @@
     if (!S.session) { showView('login'); return; }
     clearInterval(S.leaseTimer);
     stopLog();
+    closeTerminal('');
     const { path, query } = parseHash();
     let m;
     document.querySelectorAll('#nav a').forEach((a) => a.classList.remove('on'));
@@ -555,6 +558,9 @@
       if (b.dataset.act === 'reap') b.hidden = !op;
     });
 
+    $('t-card').hidden = !(S.session && S.session.terminal);
+    $('t-open').disabled = st !== 'READY';
+    $('t-open').title = st === 'READY' ? 'Open a shell in the sandbox' : 'a terminal opens in a READY sandbox';
     $('l-warnings').replaceChildren(...(l.warnings || []).map((w) => el('div', { class: 'warn', text: '⚠ ' + w })));
 
     const r = l.resources || {};
@@ -703,6 +709,88 @@
     }
   }
 
+  // ---- terminal (when the orchestrator was built with it) -------------
+
+  let xtermLoad = null;
+  // loadXterm adds xterm.js and its stylesheet to the page once.
+  function loadXterm() {
+    if (!xtermLoad) {
+      xtermLoad = new Promise((resolve, reject) => {
+        document.head.append(el('link', { rel: 'stylesheet', href: '/ui/xterm/xterm.css' }));
+        const sc = el('script', { src: '/ui/xterm/xterm.bundle.js' });
+        sc.onload = () => (window.BerthXterm ? resolve(window.BerthXterm) : reject(new Error('xterm.js did not load')));
+        sc.onerror = () => reject(new Error('xterm.js did not load'));
+        document.head.append(sc);
+      });
+      xtermLoad.catch(() => { xtermLoad = null; });
+    }
+    return xtermLoad;
+  }
+
+  function closeTerminal(note) {
+    const t = S.term;
+    S.term = null;
+    if (t) {
+      window.removeEventListener('resize', t.onWinResize);
+      if (t.ws) t.ws.close(1000, 'detached');
+      t.term.dispose();
+    }
+    $('t-box').replaceChildren();
+    $('t-box').hidden = true;
+    $('t-close').hidden = true;
+    $('t-open').hidden = false;
+    if (note !== undefined) $('t-note').textContent = note;
+  }
+
+  // openTerminal opens a shell in the sandbox (the agent's terminal
+  // WebSocket, through the shim: the CSRF value travels as a subprotocol,
+  // since a browser's WebSocket cannot set headers).
+  async function openTerminal(id) {
+    closeTerminal('');
+    $('t-note').textContent = 'connecting…';
+    let Terminal;
+    try { Terminal = await loadXterm(); } catch (e) { $('t-note').textContent = e.message; return; }
+    if (S.route.view !== 'lease' || S.route.id !== id) return;
+    const box = $('t-box');
+    box.hidden = false;
+    const dark = matchMedia('(prefers-color-scheme: dark)').matches;
+    const term = new Terminal({
+      fontFamily: getComputedStyle(document.documentElement).getPropertyValue('--mono'), fontSize: 13,
+      screenReaderMode: true, // rows also as text in the page (assistive technology; the tests read them)
+      theme: dark ? { background: '#0b0e12', foreground: '#d7dde5' } : { background: '#fbfcfd', foreground: '#1c2128', cursor: '#1c2128', selection: 'rgba(47,111,223,.25)' },
+    });
+    term.open(box);
+    term.fit();
+    const t = { term, ws: null, onWinResize: () => term.fit() };
+    S.term = t;
+    window.addEventListener('resize', t.onWinResize);
+    const q = new URLSearchParams({ rows: String(term.rows), cols: String(term.cols) });
+    const url = (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + API +
+      '/v1/sandboxes/' + encodeURIComponent(id) + '/v1/terminals/ws?' + q;
+    const ws = new WebSocket(url, ['berth.terminal.v1', 'berth.csrf.' + S.session.csrf]);
+    ws.binaryType = 'arraybuffer';
+    t.ws = ws;
+    const dec = new TextDecoder();
+    const enc = new TextEncoder();
+    ws.onopen = () => { $('t-note').textContent = 'connected'; term.focus(); };
+    ws.onmessage = (ev) => {
+      if (typeof ev.data !== 'string') { term.write(dec.decode(new Uint8Array(ev.data), { stream: true })); return; }
+      let m = {};
+      try { m = JSON.parse(ev.data); } catch (_) { return; }
+      if (m.type === 'session') $('t-note').textContent = 'session ' + m.id + ' · ' + (m.argv || []).join(' ') + ' as ' + m.user + ' · Detach leaves it running';
+      else if (m.type === 'exit') term.write('\r\n[exited ' + (m.signal || m.code) + ']\r\n');
+      else if (m.type === 'error') $('t-note').textContent = m.message;
+    };
+    ws.onclose = (ev) => {
+      if (S.term !== t) return;
+      $('t-note').textContent = ev.code === 1000 ? 'session ended' : 'disconnected (' + ev.code + (ev.reason ? ': ' + ev.reason : '') + ')';
+    };
+    term.on('data', (d) => { if (ws.readyState === 1) ws.send(enc.encode(d)); });
+    term.on('resize', (sz) => { if (ws.readyState === 1) ws.send(JSON.stringify({ type: 'resize', rows: sz.rows, cols: sz.cols })); });
+    $('t-open').hidden = true;
+    $('t-close').hidden = false;
+  }
+
   // confirmable makes a button ask once more before it acts.
   function confirmed(b) {
     if (b.classList.contains('confirm')) {
@@ -813,6 +901,8 @@
     $('signout').addEventListener('click', signOut);
     $('l-actions').addEventListener('click', act);
     $('p-refresh').addEventListener('click', () => loadProcesses(S.route.id));
+    $('t-open').addEventListener('click', () => openTerminal(S.route.id));
+    $('t-close').addEventListener('click', () => closeTerminal('detached: the session keeps running in the sandbox'));
     $('log-reload').addEventListener('click', () => loadLog(S.route.id, false));
     $('log-follow').addEventListener('click', () => {
       if (S.log && $('log-follow').classList.contains('on')) { stopLog(); $('log-note').textContent = 'stopped'; return; }
@@ -836,7 +926,7 @@
     S.session = saved;
     try {
       const s = await api('GET', '/session');
-      saveSession(Object.assign(saved, { role: s.role, owner: s.owner }));
+      saveSession(Object.assign(saved, { role: s.role, owner: s.owner, terminal: !!s.terminal }));
       started();
     } catch (e) {
       if (S.session) signedOut(e.message);
