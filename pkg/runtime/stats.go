@@ -45,7 +45,8 @@ type Stats struct {
 // milliseconds on Docker), so callers cache and poll sparingly.
 type StatsReader interface {
 	// Stats reads sandbox id's figures now. A sandbox that is not running
-	// is FailedPrecondition, a missing one NotFound.
+	// is FailedPrecondition (a paused one may report its frozen figures),
+	// a missing one NotFound.
 	Stats(ctx context.Context, id string) (Stats, error)
 }
 

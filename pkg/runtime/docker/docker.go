@@ -92,6 +92,8 @@ type Runtime struct {
 	health runtime.HealthProber
 
 	disk diskProbe // whether the engine can bound the writable layer
+
+	statsPids sync.Map // container id -> main pid, for Stats without an inspect (stats.go)
 }
 
 // Runtime is a runtime.Freezer: Pause and Resume use the cgroup freezer.
@@ -285,6 +287,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if id == "" {
 		return errdefs.InvalidArgument("id", "container id is required")
 	}
+	r.statsPids.Delete(id) // stats.go
 	ins, err := r.cli.ContainerInspect(ctx, id)
 	if err != nil {
 		if errdefs.IsNotFound(r.mapErr(err, "", "")) {

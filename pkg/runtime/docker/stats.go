@@ -19,7 +19,8 @@ import (
 var _ runtime.StatsReader = (*Runtime)(nil)
 
 // Stats reads a running sandbox's figures: one inspect (the sandbox must
-// be berth's and running; it gives the container's pid), then the
+// be berth's and running; it gives the container's pid, remembered for
+// the next calls while it stays the container's), then the
 // container's cgroup files and /proc/PID/net/dev when this process sees
 // the host's (runtime.CgroupStats), else one one-shot stats call (GET
 // /containers/{id}/stats?stream=false&one-shot=true, which Engine 20.10
@@ -31,6 +32,15 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	r.negotiate(ctx)
 	if id == "" {
 		return runtime.Stats{}, errdefs.InvalidArgument("id", "container id is required")
+	}
+	// A pid seen by an earlier call is tried first: CgroupStats checks that
+	// its cgroup is still this container's (a restart or an exit changes
+	// the pid, and then the inspect below runs again).
+	if pid, ok := r.statsPids.Load(id); ok {
+		if st, err := runtime.CgroupStats(pid.(int), id); err == nil {
+			return st, nil
+		}
+		r.statsPids.Delete(id)
 	}
 	ins, err := r.inspectManaged(ctx, id)
 	if err != nil {
@@ -46,6 +56,9 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	// The cgroup files answer in microseconds; the engine's one-shot
 	// stats take up to a second (it waits for its collector's next tick).
 	if st, err := runtime.CgroupStats(ins.State.Pid, ins.ID); err == nil {
+		if ins.ID == id {
+			r.statsPids.Store(id, ins.State.Pid)
+		}
 		return st, nil
 	}
 	resp, err := r.cli.ContainerStatsOneShot(ctx, id)
