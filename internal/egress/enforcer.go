@@ -322,6 +322,7 @@ func (e *Enforcer) expireLoop() {
 			return
 		case <-t.C:
 			e.expire(time.Now())
+			e.repair()
 		}
 	}
 }
@@ -353,6 +354,52 @@ func (e *Enforcer) expire(now time.Time) {
 	for _, r := range todo {
 		if err := program(context.Background(), e.ipt, r); err != nil {
 			e.log.Warn("egress: close expired addresses", "lease_id", r.Lease, "err", err)
+		}
+	}
+}
+
+// repair puts the jumps to berth's chains back at the top of their parents
+// (a firewall reload, Docker or another tool inserting above them) and
+// reprograms the sandboxes whose rules went missing (a flush).
+func (e *Enforcer) repair() {
+	ctx := context.Background()
+	e.prog.Lock()
+	defer e.prog.Unlock()
+	e.mu.Lock()
+	n := len(e.sandboxes)
+	e.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	unlock := flock()
+	defer unlock()
+	t, err := snapshot(ctx, e.ipt)
+	if err != nil {
+		e.log.Warn("egress: read the rules", "err", err)
+		return
+	}
+	if bf, bn := baseLines(t); len(bf) > 0 || len(bn) > 0 {
+		e.log.Warn("egress: berth's chains were not first in FORWARD, INPUT or PREROUTING; putting them back")
+		if err := e.ipt.restore(ctx, bf, bn); err != nil {
+			e.log.Warn("egress: repair the jumps", "err", err)
+		}
+	}
+	e.mu.Lock()
+	var todo []sandboxRules
+	for _, sb := range e.sandboxes {
+		// Not when another lease's rules hold the address now: a newer
+		// sandbox has it (ours died and awaits its restart or removal).
+		others, _ := stale(t, sandboxRules{Instance: e.cfg.InstanceID, Lease: sb.lease, IP: sb.ip, Iface: sb.iface})
+		taken := len(others) > 0
+		if l := e.listeners[sb.gateway]; l != nil && !taken && len(dispatchOf(t.filter, e.cfg.InstanceID, sb.lease)) < 2 {
+			todo = append(todo, e.rulesLocked(sb, l.port))
+		}
+	}
+	e.mu.Unlock()
+	for _, r := range todo {
+		e.log.Warn("egress: a sandbox's rules were missing; programming them again", "lease_id", r.Lease)
+		if err := program(ctx, e.ipt, r); err != nil {
+			e.log.Warn("egress: reprogram", "lease_id", r.Lease, "err", err)
 		}
 	}
 }

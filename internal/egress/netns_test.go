@@ -136,6 +136,26 @@ func TestEnforcerNetns(t *testing.T) {
 	if n := countLines(t, "filter", "berth-egress "+instance+"/"+lease); n != 2 {
 		t.Errorf("%d filter dispatch rules after two applies, want 2", n)
 	}
+
+	// Repair: a rule inserted above berth's jump, and the sandbox's dispatch
+	// rules deleted (a firewall reload), are put right.
+	apply(egress.Policy{Mode: egress.ModeNone})
+	above := []string{"FORWARD", "-i", "lo", "-o", "lo", "-j", "ACCEPT"}
+	ipt(t, append([]string{"-I"}, above...)...)
+	t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-w", "10", "-D"}, above...)...).Run() })
+	for _, line := range strings.Split(strings.TrimSpace(iptS(t, "filter")), "\n") {
+		if strings.Contains(line, "berth-egress "+instance+"/"+lease) {
+			if out, err := exec.Command("sh", "-c", "iptables -w 10 "+strings.Replace(line, "-A", "-D", 1)).CombinedOutput(); err != nil {
+				t.Fatalf("delete %q: %v: %s", line, err, out)
+			}
+		}
+	}
+	expectDial(at(a3, "80"), true) // no rules: the test's own forwarding
+	e.Repair()
+	if first := strings.Split(iptS(t, "filter", "FORWARD"), "\n")[1]; first != "-A FORWARD -j "+egress.ForwardChain {
+		t.Errorf("first FORWARD rule after Repair: %q", first)
+	}
+	expectDial(at(a3, "80"), false)
 	if err := e.Remove(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +222,22 @@ func newEnforcer(t *testing.T, instance, upstream string) *egress.Enforcer {
 	}
 	t.Cleanup(func() { _ = e.Close() })
 	return e
+}
+
+func ipt(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("iptables", append([]string{"-w", "10"}, args...)...).CombinedOutput(); err != nil {
+		t.Fatalf("iptables %v: %v: %s", args, err, out)
+	}
+}
+
+func iptS(t *testing.T, table string, chain ...string) string {
+	t.Helper()
+	out, err := exec.Command("iptables", append([]string{"-w", "10", "-t", table, "-S"}, chain...)...).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
 }
 
 func countLines(t *testing.T, table, substr string) int {
