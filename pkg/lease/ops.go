@@ -423,11 +423,15 @@ func (m *Manager) cleanup(ctx context.Context, id string) error {
 	ch := make(chan struct{})
 	e.cleaning = ch
 	cid := e.l.ContainerID
+	vol := Lease{ID: id, Volume: e.l.Volume, Owner: e.l.Owner, ConversationID: e.l.ConversationID}
 	m.mu.Unlock()
 
 	err := m.removeContainers(ctx, id, cid)
 	if err == nil {
 		m.dropNetwork(ctx, id) // network.go: the sandbox is gone
+		// The lease's end is its volume's last use, recorded before the
+		// lease shows as cleaned (volumes.go).
+		m.noteVolumeUsed(vol)
 	}
 
 	m.mu.Lock()
@@ -450,7 +454,6 @@ func (m *Manager) cleanup(ctx context.Context, id string) error {
 	l, rev := e.snapshot()
 	m.mu.Unlock()
 	_ = m.persist(l, rev)
-	m.noteVolumeUsed(l) // the lease's end is its volume's last use (volumes.go)
 	return nil
 }
 

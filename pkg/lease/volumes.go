@@ -53,6 +53,10 @@ func (m *Manager) validateMounts(req AcquireRequest) (AcquireRequest, error) {
 			return req, errdefs.FailedPrecondition("workspace.persist: the %s runtime has no volumes", backendName(m.rt))
 		}
 	}
+	if _, ok := m.rt.(runtime.VolumeManager); !ok && len(req.Mounts) > 0 {
+		// A backend without volumes (the in-process one) mounts nothing.
+		return req, errdefs.FailedPrecondition("mounts: the %s runtime cannot mount host paths", backendName(m.rt))
+	}
 	if len(req.Mounts) > runtime.MaxMounts-1 {
 		return req, errdefs.InvalidArgument("mounts", "%d mounts, at most %d", len(req.Mounts), runtime.MaxMounts-1)
 	}
