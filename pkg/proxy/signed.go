@@ -32,7 +32,7 @@ import (
 //
 // A browser's navigation (a GET that accepts text/html) to a port URL gets
 // the same treatment as a ?berth_token= preview: an HttpOnly, SameSite=Lax
-// cookie (Secure over TLS) scoped to /v1/signed/{lease}/ports/{port}/ and
+// cookie (Secure over TLS, or with X-Forwarded-Proto: https) scoped to /v1/signed/{lease}/ports/{port}/ and
 // expiring with the signature, and a redirect to the same URL without the
 // signature, so it leaves the address bar and history. Other clients (curl,
 // scripts) are served directly.
@@ -313,7 +313,10 @@ func (p *Proxy) bootstrapSigned(w http.ResponseWriter, r *http.Request, parts si
 	exp, _ := strconv.ParseInt(parts.exp, 10, 64) // verified
 	http.SetCookie(w, &http.Cookie{
 		Name: SignedCookie, Value: parts.method + "." + parts.exp + "." + parts.sig, Path: prefix + "/",
-		Expires: time.Unix(exp, 0), HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil,
+		Expires: time.Unix(exp, 0), HttpOnly: true, SameSite: http.SameSiteLaxMode,
+		// Over TLS, or behind a TLS-terminating proxy that says so (a
+		// client that lies only keeps the cookie from itself over http).
+		Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https"),
 	})
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")

@@ -75,6 +75,10 @@ func TestSignedPreview(t *testing.T) {
 	if r.header.Get("Cache-Control") != "no-store" || r.header.Get("Referrer-Policy") != "no-referrer" {
 		t.Errorf("bootstrap headers %v", r.header)
 	}
+	// Behind a TLS-terminating proxy the cookie is Secure.
+	if r := do(t, "GET", base+appURL, "", http.Header{"Accept": {"text/html"}, "X-Forwarded-Proto": {"https"}}, ""); !strings.Contains(r.header.Get("Set-Cookie"), "; Secure") {
+		t.Errorf("cookie behind TLS: %v", r.header["Set-Cookie"])
+	}
 	r = do(t, "GET", base+prefix+"app/y", "", http.Header{"Cookie": {cs[0].Name + "=" + cs[0].Value + "; app=1"}}, "")
 	if r.code != 200 || string(r.body) != "page GET /app/y" {
 		t.Fatalf("with cookie: %d %s", r.code, r.body)
