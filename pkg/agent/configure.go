@@ -57,6 +57,10 @@ func newConfigurer(stateFile string, base map[string]string, log *slog.Logger) (
 	b, err := os.ReadFile(stateFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		// Made now so a Configure writes one file, not the directories
+		// (an overlay copy-up of /var/lib) while a claim waits. Best
+		// effort: Configure makes it too.
+		_ = os.MkdirAll(filepath.Dir(stateFile), 0o700)
 		return c, nil
 	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", stateFile, err)
@@ -158,10 +162,6 @@ func writeState(path string, lc leaseConfig) error {
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
 		tmp.Close()
 		return err
 	}

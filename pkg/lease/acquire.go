@@ -414,6 +414,7 @@ func (m *Manager) startCreate(ctx context.Context, req AcquireRequest) (Lease, e
 		}
 	}
 	e := m.addPendingLocked(req, c)
+	m.startConfigureLocked(ctx, c, e.l.ID, req) // pool.go: overlaps the write below
 	l, rev := e.snapshot()
 	runCtx, call := m.runCtx, e.call // create clears e.call when it is done
 	m.mu.Unlock()

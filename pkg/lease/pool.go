@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"time"
@@ -32,11 +33,12 @@ import (
 // member; one with a lease record is that lease's. Reconcile adopts the
 // unclaimed members of the pools still configured with the same profile
 // digest (runtime.LabelPoolProfile), up to each pool's Max, and removes
-// the rest. A claim persists the PENDING record (with the id) before the
-// agent is configured with the lease's env and secrets, so a crash at any
-// point leaves either a pristine member or a record that owns the
-// container. The agent accepts Configure once only, so a claimed sandbox
-// whose record was lost can never be configured for a second lease.
+// the rest. A claim configures the agent with the lease's env and secrets
+// while it writes the PENDING record (with the id): the agent accepts
+// Configure once only, so a sandbox configured for a lease whose record
+// never became durable (a crash in between), or was lost, is adopted back
+// but can never be configured for a second lease: its next claim falls
+// back to a cold creation and removes it.
 
 // PoolConfig configures one warm pool.
 type PoolConfig struct {
@@ -67,6 +69,15 @@ type AgentConfigurer interface {
 	// to the values it masks. An agent configured once refuses another
 	// Configure (errdefs.ErrFailedPrecondition).
 	Configure(ctx context.Context, endpoint, agentToken string, env, secrets map[string]string) error
+}
+
+// AgentPreparer is optional for an AgentConfigurer: Prepare opens, ahead
+// of any claim, what a later Configure of the agent at endpoint needs (a
+// connection), so a claim pays one round trip; Forget drops it for a
+// sandbox that left its pool without a claim.
+type AgentPreparer interface {
+	Prepare(ctx context.Context, endpoint string)
+	Forget(endpoint string)
 }
 
 var poolNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -133,6 +144,38 @@ func (h *histogram) observe(v float64) {
 type claim struct {
 	pool string
 	m    member
+	// done is closed when the agent's Configure (started at the claim,
+	// startConfigureLocked) returned err.
+	done chan struct{}
+	err  error
+}
+
+// startConfigureLocked starts configuring the agent of claimed sandbox c
+// (when there is one) with req's env and secrets for lease id. It runs
+// while the PENDING record is written: a crash in between leaves a
+// configured sandbox without a record, which reconcile adopts back into
+// its pool, but its agent refuses any further Configure, so the next
+// claim of it falls back to a cold creation and removes it (claimSandbox).
+// Called with m.mu held.
+func (m *Manager) startConfigureLocked(ctx context.Context, c *claim, id string, req AcquireRequest) {
+	if c == nil {
+		return
+	}
+	c.done = make(chan struct{})
+	cf := m.cfg.AgentConfigurer
+	if cf == nil {
+		close(c.done)
+		return
+	}
+	token, env, secrets := m.AgentToken(id), maps.Clone(req.Env), maps.Clone(req.Secrets)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer close(c.done)
+		cctx, cancel := detached(ctx, m.cfg.ReadyTimeout)
+		defer cancel()
+		c.err = cf.Configure(cctx, c.m.endpoint, token, env, secrets)
+	}()
 }
 
 // PoolStats are one pool's figures for metrics.
@@ -269,8 +312,11 @@ func (m *Manager) kickPools() {
 // one is created cold under the same lease id instead, so a bad member
 // costs the caller time, not an error.
 func (m *Manager) claimSandbox(ctx context.Context, c *claim, spec runtime.Spec) (sb runtime.Sandbox, warm bool, err error) {
-	if cf := m.cfg.AgentConfigurer; cf != nil {
-		err = cf.Configure(ctx, c.m.endpoint, spec.AgentToken, spec.Env, spec.Secrets)
+	select {
+	case <-c.done:
+		err = c.err
+	case <-ctx.Done():
+		err = ctx.Err()
 	}
 	if err == nil {
 		return runtime.Sandbox{ID: c.m.containerID, Endpoint: c.m.endpoint, DiskEnforcement: c.m.diskEnforcement,
@@ -352,7 +398,7 @@ pools:
 	}
 	m.mu.Unlock()
 	for _, mb := range trim {
-		if err := m.removeContainers(ctx, mb.id, mb.containerID); err != nil {
+		if err := m.dropMember(ctx, mb); err != nil {
 			m.log.Warn("pool: removing a surplus sandbox failed; resync retries", "container_id", mb.containerID, "err", err)
 		}
 	}
@@ -371,6 +417,11 @@ func (m *Manager) createPooled(ctx context.Context, p *pool, id string) {
 	sb, err := m.rt.Create(cctx, spec)
 	cancel()
 	took := time.Since(start)
+	if pr, ok := m.cfg.AgentConfigurer.(AgentPreparer); ok && err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		pr.Prepare(pctx, sb.Endpoint)
+		cancel()
+	}
 
 	m.mu.Lock()
 	p.creating--
@@ -392,6 +443,14 @@ func (m *Manager) createPooled(ctx context.Context, p *pool, id string) {
 	p.idle = append(p.idle, member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, diskEnforcement: sb.DiskEnforcement, seq: m.seq})
 	m.mu.Unlock()
 	m.log.Debug("pool: sandbox ready", "pool", p.cfg.Name, "lease_id", id, "container_id", sb.ID, "took", took)
+}
+
+// dropMember removes a sandbox that leaves its pool unclaimed.
+func (m *Manager) dropMember(ctx context.Context, mb member) error {
+	if pr, ok := m.cfg.AgentConfigurer.(AgentPreparer); ok {
+		pr.Forget(mb.endpoint)
+	}
+	return m.removeContainers(ctx, mb.id, mb.containerID)
 }
 
 // pooledLocked reports whether container sb (listed by the runtime) is an
@@ -460,9 +519,7 @@ func (m *Manager) poolEvent(ctx context.Context, ev runtime.Event) bool {
 	delete(m.poolByID, mb.id)
 	m.mu.Unlock()
 	m.log.Warn("pool: a ready sandbox "+string(ev.Kind)+"; replacing it", "pool", p.cfg.Name, "container_id", ev.ID, "exit_code", ev.ExitCode)
-	if ev.Kind == runtime.EventDied {
-		_ = m.removeContainers(ctx, mb.id, mb.containerID)
-	}
+	_ = m.dropMember(ctx, mb)
 	m.kickPools()
 	return true
 }
@@ -479,9 +536,7 @@ func (m *Manager) resyncPoolsLocked(byID map[string]runtime.Sandbox, seq uint64)
 				return false
 			}
 			delete(m.poolByID, mb.id)
-			if ok {
-				gone = append(gone, mb)
-			}
+			gone = append(gone, mb)
 			return true
 		})
 	}

@@ -443,7 +443,7 @@ func (m *Manager) resync(ctx context.Context) {
 	m.mu.Unlock()
 	m.persistAll(snaps)
 	for _, mb := range poolGone {
-		_ = m.removeContainers(ctx, mb.id, mb.containerID)
+		_ = m.dropMember(ctx, mb)
 	}
 	m.applyPauseFixes(ctx, fixes)
 	for _, j := range restarts {

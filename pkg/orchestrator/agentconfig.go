@@ -3,31 +3,101 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"github.com/berth-dev/berth/pkg/lease"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 )
 
 // agentConfigurer is lease.AgentConfigurer over the agent's gRPC
 // ConfigService: the call that gives a claimed warm-pool sandbox its
-// lease's env and secrets (the proxy refuses it to clients).
-type agentConfigurer struct{}
+// lease's env and secrets (the proxy refuses it to clients). It keeps one
+// connection, opened ahead (Prepare), to each ready pooled sandbox, so
+// that a claim costs one round trip on an established connection.
+type agentConfigurer struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn // endpoint → connection opened by Prepare
+}
 
-var _ lease.AgentConfigurer = agentConfigurer{}
+var (
+	_ lease.AgentConfigurer = (*agentConfigurer)(nil)
+	_ lease.AgentPreparer   = (*agentConfigurer)(nil)
+)
 
-// Configure implements lease.AgentConfigurer.
-func (agentConfigurer) Configure(ctx context.Context, endpoint, agentToken string, env, secrets map[string]string) error {
+func newAgentConfigurer() *agentConfigurer {
+	return &agentConfigurer{conns: map[string]*grpc.ClientConn{}}
+}
+
+func dialAgent(endpoint string) (*grpc.ClientConn, error) {
 	cc, err := grpc.NewClient("passthrough:///"+endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDisableRetry(), grpc.WithUserAgent("berth-orchestrator"))
 	if err != nil {
-		return fmt.Errorf("configure agent at %s: %w", endpoint, err)
+		return nil, fmt.Errorf("agent at %s: %w", endpoint, err)
+	}
+	return cc, nil
+}
+
+// Prepare implements lease.AgentPreparer: it connects to the agent at
+// endpoint (bounded by ctx) and keeps the connection for Configure.
+func (c *agentConfigurer) Prepare(ctx context.Context, endpoint string) {
+	cc, err := dialAgent(endpoint)
+	if err != nil {
+		return
+	}
+	cc.Connect()
+	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+		if s == connectivity.TransientFailure || s == connectivity.Shutdown || !cc.WaitForStateChange(ctx, s) {
+			cc.Close()
+			return
+		}
+	}
+	// One call through the agent's gRPC server (health needs no token)
+	// warms what a Configure goes through.
+	_, _ = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	c.mu.Lock()
+	old := c.conns[endpoint]
+	c.conns[endpoint] = cc
+	c.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+// Forget implements lease.AgentPreparer: it closes the connection to
+// endpoint, if any.
+func (c *agentConfigurer) Forget(endpoint string) {
+	c.mu.Lock()
+	cc := c.conns[endpoint]
+	delete(c.conns, endpoint)
+	c.mu.Unlock()
+	if cc != nil {
+		cc.Close()
+	}
+}
+
+// Configure implements lease.AgentConfigurer.
+func (c *agentConfigurer) Configure(ctx context.Context, endpoint, agentToken string, env, secrets map[string]string) error {
+	c.mu.Lock()
+	cc := c.conns[endpoint]
+	delete(c.conns, endpoint)
+	c.mu.Unlock()
+	if cc == nil {
+		var err error
+		if cc, err = dialAgent(endpoint); err != nil {
+			return fmt.Errorf("configure %w", err)
+		}
 	}
 	defer cc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, bearer.MetadataKey, "Bearer "+agentToken)
 	if _, err := agentv1.NewConfigServiceClient(cc).Configure(ctx, &agentv1.ConfigureRequest{Env: env, Secrets: secrets}); err != nil {
 		return fmt.Errorf("configure agent at %s: %w", endpoint, errgrpc.FromGRPC(err))

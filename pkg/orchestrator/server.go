@@ -125,7 +125,7 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		VolumeRetention:   time.Duration(cfg.VolumeRetention),
 		Pools:             leasePools(cfg.Pools), // config.go, docs/pools.md
 		MaxPooled:         cfg.MaxPooled,
-		AgentConfigurer:   agentConfigurer{}, // agentconfig.go
+		AgentConfigurer:   newAgentConfigurer(), // agentconfig.go
 		Logger:            log.With("component", "lease"),
 	})
 	if err != nil {

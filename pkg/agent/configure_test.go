@@ -1,0 +1,98 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth/internal/testsupport/testserve"
+	"github.com/berth-dev/berth/pkg/agent"
+	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// startConfigurable starts an agent keeping its Configure state in
+// stateFile and returns it with a gRPC connection.
+func startConfigurable(t *testing.T, stateFile string) (*testAgent, agentv1.ConfigServiceClient) {
+	t.Helper()
+	srv, err := agent.New(agent.Config{Token: testToken, WorkDir: t.TempDir(), StateFile: stateFile,
+		Secrets: map[string]string{"BOOT": "boot-secret-value"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := testserve.Serve(t, srv.Serve)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &testAgent{addr: addr, base: "http://" + addr, conn: conn}, agentv1.NewConfigServiceClient(conn)
+}
+
+func (a *testAgent) execOut(t *testing.T, command string, env map[string]string) string {
+	t.Helper()
+	code, body := a.do(t, "POST", "/v1/exec", map[string]any{"command": command, "env": env})
+	var r struct{ Stdout string }
+	if code != 200 || json.Unmarshal(body, &r) != nil {
+		t.Fatalf("exec: %d %s", code, body)
+	}
+	return r.Stdout
+}
+
+// TestConfigure: Configure gives every later command the env and secrets
+// (a request's own env still wins; the secrets are masked like those of
+// the agent's start), once only, needs the token, and survives a restart
+// of the agent through the state file (mode 0600).
+func TestConfigure(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state", "configure.json")
+	a, cs := startConfigurable(t, state)
+	if _, err := cs.Configure(context.Background(), &agentv1.ConfigureRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("Configure without a token: %v", err)
+	}
+	if out := a.execOut(t, `echo "[$GREETING]"`, nil); out != "[]\n" {
+		t.Fatalf("before Configure: %q", out)
+	}
+	const val = "lease-secret-value-7"
+	req := &agentv1.ConfigureRequest{Env: map[string]string{"GREETING": "hi", "OVER": "lease"}, Secrets: map[string]string{"LEASE_SECRET": val}}
+	if _, err := cs.Configure(authed(context.Background(), testToken), req); err != nil {
+		t.Fatal(err)
+	}
+	check := func(a *testAgent, when string) {
+		t.Helper()
+		out := a.execOut(t, `echo "$GREETING $OVER $LEASE_SECRET $BOOT"`, map[string]string{"OVER": "request"})
+		if want := "hi request <secret:LEASE_SECRET> \n"; out != want {
+			t.Fatalf("%s: %q, want %q", when, out, want)
+		}
+		if out := a.execOut(t, `echo boot-secret-value`, nil); out != "<secret:BOOT>\n" {
+			t.Fatalf("%s: the start's secrets are no longer masked: %q", when, out)
+		}
+	}
+	check(a, "configured")
+	_, err := cs.Configure(authed(context.Background(), testToken), &agentv1.ConfigureRequest{Env: map[string]string{"GREETING": "evil"}})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("second Configure: %v, want FAILED_PRECONDITION", err)
+	}
+	check(a, "after a refused second Configure")
+	fi, err := os.Stat(state)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("state file: %v %v", fi, err)
+	}
+	// A restarted agent applies the kept configuration and refuses another.
+	b, cs2 := startConfigurable(t, state)
+	check(b, "after a restart")
+	if _, err := cs2.Configure(authed(context.Background(), testToken), req); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("Configure after a restart: %v, want FAILED_PRECONDITION", err)
+	}
+	if _, err := cs.Configure(authed(context.Background(), testToken), &agentv1.ConfigureRequest{Env: map[string]string{"A=B": "x"}}); status.Code(err) != codes.InvalidArgument &&
+		!strings.Contains(err.Error(), "configured") {
+		t.Fatalf("bad env: %v", err)
+	}
+}
