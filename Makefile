@@ -11,7 +11,7 @@ PROTOC_GEN_GATEWAY_VERSION := v2.27.8
 PROTOC_GEN_OPENAPIV2_VERSION := v2.30.0
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build run run-agent images images-dev e2e proto proto-tools proto-check lint test chaos bench leakcheck clean k8s-up k8s-down
+.PHONY: help deps build run run-agent images images-dev e2e proto proto-tools proto-check lint test chaos bench leakcheck clean k8s-up k8s-down ui-xterm
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -19,7 +19,7 @@ help: ## list targets
 deps: ## install the host packages run and test need, only those missing (scripts/deps.sh; idempotent)
 	scripts/deps.sh
 
-build: ## build bin/sandbox-agent (static) and bin/orchestrator side by side
+build: ui-xterm ## build bin/sandbox-agent (static) and bin/orchestrator side by side
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandbox-agent ./cmd/sandbox-agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/orchestrator ./cmd/orchestrator
 
@@ -62,10 +62,10 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: deps images ## run all tests, e2e included (needs a running Docker Engine; builds the images first)
+test: deps images ui-xterm ## run all tests, e2e included (needs a running Docker Engine; builds the images first)
 	$(GO) test -count=1 -timeout 30m ./...
 
-e2e: deps images ## run only the end-to-end tests against the real Docker Engine
+e2e: deps images ui-xterm ## run only the end-to-end tests against the real Docker Engine
 	$(GO) test -count=1 -timeout 20m -v ./e2e/...
 
 chaos: deps images ## the fault suite in full (e2e TestChaos with BERTH_CHAOS=full): one table of figures; a subset runs in make test
@@ -80,6 +80,8 @@ bench: deps build images ## benchmarks; each prints ratios measured in one run
 	$(GO) test -run '^$$' -bench 'ExecTrue' -benchtime 2000x ./pkg/proxy/
 	@echo "== docker: cold acquire vs docker run -d + docker exec (target <= 1.3x); release; expiry to gone"
 	$(GO) test -run '^$$' -bench 'ColdAcquire' -benchtime 20x ./e2e/
+	@echo "== docker: warm acquire from a pool vs cold acquire vs docker run -d + docker exec, one run (REST, request to READY; targets: warm p50 < 10 ms, p99 < 50 ms)"
+	$(GO) test -run '^$$' -bench 'WarmAcquire' -benchtime 40x ./e2e/
 	@echo "== docker: exec true through the proxy vs direct vs docker exec (target >= 20x faster than docker exec)"
 	$(GO) test -run '^$$' -bench 'ProxyExecTrue' -benchtime 200x ./e2e/
 	@echo "== docker: 256 MiB through the proxy vs docker cp, both ways"
@@ -96,6 +98,9 @@ bench: deps build images ## benchmarks; each prints ratios measured in one run
 	@out=$$(BERTH_BENCH=1 $(GO) test -count=1 -timeout 20m -run '^TestIdleMemoryBench$$' -v ./e2e/ 2>&1); rc=$$?; echo "$$out" | grep -E 'MEMORY-BENCH|^(--- FAIL|FAIL|ok)'; exit $$rc
 	@echo "== containerd vs docker backend: cold create and exec round trip"
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./pkg/runtime/containerd/
+
+ui-xterm: ## bundle the dashboard's browser terminal (xterm.js from Debian's node-xterm, libjs-xterm) into pkg/orchestrator/ui/xterm (gitignored; skipped when they are missing)
+	scripts/ui-xterm.sh
 
 leakcheck: ## list berth test leftovers (containers, tasks, snapshots, snapshot images, volumes, networks, netns, veths); fail if any
 	scripts/leakcheck.sh
