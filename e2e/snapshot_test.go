@@ -118,6 +118,19 @@ func snapshotFork(t *testing.T, a *api, image string, gone func(cid string) bool
 		t.Fatalf("source after its snapshot: %q", out)
 	}
 
+	// A paused lease can be snapshotted and stays paused as it was.
+	for _, mode := range []string{"freeze", "hibernate"} {
+		pauseCall(t, a, sid, mode)
+		ps := snapshotCall(t, a, sid, name+"-"+mode, aliceToken)
+		if l := a.mustGet(t, sid); l.GetState() != orchv1.LeaseState_LEASE_STATE_PAUSED || l.GetPaused() != mode {
+			t.Errorf("%s lease after its snapshot: %s %q", mode, l.GetState(), l.GetPaused())
+		}
+		if code, _, b := a.mustCall(t, http.MethodDelete, "/v1/snapshots/"+ps.GetName(), nil, aliceToken); code != http.StatusOK {
+			t.Errorf("remove snapshot %s: HTTP %d: %s", ps.GetName(), code, b)
+		}
+		pauseCall(t, a, sid, "")
+	}
+
 	if got := snapshotNames(t, a, aliceToken); len(got) != 1 || got[0] != name {
 		t.Errorf("alice's snapshots = %v, want [%s]", got, name)
 	}
@@ -192,12 +205,15 @@ func removeSnapshotImages(tb testing.TB, instance string) {
 	})
 }
 
+// TestSnapshotForkDocker runs on berth/minimal: a commit on fuse-overlayfs
+// compares the whole filesystem, seconds for berth/base (TestConformanceBase
+// and make bench cover that image).
 func TestSnapshotForkDocker(t *testing.T) {
-	requireImage(t, baseImage)
+	requireImage(t, minimalImage)
 	dir, instance := newDataDir(t)
 	removeSnapshotImages(t, instance)
 	o := startOrch(t, dir, withSnapshotClients)
-	snapshotFork(t, o.api, baseImage, func(cid string) bool { return containerGone(t, cid) })
+	snapshotFork(t, o.api, minimalImage, func(cid string) bool { return containerGone(t, cid) })
 }
 
 // removeCtrdSnapshots removes, at the end of a test, the containerd
