@@ -23,9 +23,10 @@ import (
 // with the operator token, watches a lease appear and go READY as the test
 // acquires it and RELEASED as the test releases it, opens a second lease's
 // page (its transitions, its log, and its background process, read from the
-// agent through the proxy), freezes and resumes it with the buttons, clicks
+// agent through the proxy), types a command in its browser terminal (when
+// built in), freezes and resumes it with the buttons, clicks
 // Release there, and saves screenshots (login, leases light and dark, lease
-// page, paused, released) under $BERTH_ARTIFACTS, or a temporary directory
+// page, terminal, paused, released) under $BERTH_ARTIFACTS, or a temporary directory
 // whose path it logs.
 func TestDashboard(t *testing.T) {
 	requireImage(t, baseImage)
@@ -56,6 +57,10 @@ func TestDashboard(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(b, 30*time.Second)
 		defer cancel()
+		// From the top, so that the sticky bar is where it belongs.
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.scrollTo(0, 0), true`)); err != nil {
+			t.Fatal(err)
+		}
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // PNG
 		if err != nil {
 			t.Fatalf("screenshot %s: %v", name, err)
@@ -170,6 +175,20 @@ func TestDashboard(t *testing.T) {
 	waitJS("the log shows the lease's transitions", `[...document.querySelectorAll('#l-log .logline')].some(l => l.textContent.includes('acquired'))`, 15*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	shot("lease")
+
+	// The browser terminal, when it was built in (make build and make test
+	// run scripts/ui-xterm.sh first): a shell in the sandbox.
+	if eval(`JSON.parse(sessionStorage.getItem('berth.ui.session')).terminal === true`) == true {
+		step("open the terminal", chromedp.Click(chromedp.ID("t-open")), chromedp.WaitVisible(chromedp.CSS(".xterm-helper-textarea")))
+		waitJS("the terminal session opened", `document.getElementById('t-note').textContent.startsWith('session t-')`, 15*time.Second)
+		step("type a command", chromedp.SendKeys(chromedp.CSS(".xterm-helper-textarea"), "echo ui-$((6*7))\r"))
+		waitJS("its output in the terminal", `document.getElementById('t-box').textContent.includes('ui-42')`, 15*time.Second)
+		shot("terminal")
+		step("detach", chromedp.Click(chromedp.ID("t-close")))
+		waitJS("the terminal detached", `document.getElementById('t-note').textContent.startsWith('detached')`, 5*time.Second)
+	} else {
+		testenv.LogOrFail(t, "the dashboard was built without its browser terminal: run scripts/ui-xterm.sh (make build) before the test")
+	}
 
 	// Freeze and resume from the UI; a paused lease's processes are not
 	// read (that would resume it).

@@ -21,6 +21,7 @@
 #   busybox-static               berth/minimal (images/build.sh)
 #   prometheus                   promtool (`promtool check metrics` on /metrics in tests)
 #   chromium                     the dashboard's browser test (e2e TestDashboard drives it headless)
+#   node-xterm libjs-xterm       the dashboard's browser terminal (scripts/ui-xterm.sh bundles xterm.js)
 #   openssl curl                 the Kubernetes test cluster (scripts/k8s/up.sh: certificates, health)
 #
 # protoc (protobuf-compiler, libprotobuf-dev) is only needed by `make proto`
@@ -77,6 +78,8 @@ want wget 'has wget'
 want busybox-static 'installed busybox-static'
 want prometheus 'has promtool'
 want chromium 'has chromium'
+want node-xterm '[[ -f /usr/share/nodejs/xterm/lib/public/Terminal.js ]]'
+want libjs-xterm '[[ -f /usr/share/javascript/xterm/addons/fit/fit.js ]]'
 want openssl 'has openssl'
 want curl 'has curl'
 
