@@ -235,7 +235,7 @@ func (m *Manager) initPools() error {
 			return fmt.Errorf("pool %q: %w", pc.Name, err)
 		}
 		p := &pool{cfg: pc, prof: profile{Image: req.Image, User: req.User, Resources: req.Resources}}
-		p.digest = p.prof.digest(m.cfg.DenyRootUser)
+		p.digest = p.prof.digest(m.cfg.DenyRootUser, m.sandboxDNS())
 		m.pools = append(m.pools, p)
 		total += pc.Max
 	}
@@ -246,20 +246,22 @@ func (m *Manager) initPools() error {
 	return nil
 }
 
-// digest names a profile (and the root policy its agents were started
-// with) on the containers: reconcile adopts only members whose digest is
-// the pool's current one.
-func (pr profile) digest(denyRoot bool) string {
+// digest names a profile (and the root policy and name servers its
+// sandboxes were created with) on the containers: reconcile adopts only
+// members whose digest is the pool's current one.
+func (pr profile) digest(denyRoot bool, dns []string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00%d\x00%d\x00%t", pr.Image, pr.User, pr.Resources.NanoCPUs, pr.Resources.MemoryBytes,
-		pr.Resources.PidsLimit, pr.Resources.DiskBytes, denyRoot)
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00%d\x00%d\x00%t\x00%q", pr.Image, pr.User, pr.Resources.NanoCPUs, pr.Resources.MemoryBytes,
+		pr.Resources.PidsLimit, pr.Resources.DiskBytes, denyRoot, dns)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // poolFor returns the pool whose profile req (validated) matches, or nil.
 // A request for anything a pooled container cannot be given afterwards
 // never matches: env and secrets can (the agent's Configure), so can
-// labels, times, public ports and policies (they live in the lease); a new
+// labels, times, public ports and policies (they live in the lease; the
+// network policy is applied to the lease's endpoint after the claim as
+// after a creation); a new
 // AcquireRequest field that changes how the container is created must
 // keep such requests out of the pools here. Called with m.mu held.
 func (m *Manager) poolForLocked(req AcquireRequest) *pool {
@@ -268,6 +270,9 @@ func (m *Manager) poolForLocked(req AcquireRequest) *pool {
 	}
 	if (len(req.Env) > 0 || len(req.Secrets) > 0) && m.cfg.AgentConfigurer == nil {
 		return nil
+	}
+	if req.Snapshot != "" || req.fork != nil || req.Persist || len(req.Mounts) > 0 {
+		return nil // a fork's files, a workspace volume, host mounts: made at create
 	}
 	want := profile{Image: req.Image, User: req.User, Resources: req.Resources}
 	for _, p := range m.pools {
@@ -411,6 +416,7 @@ func (m *Manager) createPooled(ctx context.Context, p *pool, id string) {
 		LeaseID: id, InstanceID: m.cfg.InstanceID, Image: p.prof.Image, AgentToken: m.AgentToken(id),
 		Resources: p.prof.Resources, ReadyTimeout: m.cfg.ReadyTimeout, User: p.prof.User, DenyRootUser: m.cfg.DenyRootUser,
 		Pool: p.cfg.Name, PoolProfile: p.digest,
+		DNS: m.sandboxDNS(), // network.go: the policy itself is applied at the claim
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout+5*time.Second)
