@@ -61,10 +61,7 @@ func (m *Manager) validateMounts(req AcquireRequest) (AcquireRequest, error) {
 		return req, errdefs.InvalidArgument("mounts", "%d mounts, at most %d", len(req.Mounts), runtime.MaxMounts-1)
 	}
 	out := make([]HostMount, 0, len(req.Mounts))
-	var all []runtime.Mount
-	if req.Persist {
-		all = append(all, runtime.Mount{Type: runtime.MountVolume, Source: VolumeName(req.Owner, req.ConversationID), Target: WorkspaceTarget})
-	}
+	var all []runtime.Mount // the host mounts, indexed like req.Mounts
 	for i, hm := range req.Mounts {
 		f := fmt.Sprintf("mounts[%d]", i)
 		if err := runtime.ValidTarget(f+".target", hm.Target); err != nil {
@@ -79,10 +76,12 @@ func (m *Manager) validateMounts(req AcquireRequest) (AcquireRequest, error) {
 		all = append(all, runtime.Mount{Type: runtime.MountBind, Source: resolved, Target: hm.Target, ReadOnly: hm.ReadOnly})
 	}
 	if err := runtime.ValidateMounts("mounts", all); err != nil {
-		if req.Persist && strings.Contains(err.Error(), "mounted twice") {
-			return req, errdefs.InvalidArgument("mounts", "%s is the persistent workspace's target", WorkspaceTarget)
-		}
 		return req, err
+	}
+	for i, hm := range out {
+		if req.Persist && hm.Target == WorkspaceTarget {
+			return req, errdefs.InvalidArgument(fmt.Sprintf("mounts[%d].target", i), "%s is the persistent workspace's target", WorkspaceTarget)
+		}
 	}
 	if len(out) == 0 {
 		out = nil
