@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -319,4 +320,79 @@ func TestSnapshotBench(t *testing.T) {
 			be.name, ms(percentile(took, 50)), ms(percentile(server, 50)), ms(percentile(took, 100)), size, runs)
 		be.a.mustRelease(t, id)
 	}
+}
+
+// TestSnapshotCLI drives `orchestrator lease snapshot`, `snapshot list|rm`
+// and `lease acquire --snapshot` (the real binary) against a Docker
+// orchestrator.
+func TestSnapshotCLI(t *testing.T) {
+	requireImage(t, minimalImage)
+	dir, instance := newDataDir(t)
+	removeSnapshotImages(t, instance)
+	addr := freeAddr(t)
+	startProc(t, dir, addr)
+
+	leaseOf := func(out string) (id, image string) {
+		t.Helper()
+		var acq struct {
+			Lease struct {
+				ID    string `json:"id"`
+				Image string `json:"image"`
+			} `json:"lease"`
+		}
+		if err := json.Unmarshal([]byte(out), &acq); err != nil || acq.Lease.ID == "" {
+			t.Fatalf("acquire -o json: %v\n%s", err, out)
+		}
+		return acq.Lease.ID, acq.Lease.Image
+	}
+	out, errs, code := cliRun(t, addr, "lease", "acquire", "--conversation", "cli-snap", "--image", minimalImage, "-o", "json")
+	if code != 0 {
+		t.Fatalf("acquire: exit %d: %s", code, errs)
+	}
+	src, _ := leaseOf(out)
+	name := "cli-" + runID + "-" + randHex(3)
+	out, errs, code = cliRun(t, addr, "lease", "snapshot", src, "--name", name, "-o", "json")
+	var snap struct {
+		Name      string `json:"name"`
+		Ref       string `json:"ref"`
+		SizeBytes string `json:"sizeBytes"`
+		Duration  string `json:"duration"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &snap) != nil || snap.Name != name || snap.Ref != runtime.SnapshotRef(name) || snap.Duration == "" {
+		t.Fatalf("lease snapshot -o json: exit %d %q %s", code, out, errs)
+	}
+	if _, errs, code := cliRun(t, addr, "lease", "snapshot", src, "--name", name); code != 1 || !strings.Contains(errs, "already exists") {
+		t.Errorf("lease snapshot with a taken name: exit %d %q", code, errs)
+	}
+	if out, _, code := cliRun(t, addr, "snapshot", "list"); code != 0 || !strings.HasPrefix(out, "NAME") || !strings.Contains(out, name) {
+		t.Errorf("snapshot list: exit %d\n%s", code, out)
+	}
+	out, errs, code = cliRun(t, addr, "lease", "acquire", "--conversation", "cli-snap-fork", "--snapshot", name, "-o", "json")
+	if code != 0 {
+		t.Fatalf("acquire --snapshot: exit %d: %s", code, errs)
+	}
+	fork, image := leaseOf(out)
+	if image != runtime.SnapshotRef(name) {
+		t.Errorf("fork image %q", image)
+	}
+	if _, errs, code := cliRun(t, addr, "snapshot", "rm", name); code != 1 || !strings.Contains(errs, "in use") {
+		t.Errorf("snapshot rm of a snapshot in use: exit %d %q", code, errs)
+	}
+	if _, errs, code := cliRun(t, addr, "lease", "release", fork); code != 0 {
+		t.Fatalf("release the fork: exit %d %s", code, errs)
+	}
+	var rmOut string
+	if !eventually(30*time.Second, 200*time.Millisecond, func() bool {
+		rmOut, _, code = cliRun(t, addr, "snapshot", "rm", name)
+		return code == 0
+	}) {
+		t.Fatalf("snapshot rm after the fork's release: exit %d", code)
+	}
+	if rmOut != "removed "+name+"\n" {
+		t.Errorf("snapshot rm: %q", rmOut)
+	}
+	if out, _, code := cliRun(t, addr, "snapshot", "list", "-o", "json"); code != 0 || strings.Contains(out, name) {
+		t.Errorf("snapshot list -o json after rm: exit %d %s", code, out)
+	}
+	cliRun(t, addr, "lease", "release", src)
 }
