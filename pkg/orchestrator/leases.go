@@ -424,6 +424,7 @@ func toLease(l lease.Lease) *orchv1.Lease {
 		Restarts: int32(min(l.Restarts, math.MaxInt32)),
 		Paused:   string(l.Paused), PausedAt: ts(l.PausedAt), IdlePolicy: string(l.IdlePolicy),
 		SecretNames: l.SecretNames,
+		Pool:        l.Pool, // docs/pools.md
 	}
 	for _, p := range l.PublicPorts {
 		out.PublicPorts = append(out.PublicPorts, int32(p))

@@ -438,7 +438,11 @@ type Lease struct {
 	Mounts []*HostMount `protobuf:"bytes,29,rep,name=mounts,proto3" json:"mounts,omitempty"`
 	// network is what the sandbox may reach (see NetworkPolicy); SetNetwork
 	// changes it.
-	Network       *NetworkPolicy `protobuf:"bytes,30,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkPolicy `protobuf:"bytes,30,opt,name=network,proto3" json:"network,omitempty"`
+	// pool names the warm pool the sandbox was claimed from (the acquire
+	// took a ready sandbox instead of creating one); empty for a sandbox
+	// created for this lease. See docs/pools.md.
+	Pool          string `protobuf:"bytes,31,opt,name=pool,proto3" json:"pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -681,6 +685,13 @@ func (x *Lease) GetNetwork() *NetworkPolicy {
 		return x.Network
 	}
 	return nil
+}
+
+func (x *Lease) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
 }
 
 // AcquireRequest asks for a conversation's sandbox.
@@ -2888,7 +2899,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x89\v\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x9d\v\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x14\n" +
@@ -2924,7 +2935,8 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\fsecret_names\x18\x1b \x03(\tR\vsecretNames\x12>\n" +
 	"\tworkspace\x18\x1c \x01(\v2 .berth.orchestrator.v1.WorkspaceR\tworkspace\x128\n" +
 	"\x06mounts\x18\x1d \x03(\v2 .berth.orchestrator.v1.HostMountR\x06mounts\x12>\n" +
-	"\anetwork\x18\x1e \x01(\v2$.berth.orchestrator.v1.NetworkPolicyR\anetwork\x1a9\n" +
+	"\anetwork\x18\x1e \x01(\v2$.berth.orchestrator.v1.NetworkPolicyR\anetwork\x12\x12\n" +
+	"\x04pool\x18\x1f \x01(\tR\x04pool\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc8\a\n" +
