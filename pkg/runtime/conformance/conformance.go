@@ -148,6 +148,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, images Ima
 		t.Run("HostListeners", s.testHostListeners)
 		t.Run("StopRemove", s.testStopRemove)
 		t.Run("PauseResume", s.testPauseResume)
+		t.Run("StatsLogs", s.testStatsLogs) // stats.go
 		t.Run("Mounts", s.testMounts)
 		t.Run("Snapshot", s.testSnapshot)
 		t.Run("WatchDied", s.testWatch)
