@@ -39,6 +39,11 @@ func (s *suite) testSnapshot(t *testing.T) {
 	began := time.Now()
 	img, err := sn.Snapshot(ctx, src.ID, runtime.SnapshotOptions{Name: name,
 		Labels: map[string]string{runtime.LabelSnapshotLease: spec.LeaseID, runtime.LabelInstance: s.instance}})
+	if errdefs.IsFailedPrecondition(err) {
+		// A configuration that cannot snapshot (containerd with user
+		// namespaces) says so rather than storing remapped files.
+		t.Skipf("this runtime's configuration cannot snapshot: %v", err)
+	}
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
