@@ -88,7 +88,9 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (Snapshot, erro
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
-		e.pause = nil
+		if e.pause == op {
+			e.pause = nil
+		}
 		m.mu.Unlock()
 		close(op.done)
 	}()
