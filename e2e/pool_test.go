@@ -133,6 +133,9 @@ func testPool(t *testing.T, b poolBackend) {
 		"labels": map[string]string{"team": "pools"}, "env": map[string]string{"GREETING": "hello-pool"},
 		"secrets": map[string]string{"POOL_SECRET": secret}})
 	la := r.GetLease()
+	if la.GetPool() != "p" {
+		t.Fatalf("lease pool %q, want p", la.GetPool())
+	}
 	if !slices.Contains(before, la.GetContainerId()) {
 		t.Fatalf("lease container %s is not one of the pooled %v", la.GetContainerId(), before)
 	}

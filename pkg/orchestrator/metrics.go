@@ -27,7 +27,6 @@ type metrics struct {
 	reg     *prometheus.Registry
 	acquire prometheus.Observer // kind="cold", backend=the runtime
 	warm    prometheus.Observer // kind="warm": claimed from a pool
-	leases  *lease.Manager
 }
 
 // newMetrics builds the registry of a server on backend (Config.Runtime)
@@ -49,7 +48,7 @@ func newMetrics(m *lease.Manager, px *proxy.Proxy, backend string) *metrics {
 	if px != nil {
 		reg.MustRegister(px.Collector())
 	}
-	return &metrics{reg: reg, acquire: acq.WithLabelValues(backend, "cold"), warm: acq.WithLabelValues(backend, "warm"), leases: m}
+	return &metrics{reg: reg, acquire: acq.WithLabelValues(backend, "cold"), warm: acq.WithLabelValues(backend, "warm")}
 }
 
 // handler serves the registry in the Prometheus exposition format. It is
@@ -69,7 +68,7 @@ func (mt *metrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	resp, err := next(ctx, req)
 	if r, ok := resp.(*orchv1.AcquireResponse); ok && err == nil && r.GetCreated() {
 		took := time.Since(start).Seconds()
-		if l, gerr := mt.leases.Get(ctx, r.GetLease().GetId()); gerr == nil && l.Pool != "" {
+		if r.GetLease().GetPool() != "" { // claimed from a warm pool
 			mt.warm.Observe(took)
 		} else {
 			mt.acquire.Observe(took)
