@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"os/exec"
@@ -303,6 +304,34 @@ func TestEgressDocker(t *testing.T) {
 	b.expect(tg.a3, 80, true)
 	b.expect(tg.a2, 80, false)
 	b.expectName("other.test", netip.Addr{})
+
+	// Always denied in open mode too: another sandbox, and the host itself
+	// (a listener on all of the host's addresses, reached through the
+	// sandbox's gateway).
+	b.setNetwork(map[string]any{"mode": "open"})
+	other := a.acquireBody(t, map[string]any{"conversationId": "egress-other-" + randHex(4), "image": baseImage, "ttl": "600s"})
+	t.Cleanup(func() { _, _, _, _ = a.call(http.MethodDelete, "/v1/leases/"+other.GetLease().GetId(), nil) })
+	otherIP := netip.MustParseAddrPort(other.GetLease().GetEndpoint()).Addr()
+	b.expect(tg.a2, 80, true)
+	if rc, _ := b.sh(fmt.Sprintf(`timeout 2 bash -c 'exec 3<>/dev/tcp/%s/7000'`, otherIP)); rc == 0 {
+		t.Errorf("another sandbox's agent (%s:7000) reached", otherIP)
+	}
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, gw := b.sh(`python3 -c "import socket,struct
+for l in open('/proc/net/route').readlines()[1:]:
+    f=l.split()
+    if f[1]=='00000000': print(socket.inet_ntoa(struct.pack('<L', int(f[2],16))))"`)
+	if _, err := netip.ParseAddr(gw); err != nil {
+		t.Fatalf("the sandbox's gateway: %q", gw)
+	}
+	t.Logf("checking the host through the sandbox's gateway %s", gw)
+	if rc, _ := b.sh(fmt.Sprintf(`timeout 2 bash -c 'exec 3<>/dev/tcp/%s/%d'`, gw, ln.Addr().(*net.TCPAddr).Port)); rc == 0 {
+		t.Errorf("the host (%s:%d) reached from the sandbox", gw, ln.Addr().(*net.TCPAddr).Port)
+	}
 
 	// Releasing the lease removes its rules.
 	if n := egressRules(t, b.id); n == 0 {
