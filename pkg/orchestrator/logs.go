@@ -100,14 +100,21 @@ func (s *leaseServer) Logs(req *orchv1.LogsRequest, stream grpc.ServerStreamingS
 	// ends when the container stops (hibernate, a crash); it is read
 	// again from then on when the lease is READY again.
 	outDone := make(chan error, 1)
-	running := true
-	go func() { outDone <- output(l.ContainerID, opts) }()
+	// streamed is the container whose output was followed, ended when its
+	// stream ended: a later READY reads a new container from its start,
+	// the same container (an in-place restart, a resume from hibernation)
+	// from then on.
+	streamed, ended := l.ContainerID, time.Time{}
+	running := l.ContainerID != "" // a PENDING lease has no container yet
+	if running {
+		go func() { outDone <- output(l.ContainerID, opts) }()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case err := <-outDone:
-			running = false
+			running, ended = false, time.Now()
 			if err != nil && ctx.Err() == nil {
 				return err
 			}
@@ -141,10 +148,14 @@ func (s *leaseServer) Logs(req *orchv1.LogsRequest, stream grpc.ServerStreamingS
 					}
 				}
 				return nil
-			case ev.Lease.State == lease.StateReady && !running:
+			case ev.Lease.State == lease.StateReady && !running && ev.Lease.ContainerID != "":
 				running = true
-				o := runtime.LogOptions{Since: ev.Transition.At.Add(-time.Second), Follow: true}
+				o := runtime.LogOptions{Follow: true}
 				cid := ev.Lease.ContainerID
+				if cid == streamed && !ended.IsZero() {
+					o.Since = ended
+				}
+				streamed = cid
 				go func() { outDone <- output(cid, o) }()
 			}
 		}

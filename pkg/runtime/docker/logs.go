@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -36,7 +37,7 @@ func (r *Runtime) StreamLogs(ctx context.Context, id string, opts runtime.LogOpt
 		lo.Tail = strconv.Itoa(opts.Tail)
 	}
 	if !opts.Since.IsZero() {
-		lo.Since = strconv.FormatInt(opts.Since.Unix(), 10)
+		lo.Since = fmt.Sprintf("%d.%09d", opts.Since.Unix(), opts.Since.Nanosecond())
 	}
 	rc, err := r.cli.ContainerLogs(ctx, id, lo)
 	if err != nil {
