@@ -1,0 +1,85 @@
+package kubernetes
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
+)
+
+// DefaultLeaderLease is the coordination.k8s.io Lease the replicas of one
+// fleet elect their leader with.
+const DefaultLeaderLease = "berth-leader"
+
+// Election configures RunElected. Zero durations take client-go's usual
+// values (15 s, 10 s, 2 s): a leader that dies without releasing is
+// replaced within about LeaseDuration + RetryPeriod.
+type Election struct {
+	// Lease names the Lease object; default DefaultLeaderLease.
+	Lease string
+	// Identity names this replica in the Lease (holderIdentity); required
+	// and unique per replica (e.g. the orchestrator's instance id).
+	Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's
+	// leader-election timings.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Release gives the Lease up when ctx ends, so that another replica
+	// takes over at once rather than after LeaseDuration.
+	Release bool
+}
+
+// RunElected takes part in the election of one leader among the
+// orchestrator replicas that share the namespace, over a
+// coordination.k8s.io Lease, until ctx ends: while this replica leads,
+// lead runs with a context that ends when it stops leading (then lead must
+// return; RunElected campaigns again). It is the building block for
+// running expiry and reaping on one replica at a time; the lease manager
+// does not use it yet (docs/kubernetes.md). It returns ctx's error.
+func (r *Runtime) RunElected(ctx context.Context, e Election, lead func(ctx context.Context)) error {
+	if e.Identity == "" {
+		return errdefs.InvalidArgument("identity", "is required")
+	}
+	if e.Lease == "" {
+		e.Lease = DefaultLeaderLease
+	}
+	if e.LeaseDuration <= 0 {
+		e.LeaseDuration = 15 * time.Second
+	}
+	if e.RenewDeadline <= 0 {
+		e.RenewDeadline = 10 * time.Second
+	}
+	if e.RetryPeriod <= 0 {
+		e.RetryPeriod = 2 * time.Second
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: e.Lease, Namespace: r.cfg.Namespace},
+		Client:     r.cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: e.Identity},
+	}
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   e.LeaseDuration,
+			RenewDeadline:   e.RenewDeadline,
+			RetryPeriod:     e.RetryPeriod,
+			ReleaseOnCancel: e.Release,
+			Name:            e.Lease,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: lead,
+				OnStoppedLeading: func() {},
+				OnNewLeader: func(id string) {
+					r.log.Info("kubernetes: leader elected", "lease", e.Lease, "leader", id, "self", id == e.Identity)
+				},
+			},
+		})
+		if err != nil {
+			return errdefs.InvalidArgument("election", "%v", err)
+		}
+		le.Run(ctx) // returns when ctx ends or leadership is lost
+	}
+	return ctx.Err()
+}
