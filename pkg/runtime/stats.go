@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -244,4 +245,73 @@ func controllerDir(c string) string {
 		}
 	}
 	return c
+}
+
+// Bounds of LastWords.
+const (
+	// LastWordsSandboxes is how many removed sandboxes' output LastWords keeps.
+	LastWordsSandboxes = 256
+	// LastWordsLines is how many of a sandbox's last lines it keeps.
+	LastWordsLines = 100
+)
+
+// LastWords keeps, in memory, the last lines of output of sandboxes that
+// were removed after their container had exited (a crash, a kill, an OOM),
+// so that a lease's log can still say why it failed once its container is
+// gone (runtime.LogStreamer answers a removed sandbox from it). It holds
+// at most LastWordsSandboxes sandboxes, the oldest dropped first, and is
+// lost when the process exits. The zero value is ready to use.
+type LastWords struct {
+	mu    sync.Mutex
+	order []string
+	lines map[string][]LogLine
+}
+
+// Keep stores the last LastWordsLines of lines as sandbox id's last words.
+func (w *LastWords) Keep(id string, lines []LogLine) {
+	if len(lines) > LastWordsLines {
+		lines = lines[len(lines)-LastWordsLines:]
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lines == nil {
+		w.lines = map[string][]LogLine{}
+	}
+	if _, ok := w.lines[id]; !ok {
+		w.order = append(w.order, id)
+	}
+	w.lines[id] = lines
+	for len(w.order) > LastWordsSandboxes {
+		delete(w.lines, w.order[0])
+		w.order = w.order[1:]
+	}
+}
+
+// Get returns sandbox id's last words, if kept.
+func (w *LastWords) Get(id string) ([]LogLine, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l, ok := w.lines[id]
+	return l, ok
+}
+
+// Replay calls fn with sandbox id's last words that opts selects (Tail,
+// Since); ok is false when none were kept.
+func (w *LastWords) Replay(id string, opts LogOptions, fn func(LogLine) error) (ok bool, err error) {
+	lines, ok := w.Get(id)
+	if !ok {
+		return false, nil
+	}
+	if opts.Tail > 0 && len(lines) > opts.Tail {
+		lines = lines[len(lines)-opts.Tail:]
+	}
+	for _, l := range lines {
+		if !opts.Since.IsZero() && !l.Time.IsZero() && l.Time.Before(opts.Since) {
+			continue
+		}
+		if err := fn(l); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
 }

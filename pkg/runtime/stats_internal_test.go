@@ -3,6 +3,7 @@ package runtime
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -91,5 +92,34 @@ func TestCgroupStatsV2(t *testing.T) {
 	}
 	if _, err := CgroupStats(0, id); err == nil {
 		t.Error("pid 0 accepted")
+	}
+}
+
+func TestLastWords(t *testing.T) {
+	var w LastWords
+	if ok, _ := w.Replay("x", LogOptions{}, func(LogLine) error { return nil }); ok {
+		t.Fatal("replay of nothing kept")
+	}
+	var many []LogLine
+	for i := range LastWordsLines + 5 {
+		many = append(many, LogLine{Text: strconv.Itoa(i)})
+	}
+	w.Keep("a", many)
+	var got []string
+	ok, err := w.Replay("a", LogOptions{Tail: 2}, func(l LogLine) error { got = append(got, l.Text); return nil })
+	if !ok || err != nil || strings.Join(got, ",") != strconv.Itoa(LastWordsLines+3)+","+strconv.Itoa(LastWordsLines+4) {
+		t.Errorf("replay tail 2: %v %v %v", ok, err, got)
+	}
+	if l, _ := w.Get("a"); len(l) != LastWordsLines || l[0].Text != "5" {
+		t.Errorf("kept %d lines from %q", len(l), l[0].Text)
+	}
+	for i := range LastWordsSandboxes {
+		w.Keep("s"+strconv.Itoa(i), many[:1])
+	}
+	if _, ok := w.Get("a"); ok {
+		t.Error("the oldest sandbox was not dropped")
+	}
+	if _, ok := w.Get("s0"); !ok {
+		t.Error("a recent sandbox was dropped")
 	}
 }

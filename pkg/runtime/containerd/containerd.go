@@ -159,6 +159,8 @@ type Runtime struct {
 	imgInfos map[string]imageInfo // by manifest digest
 	unpackMu keyedMutex           // by manifest digest
 	createMu keyedMutex           // by container id
+
+	lastWords runtime.LastWords // output of removed containers that had exited (logs.go)
 }
 
 // Runtime is a runtime.Freezer: Pause and Resume use the cgroup freezer.
@@ -500,6 +502,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if !runtime.IsManaged(c.Labels) {
 		return errdefs.FailedPrecondition("containerd: refusing to remove container %s: not managed by berth", id)
 	}
+	r.keepLastWords(ctx, c.ID) // logs.go
 	return r.teardown(ctx, c)
 }
 

@@ -35,10 +35,20 @@ func (r *Runtime) StreamLogs(ctx context.Context, id string, opts runtime.LogOpt
 	}
 	nsctx := r.withNS(ctx)
 	if _, err := r.getManaged(nsctx, id); err != nil {
+		if errdefs.IsNotFound(err) {
+			if ok, rerr := r.lastWords.Replay(id, opts, fn); ok {
+				return rerr
+			}
+		}
 		return err
 	}
 	f, err := os.Open(r.logPath(id))
 	if errors.Is(err, fs.ErrNotExist) {
+		// Being removed (the file goes before the container): its last
+		// words were kept before the removal began.
+		if ok, rerr := r.lastWords.Replay(id, opts, fn); ok {
+			return rerr
+		}
 		if !opts.Follow {
 			return nil
 		}
@@ -159,4 +169,21 @@ func seekTail(f *os.File, n int) error {
 	}
 	_, err = f.Seek(at, io.SeekStart)
 	return err
+}
+
+// keepLastWords stores the last lines of the output of sandbox id, when
+// its task is not running, before it is removed (runtime.LastWords), so
+// that its lease's log can still show them.
+func (r *Runtime) keepLastWords(ctx context.Context, id string) {
+	if proc, err := r.taskProcess(ctx, id); err != nil || (proc != nil && proc.GetStatus() == tasktypes.Status_RUNNING) {
+		return
+	}
+	var lines []runtime.LogLine
+	err := r.StreamLogs(ctx, id, runtime.LogOptions{Tail: runtime.LastWordsLines}, func(l runtime.LogLine) error {
+		lines = append(lines, l)
+		return nil
+	})
+	if err == nil && len(lines) > 0 {
+		r.lastWords.Keep(id, lines)
+	}
 }

@@ -93,7 +93,8 @@ type Runtime struct {
 
 	disk diskProbe // whether the engine can bound the writable layer
 
-	statsPids sync.Map // container id -> main pid, for Stats without an inspect (stats.go)
+	statsPids sync.Map          // container id -> main pid, for Stats without an inspect (stats.go)
+	lastWords runtime.LastWords // output of removed containers that had exited (logs.go)
 }
 
 // Runtime is a runtime.Freezer: Pause and Resume use the cgroup freezer.
@@ -297,6 +298,9 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	}
 	if !runtime.IsManaged(labelsOf(ins)) {
 		return errdefs.FailedPrecondition("docker: refusing to remove container %s: not managed by berth", id)
+	}
+	if ins.State == nil || !ins.State.Running {
+		r.keepLastWords(ctx, ins.ID) // logs.go
 	}
 	return r.remove(ctx, ins.ID)
 }

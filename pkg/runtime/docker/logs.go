@@ -30,6 +30,11 @@ func (r *Runtime) StreamLogs(ctx context.Context, id string, opts runtime.LogOpt
 		return errdefs.InvalidArgument("id", "container id is required")
 	}
 	if _, err := r.inspectManaged(ctx, id); err != nil {
+		if errdefs.IsNotFound(err) {
+			if ok, rerr := r.lastWords.Replay(id, opts, fn); ok {
+				return rerr
+			}
+		}
 		return err
 	}
 	lo := container.LogsOptions{ShowStdout: true, ShowStderr: true, Timestamps: true, Follow: opts.Follow}
@@ -41,6 +46,11 @@ func (r *Runtime) StreamLogs(ctx context.Context, id string, opts runtime.LogOpt
 	}
 	rc, err := r.cli.ContainerLogs(ctx, id, lo)
 	if err != nil {
+		// Being removed ("dead or marked for removal"): its last words
+		// were kept before the removal began.
+		if ok, rerr := r.lastWords.Replay(id, opts, fn); ok {
+			return rerr
+		}
 		return r.mapErr(err, "container logs", id)
 	}
 	defer rc.Close()
@@ -111,4 +121,21 @@ func parseTimestamped(line, stream string) runtime.LogLine {
 		}
 	}
 	return l
+}
+
+// keepLastWords stores the last lines of an exited container's output
+// before it is removed (runtime.LastWords), so that its lease's log can
+// still show them. It is bounded by a short timeout: a removal does not
+// wait long for it.
+func (r *Runtime) keepLastWords(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	var lines []runtime.LogLine
+	err := r.StreamLogs(ctx, id, runtime.LogOptions{Tail: runtime.LastWordsLines}, func(l runtime.LogLine) error {
+		lines = append(lines, l)
+		return nil
+	})
+	if err == nil && len(lines) > 0 {
+		r.lastWords.Keep(id, lines)
+	}
 }
