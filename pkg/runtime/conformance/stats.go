@@ -13,7 +13,8 @@ import (
 // testStatsLogs checks runtime.StatsReader and runtime.LogStreamer on a
 // runtime that implements them: a running sandbox reports CPU time,
 // memory and processes; its output holds the agent's log; a follow ends
-// when its context does; a stopped sandbox has no live figures.
+// when its context does; a stopped sandbox has no live figures; the last
+// output of a sandbox removed after it exited is kept (runtime.LastWords).
 func (s *suite) testStatsLogs(t *testing.T) {
 	t.Parallel()
 	sr, okStats := s.rt.(runtime.StatsReader)
@@ -71,6 +72,23 @@ func (s *suite) testStatsLogs(t *testing.T) {
 		}
 		if _, err := sr.Stats(ctx, sb.ID); !errdefs.IsFailedPrecondition(err) {
 			t.Errorf("Stats of a stopped sandbox: %v, want ErrFailedPrecondition", err)
+		}
+	}
+	if okLogs {
+		// Removed after it exited: its last words are still there.
+		if err := s.rt.Stop(ctx, sb.ID, time.Second); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if err := s.rt.Remove(ctx, sb.ID); err != nil {
+			t.Fatalf("Remove: %v", err)
+		}
+		var last strings.Builder
+		err := ls.StreamLogs(ctx, sb.ID, runtime.LogOptions{}, func(l runtime.LogLine) error {
+			last.WriteString(l.Text + "\n")
+			return nil
+		})
+		if err != nil || !strings.Contains(last.String(), "agent serving") {
+			t.Errorf("StreamLogs of a sandbox removed after it exited: %v:\n%s", err, last.String())
 		}
 	}
 }
