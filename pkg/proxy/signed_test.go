@@ -1,9 +1,12 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -201,5 +204,45 @@ func TestSignedPathChecks(t *testing.T) {
 	}
 	if _, err := proxy.SignedMethod("method", "GET /x"); err == nil {
 		t.Error("SignedMethod accepted a bad method")
+	}
+}
+
+// TestSignedWebSocket: an app's WebSocket opens through a signed port URL,
+// with the signature in the query or in the signed cookie (what a page
+// opened through the URL sends); neither reaches the app.
+func TestSignedWebSocket(t *testing.T) {
+	seen := make(chan http.Header, 4)
+	port := listenHTTP(t, wsEcho(seen))
+	e, base := signedEnv(t)
+	id, _ := e.acquire(t, "signed-ws", "")
+	u := sign(e, lease.SignedScope{LeaseID: id, Kind: lease.SignedPort, Port: port, Method: lease.AnyMethod, Expires: time.Now().Add(time.Hour)})
+	path, query, _ := strings.Cut(u, "?")
+	addr := strings.TrimPrefix(base, "http://")
+	for _, tc := range []struct{ name, target, hdr string }{
+		{"query", path + "socket?" + query, ""},
+		{"cookie", path + "socket", "Cookie: theme=dark; " + proxy.SignedCookie + "=*." + strings.ReplaceAll(strings.TrimPrefix(query, "berth_exp="), "&berth_sig=", ".") + "\r\n"},
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n%s\r\n", tc.target, addr, key, tc.hdr)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 101 {
+			t.Fatalf("%s: upgrade: %v %v", tc.name, resp, err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := writeFrame(c, 1, []byte("hi"), true); err != nil {
+			t.Fatal(err)
+		}
+		if op, p, err := readFrame(br); err != nil || op != 1 || string(p) != "hi" {
+			t.Fatalf("%s: echo: %d %q %v", tc.name, op, p, err)
+		}
+		c.Close()
+		if h := <-seen; strings.Contains(h.Get("Cookie"), proxy.SignedCookie) || h.Get("Authorization") != "" {
+			t.Errorf("%s: upstream saw %v", tc.name, h)
+		}
 	}
 }
