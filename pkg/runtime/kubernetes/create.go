@@ -2,8 +2,10 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,12 +74,18 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 // agent answers health; a Pod that cannot get there fails at once (see
 // podProblem).
 func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod) (runtime.Sandbox, error) {
-	running, err := r.waitPod(ctx, pod.Name, pod.ResourceVersion, func(p *corev1.Pod) (bool, error) {
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go r.watchFailureEvents(wctx, pod, stop)
+	running, err := r.waitPod(wctx, pod.Name, pod.ResourceVersion, func(p *corev1.Pod) (bool, error) {
 		if err := podProblem(p); err != nil {
 			return false, err
 		}
 		return sandboxOf(p).Endpoint != "", nil
 	})
+	if cause := context.Cause(wctx); err != nil && ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		err = cause
+	}
 	if err != nil {
 		return runtime.Sandbox{}, err
 	}
@@ -212,6 +220,73 @@ func specImage(pod *corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// Failure events: the kubelet publishes a container's failure to start in
+// the Pod's status only at its next sync of the Pod (10 s or more later),
+// but records an Event at once. After eventsAfter, the Pod's Warning events
+// are read every eventsEvery.
+const (
+	eventsAfter = time.Second
+	eventsEvery = 500 * time.Millisecond
+)
+
+// watchFailureEvents reads pod's Warning events until ctx ends, and stops
+// ctx with the error of the first one that says the sandbox cannot start
+// (see eventErr).
+func (r *Runtime) watchFailureEvents(ctx context.Context, pod *corev1.Pod, stop context.CancelCauseFunc) {
+	sel := fields.Set{"involvedObject.name": pod.Name, "involvedObject.uid": string(pod.UID), "type": corev1.EventTypeWarning}.AsSelector().String()
+	timer := time.NewTimer(eventsAfter)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		list, err := r.cs.CoreV1().Events(r.cfg.Namespace).List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			return // no access to events (an older Role): the Pod's status still tells, later
+		}
+		for _, ev := range list.Items {
+			if err := eventErr(pod, &ev); err != nil {
+				stop(err)
+				return
+			}
+		}
+		timer.Reset(eventsEvery)
+	}
+}
+
+// eventErr maps a kubelet Warning event of pod to the error of a sandbox
+// that cannot start, nil for an event that does not mean that.
+func eventErr(pod *corev1.Pod, ev *corev1.Event) error {
+	container := ev.InvolvedObject.FieldPath // spec.containers{NAME}
+	if _, name, ok := strings.Cut(container, "{"); ok {
+		container = strings.TrimSuffix(name, "}")
+	}
+	image := specImage(pod)
+	if container == installName {
+		image = ""
+		for _, c := range pod.Spec.InitContainers {
+			image = c.Image
+		}
+	}
+	var err error
+	switch {
+	case ev.Reason == "ErrImageNeverPull" || strings.Contains(ev.Message, "ErrImageNeverPull"):
+		err = waitingErr(pod, container, image, &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: ev.Message})
+	case ev.Reason == "Failed" && (strings.Contains(ev.Message, "ErrImagePull") || strings.HasPrefix(ev.Message, "Failed to pull image")):
+		err = waitingErr(pod, container, image, &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: ev.Message})
+	case ev.Reason == "InspectFailed" || ev.Reason == "InvalidImageName":
+		err = waitingErr(pod, container, image, &corev1.ContainerStateWaiting{Reason: "InvalidImageName", Message: ev.Message})
+	case ev.Reason == "Failed" && strings.HasPrefix(ev.Message, "Error: "):
+		err = waitingErr(pod, container, image, &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: strings.TrimPrefix(ev.Message, "Error: ")})
+	}
+	if err != nil && container == installName {
+		return fmt.Errorf("%w (the agent image: build and load it with scripts/k8s/agent-image.sh, docs/kubernetes.md)", err)
+	}
+	return err
 }
 
 // waitingErr maps the reason a container waits to an error, nil for a

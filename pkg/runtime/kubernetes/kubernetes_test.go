@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
@@ -169,5 +170,26 @@ func TestSelector(t *testing.T) {
 	got := selector(runtime.Selector{runtime.LabelLease: "ok-1", runtime.LabelUserPrefix + "bad key": "v", "k": strings.Repeat("x", 70)})
 	if got != "dev.berth.lease=ok-1,dev.berth.managed=true" {
 		t.Errorf("selector = %q", got)
+	}
+}
+
+func TestEventErr(t *testing.T) {
+	r := &Runtime{cfg: Config{Namespace: "ns", AgentImage: "agent:1"}}
+	_, pod := r.buildObjects(runtime.Spec{LeaseID: "l", Image: "some/image:1", AgentToken: "t"}, runtime.DefaultResources())
+	ev := func(reason, msg, path string) *corev1.Event {
+		return &corev1.Event{Reason: reason, Message: msg, InvolvedObject: corev1.ObjectReference{FieldPath: path}}
+	}
+	main, init := "spec.containers{sandbox}", "spec.initContainers{berth-agent-install}"
+	if err := eventErr(pod, ev("ErrImageNeverPull", `Container image "some/image:1" is not present with pull policy of Never`, main)); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "make images") {
+		t.Errorf("never pull: %v", err)
+	}
+	if err := eventErr(pod, ev("Failed", "Error: failed to create containerd container: no such user", main)); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "no such user") {
+		t.Errorf("create failed: %v", err)
+	}
+	if err := eventErr(pod, ev("ErrImageNeverPull", "not present", init)); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "agent:1") || !strings.Contains(err.Error(), "agent-image.sh") {
+		t.Errorf("agent image missing: %v", err)
+	}
+	if err := eventErr(pod, ev("FailedMount", "secret not yet there", "")); err != nil {
+		t.Errorf("a transient warning: %v", err)
 	}
 }
