@@ -36,7 +36,9 @@ and peak), disk (last measured), network bytes received and sent, and
 processes. On a terminal the table is redrawn every --interval (default 2s)
 until interrupted (exit 0); --once, a pipe or -o json/yaml print one snapshot
 (json: a ListLeasesResponse whose leases carry usage). The first CPU figure
-of a lease appears at the second refresh (it needs two samples).`,
+of a lease appears at the second refresh (it needs two samples). It lists
+leases, so it needs the operator's or a client's token; with a lease token
+use lease get.`,
 		Example: `  orchestrator lease top
   orchestrator lease top --once
   orchestrator lease top -o json | jq '.leases[] | {id, mem: .usage.memoryBytes}'`,
