@@ -139,6 +139,18 @@ func TestKubernetesLeaseLifecycle(t *testing.T) {
 	} else {
 		t.Logf("pause (freeze) on kubernetes: %s", body)
 	}
+	// Hibernate maps to what a cluster can do: the Pod's processes end
+	// (the Pod stays, exited), resume replaces the Pod (same name and
+	// token, a new address). Files do not survive yet (no
+	// PersistentVolumeClaim workspace).
+	_, took := pauseCall(t, a, id, "hibernate")
+	t.Logf("hibernate on kubernetes: %s", took.Round(time.Millisecond))
+	if sb, err := rt.Get(ctx, pod); err != nil || sb.Endpoint != "" {
+		t.Errorf("after hibernate: %+v %v, want the Pod exited", sb, err)
+	}
+	_, took = pauseCall(t, a, id, "")
+	t.Logf("resume on kubernetes: %s", took.Round(time.Millisecond))
+	a.mustProxyExec(t, id, r.GetToken(), "true")
 	a.mustRelease(t, id)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if _, err := rt.Get(ctx, pod); errdefs.IsNotFound(err) {
