@@ -84,6 +84,8 @@ bench: deps build images ## benchmarks; each prints ratios measured in one run
 	$(GO) test -run '^$$' -bench 'WarmAcquire' -benchtime 40x ./e2e/
 	@echo "== docker: exec true through the proxy vs direct vs docker exec (target >= 20x faster than docker exec)"
 	$(GO) test -run '^$$' -bench 'ProxyExecTrue' -benchtime 200x ./e2e/
+	@echo "== docker: lease get with live usage (cgroup files) vs lease list vs the engine's one-shot stats call"
+	$(GO) test -run '^$$' -bench 'UsageGet' -benchtime 50x ./e2e/
 	@echo "== docker: 256 MiB through the proxy vs docker cp, both ways"
 	$(GO) test -run '^$$' -bench 'ProxyFiles256MiB' -benchtime 1x ./e2e/
 	@echo "== docker: a 10,000-file tree (1 KiB files, 100 dirs) with orchestrator cp vs docker cp, both ways"

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	dockerclient "github.com/docker/docker/client"
+
 	"github.com/berth-dev/berth/pkg/orchestrator"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
@@ -256,4 +258,49 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// BenchmarkUsageGet (make bench): GET /v1/leases/{id}, which samples the
+// sandbox's usage on each call (Docker: the container's cgroup files),
+// against GET /v1/leases (no usage) and the Engine's own one-shot stats
+// call, which Get would otherwise cost.
+func BenchmarkUsageGet(b *testing.B) {
+	requireImage(b, minimalImage)
+	dir, _ := newDataDir(b)
+	o := startOrch(b, dir)
+	acq := o.mustAcquire(b, "bench-usage-"+randHex(4), minimalImage, "600s")
+	id, cid := acq.GetLease().GetId(), acq.GetLease().GetContainerId()
+	defer o.mustRelease(b, id)
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	var get, list, engine []time.Duration
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if o.mustGet(b, id).GetUsage().GetSampledAt() == nil {
+			b.Fatal("no usage")
+		}
+		get = append(get, time.Since(t0))
+		t1 := time.Now()
+		if _, err := o.list(""); err != nil {
+			b.Fatal(err)
+		}
+		list = append(list, time.Since(t1))
+		if i < 10 { // a second each: ten samples
+			t2 := time.Now()
+			r, err := cli.ContainerStatsOneShot(context.Background(), cid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.Body.Close()
+			engine = append(engine, time.Since(t2))
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ms(percentile(get, 50)), "get-usage-p50-ms")
+	b.ReportMetric(ms(percentile(get, 99)), "get-usage-p99-ms")
+	b.ReportMetric(ms(percentile(list, 50)), "list-p50-ms")
+	b.ReportMetric(ms(percentile(engine, 50)), "engine-stats-p50-ms")
 }
