@@ -47,6 +47,9 @@ func (c *client) do(method, path, body string, h map[string]string) resp {
 		c.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer r.Body.Close()
+	if r.StatusCode == http.StatusSwitchingProtocols {
+		return resp{r.StatusCode, r.Header, ""} // a WebSocket: not read
+	}
 	b, _ := io.ReadAll(r.Body)
 	return resp{r.StatusCode, r.Header, string(b)}
 }
@@ -307,5 +310,38 @@ func TestPagesAndHeaders(t *testing.T) {
 		if r := c.do("GET", p, "", nil); r.code != 404 {
 			t.Errorf("GET %s: HTTP %d, want 404", p, r.code)
 		}
+	}
+}
+
+func TestTerminalUpgradeNeedsCSRFProtocol(t *testing.T) {
+	c, _ := newClient(t)
+	id, _ := c.acquire(orchtest.OperatorToken, "terminal-conv")
+	s := c.mustLogin(orchtest.OperatorToken)
+	var info struct{ Terminal bool }
+	r := c.api(s, "GET", "/session", "")
+	if err := json.Unmarshal([]byte(r.body), &info); err != nil {
+		t.Fatal(err)
+	}
+	upgrade := func(protocols string) resp {
+		return c.do("GET", "/ui/api/v1/sandboxes/"+id+"/v1/terminals/ws?argv=sh&rows=24&cols=80", "", map[string]string{
+			"Cookie": s.cookie, "Origin": c.base, "Connection": "Upgrade", "Upgrade": "websocket",
+			"Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Protocol": protocols})
+	}
+	if !info.Terminal {
+		// Built without scripts/ui-xterm.sh: no terminal route at all.
+		if r := upgrade("berth.terminal.v1, " + ui.CSRFProtocolPrefix + s.csrf); r.code != 404 {
+			t.Errorf("terminal upgrade without the terminal built in: HTTP %d %s, want 404", r.code, r.body)
+		}
+		return
+	}
+	if r := upgrade("berth.terminal.v1"); r.code != 403 {
+		t.Errorf("upgrade without the CSRF subprotocol: HTTP %d %s, want 403", r.code, r.body)
+	}
+	if r := upgrade("berth.terminal.v1, " + ui.CSRFProtocolPrefix + strings.Repeat("0", len(s.csrf))); r.code != 403 {
+		t.Errorf("upgrade with a wrong CSRF subprotocol: HTTP %d %s, want 403", r.code, r.body)
+	}
+	r = upgrade("berth.terminal.v1, " + ui.CSRFProtocolPrefix + s.csrf)
+	if r.code != http.StatusSwitchingProtocols || r.h.Get("Sec-WebSocket-Protocol") != "berth.terminal.v1" {
+		t.Errorf("upgrade: HTTP %d, protocol %q, want 101 with berth.terminal.v1", r.code, r.h.Get("Sec-WebSocket-Protocol"))
 	}
 }
