@@ -414,15 +414,19 @@ func (m *Manager) startCreate(ctx context.Context, req AcquireRequest) (Lease, e
 		}
 	}
 	e := m.addPendingLocked(req, c)
-	m.startConfigureLocked(ctx, c, e.l.ID, req) // pool.go: overlaps the write below
+	m.startConfigureLocked(ctx, c, e.l.ID, req) // pool.go
 	l, rev := e.snapshot()
 	runCtx, call := m.runCtx, e.call // create clears e.call when it is done
 	m.mu.Unlock()
 
-	// Crash safety: the record exists before the container can.
-	if err := m.persist(l, rev); err != nil {
-		m.abandon(e, err)
-		return Lease{}, wrapf(err, "acquire: persist lease %s", l.ID)
+	// Crash safety: the record exists before the container can. A claim's
+	// container exists already and is its pool's until the READY record
+	// is written (pool.go: its agent's one-shot Configure keeps that safe).
+	if c == nil {
+		if err := m.persist(l, rev); err != nil {
+			m.abandon(e, err)
+			return Lease{}, wrapf(err, "acquire: persist lease %s", l.ID)
+		}
 	}
 	m.wg.Add(1)
 	go func() {

@@ -34,11 +34,12 @@ import (
 // unclaimed members of the pools still configured with the same profile
 // digest (runtime.LabelPoolProfile), up to each pool's Max, and removes
 // the rest. A claim configures the agent with the lease's env and secrets
-// while it writes the PENDING record (with the id): the agent accepts
-// Configure once only, so a sandbox configured for a lease whose record
-// never became durable (a crash in between), or was lost, is adopted back
-// but can never be configured for a second lease: its next claim falls
-// back to a cold creation and removes it.
+// and writes the lease record once, READY (no PENDING record first: the
+// container exists already): the agent accepts Configure once only, so a
+// sandbox configured for a lease whose record never became durable (a
+// crash in between), or was lost, is adopted back but can never be
+// configured for a second lease: its next claim falls back to a cold
+// creation and removes it.
 
 // PoolConfig configures one warm pool.
 type PoolConfig struct {
@@ -151,12 +152,12 @@ type claim struct {
 }
 
 // startConfigureLocked starts configuring the agent of claimed sandbox c
-// (when there is one) with req's env and secrets for lease id. It runs
-// while the PENDING record is written: a crash in between leaves a
-// configured sandbox without a record, which reconcile adopts back into
-// its pool, but its agent refuses any further Configure, so the next
-// claim of it falls back to a cold creation and removes it (claimSandbox).
-// Called with m.mu held.
+// (when there is one) with req's env and secrets for lease id, at once.
+// The lease's record is written only when it is READY: a crash before
+// leaves a configured sandbox without a record, which reconcile adopts
+// back into its pool, but its agent refuses any further Configure, so the
+// next claim of it falls back to a cold creation and removes it
+// (claimSandbox). Called with m.mu held.
 func (m *Manager) startConfigureLocked(ctx context.Context, c *claim, id string, req AcquireRequest) {
 	if c == nil {
 		return

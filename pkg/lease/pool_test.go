@@ -323,3 +323,26 @@ func TestPoolConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolConfiguredMemberIsNeverReused: a crash between a claim's
+// Configure and its READY record leaves a configured sandbox with no
+// record; it is adopted back, but the next claim finds its agent
+// configured (the agent's Configure is one-shot), removes it and creates
+// a sandbox cold.
+func TestPoolConfiguredMemberIsNeverReused(t *testing.T) {
+	h, fc := poolHarness(t, []PoolConfig{{Name: "p", Min: 1, Max: 1}}, nil)
+	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 1 })
+	id := h.m.poolSnapshot()["p"][0]
+	boxes, _ := h.rt.List(context.Background(), runtime.Selector{runtime.LabelLease: id})
+	if err := fc.Configure(context.Background(), boxes[0].Endpoint, h.m.AgentToken(id), map[string]string{"A": "tenant-1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	if got := h.m.poolSnapshot()["p"]; len(got) != 1 || got[0] != id {
+		t.Fatalf("after restart: %v, want %s adopted", got, id)
+	}
+	l, _ := h.acquire("tenant-2")
+	if l.Pool != "" || l.ContainerID == boxes[0].ID || h.rt.exists(boxes[0].ID) {
+		t.Fatalf("lease %+v: want a cold sandbox and the configured one removed", l)
+	}
+}
