@@ -225,10 +225,11 @@ func specImage(pod *corev1.Pod) string {
 // Failure events: the kubelet publishes a container's failure to start in
 // the Pod's status only at its next sync of the Pod (10 s or more later),
 // but records an Event at once. After eventsAfter, the Pod's Warning events
-// are read every eventsEvery.
+// are read every eventsEvery (a List per second per pending create: cheap
+// next to the Pod watch, and bounded by the client's rate limit).
 const (
-	eventsAfter = time.Second
-	eventsEvery = 500 * time.Millisecond
+	eventsAfter = 1500 * time.Millisecond
+	eventsEvery = time.Second
 )
 
 // watchFailureEvents reads pod's Warning events until ctx ends, and stops

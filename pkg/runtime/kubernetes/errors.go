@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -52,6 +53,11 @@ func (r *Runtime) apiErr(err error, op, id string) error {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("kubernetes: %s: %w", what, err)
+	}
+	if strings.Contains(err.Error(), "would exceed context deadline") {
+		// client-go's rate limiter refuses to wait past the deadline
+		// (golang.org/x/time/rate): the deadline's doing, as above.
+		return fmt.Errorf("kubernetes: %s: %w (%v)", what, context.DeadlineExceeded, err)
 	}
 	cat := category(err)
 	switch {

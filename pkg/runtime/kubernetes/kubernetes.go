@@ -114,7 +114,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	rc = rest.CopyConfig(rc)
 	// Creates wait on watches, not polls; still, 20 parallel acquires make
 	// more calls than client-go's default of 5 per second.
-	rc.QPS, rc.Burst = 50, 100
+	rc.QPS, rc.Burst = 100, 200
 	rc.UserAgent = "berth-orchestrator"
 	if cfg.Namespace == "" {
 		cfg.Namespace = DefaultNamespace

@@ -1,7 +1,9 @@
 package kubernetes
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -191,5 +193,13 @@ func TestEventErr(t *testing.T) {
 	}
 	if err := eventErr(pod, ev("FailedMount", "secret not yet there", "")); err != nil {
 		t.Errorf("a transient warning: %v", err)
+	}
+}
+
+func TestAPIErrDeadline(t *testing.T) {
+	r := &Runtime{cfg: Config{Namespace: "ns"}}
+	err := r.apiErr(errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline"), "get pod", "p")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("rate limiter past the deadline: %v, want DeadlineExceeded", err)
 	}
 }
