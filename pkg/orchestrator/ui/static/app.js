@@ -469,6 +469,7 @@
     tbody.replaceChildren(frag);
     $('leases-empty').hidden = rows.length > 0;
     const live = all.filter((l) => LIVE.has(stateName(l.state))).length;
+    document.title = live + ' live · berth';
     $('counts').textContent = rows.length + ' shown · ' + live + ' live · ' + all.length + ' known';
     const byState = {};
     for (const l of all) byState[stateName(l.state)] = (byState[stateName(l.state)] || 0) + 1;
@@ -920,6 +921,17 @@
       if (tr && !ev.target.closest('a')) location.hash = '#/lease/' + tr.dataset.id;
     });
     window.addEventListener('hashchange', route);
+    // "/" focuses the search box, Escape clears the filters' text.
+    document.addEventListener('keydown', (ev) => {
+      if (S.route.view !== 'leases' || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+      const typing = /^(INPUT|SELECT|TEXTAREA)$/.test(document.activeElement.tagName);
+      if (ev.key === '/' && !typing) { ev.preventDefault(); $('f-text').focus(); }
+      if (ev.key === 'Escape' && typing) {
+        for (const id of ['f-owner', 'f-label', 'f-text']) $(id).value = '';
+        document.activeElement.blur();
+        saveFilters();
+      }
+    });
     let saved = null;
     try { saved = JSON.parse(sessionStorage.getItem(STORE) || 'null'); } catch (_) { /* none */ }
     if (!saved || !saved.csrf) { signedOut(''); return; }
