@@ -134,7 +134,7 @@ func TestPoolClaimAppliesTheLeaseAndRefills(t *testing.T) {
 func TestPoolNeverHandsOutASandboxTwice(t *testing.T) {
 	h, fc := poolHarness(t, []PoolConfig{{Name: "p", Min: 5, Max: 5}}, nil)
 	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 5 })
-	h.rt.set(func(f *fakeRuntime) { f.createDelay = 50 * time.Millisecond })
+	h.rt.set(func(f *fakeRuntime) { f.createDelay = 200 * time.Millisecond })
 	const n = 20
 	var wg sync.WaitGroup
 	leases := make([]Lease, n)
@@ -161,9 +161,11 @@ func TestPoolNeverHandsOutASandboxTwice(t *testing.T) {
 			warm++
 		}
 	}
+	// At least the 5 ready ones were claimed (a slow goroutine may find a
+	// refilled one), each once; the others missed.
 	ps := poolStat(h, "p")
-	if warm != 5 || ps.Hits != 5 || ps.Misses != n-5 || len(fc.callsCopy()) != 5 {
-		t.Fatalf("warm %d, stats %+v, configure calls %d: want 5 hits, %d misses", warm, ps, len(fc.callsCopy()), n-5)
+	if warm < 5 || uint64(warm) != ps.Hits || ps.Hits+ps.Misses != n || len(fc.callsCopy()) != warm {
+		t.Fatalf("warm %d, stats %+v, configure calls %d: want >= 5 hits, one Configure each, hits+misses = %d", warm, ps, len(fc.callsCopy()), n)
 	}
 }
 
