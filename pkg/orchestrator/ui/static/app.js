@@ -559,6 +559,11 @@
       if (b.dataset.act === 'reap') b.hidden = !op;
     });
 
+    if (st !== 'READY' && $('l-processes').tBodies[0].rows.length) {
+      // What the agent listed no longer holds: paused, ended or restarting.
+      $('l-processes').tBodies[0].replaceChildren();
+      $('p-note').textContent = 'read from a READY sandbox only (looking never resumes a paused one)';
+    }
     $('t-card').hidden = !(S.session && S.session.terminal);
     $('t-open').disabled = st !== 'READY';
     $('t-open').title = st === 'READY' ? 'Open a shell in the sandbox' : 'a terminal opens in a READY sandbox';
