@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -167,4 +170,54 @@ func TestKubernetesLeaseLifecycle(t *testing.T) {
 func (a *api) proxyExecCode(ctx context.Context, t *testing.T, id, token string) (int, execResult, error) {
 	t.Helper()
 	return a.proxyExec(ctx, id, token, map[string]any{"argv": []string{"true"}})
+}
+
+// TestKubernetesFigures measures, on the test cluster, what `make bench`
+// reports for the other backends: a cold acquire, exec of `true` through
+// the proxy (p50 and p95 of 50), and 20 parallel acquires. It logs the
+// figures and asserts nothing about them (run with -v).
+func TestKubernetesFigures(t *testing.T) {
+	a, _ := startK8sOrch(t)
+	began := time.Now()
+	r := a.mustAcquire(t, "k8s-fig-"+randHex(4), minimalImage, "300s")
+	t.Logf("figure: cold acquire %s", time.Since(began).Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var took []time.Duration
+	for range 50 {
+		t0 := time.Now()
+		code, res, err := a.proxyExec(ctx, r.GetLease().GetId(), r.GetToken(), map[string]any{"argv": []string{"true"}})
+		if err != nil || code != http.StatusOK || res.ExitCode != 0 {
+			t.Fatalf("exec: HTTP %d %v %+v", code, err, res)
+		}
+		took = append(took, time.Since(t0))
+	}
+	slices.Sort(took)
+	t.Logf("figure: exec true through the proxy: p50 %s, p95 %s (50 calls)", took[len(took)/2].Round(time.Microsecond), took[len(took)*95/100].Round(time.Microsecond))
+	a.mustRelease(t, r.GetLease().GetId())
+
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	durs := make([]time.Duration, n)
+	began = time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			if _, err := a.acquire(fmt.Sprintf("k8s-par-%s-%d", randHex(3), i), minimalImage, "300s"); err != nil {
+				errs <- err
+			}
+			durs[i] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(began)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	slices.Sort(durs)
+	t.Logf("figure: %d parallel acquires: wall %s, each p50 %s, max %s", n, wall.Round(time.Millisecond), durs[n/2].Round(time.Millisecond), durs[n-1].Round(time.Millisecond))
 }
