@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/orchestrator"
 	"github.com/berth-dev/berth/pkg/runtime/kubernetes"
+	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 )
 
 // The Kubernetes e2e tests run only with BERTH_K8S=1 against the cluster
@@ -220,4 +221,45 @@ func TestKubernetesFigures(t *testing.T) {
 	}
 	slices.Sort(durs)
 	t.Logf("figure: %d parallel acquires: wall %s, each p50 %s, max %s", n, wall.Round(time.Millisecond), durs[n/2].Round(time.Millisecond), durs[n-1].Round(time.Millisecond))
+}
+
+// TestKubernetesProxy: the proxy reaches a Pod's agent over gRPC (lease in
+// the metadata) and a server inside the Pod through its preview URL (path
+// form), with the lease's token only.
+func TestKubernetesProxy(t *testing.T) {
+	a, _ := startK8sOrch(t)
+	r := a.mustAcquire(t, "k8s-proxy-"+randHex(4), minimalImage, "300s")
+	id, tok := r.GetLease().GetId(), r.GetToken()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	res, err := agentv1.NewProcessServiceClient(a.grpcConn(t)).Exec(leaseCtx(ctx, id, tok), &agentv1.ExecRequest{Argv: []string{"uname", "-n"}})
+	if err != nil || strings.TrimSpace(string(res.GetStdout())) != r.GetLease().GetContainerId() {
+		t.Fatalf("gRPC exec through the proxy: %v %q, want the Pod's name %s", err, res.GetStdout(), r.GetLease().GetContainerId())
+	}
+
+	page := "<html>hello from a pod " + randHex(6) + "</html>\n"
+	a.putFile(t, id, tok, "/workspace/www/index.html", []byte(page))
+	code, _, b := a.mustCall(t, http.MethodPost, sandboxPath(id, "/v1/processes"),
+		map[string]any{"argv": []string{"busybox", "httpd", "-f", "-p", "8000", "-h", "/workspace/www"}}, tok)
+	if code != http.StatusOK {
+		t.Fatalf("start httpd: HTTP %d: %s", code, b)
+	}
+	url := "/v1/sandboxes/" + id + "/ports/8000/index.html"
+	var lastCode int
+	var lastBody string
+	if !eventually(20*time.Second, 100*time.Millisecond, func() bool {
+		c, _, body, err := a.httpGet("", url, bearerHeader(tok))
+		lastCode, lastBody = c, body
+		return err == nil && c == http.StatusOK
+	}) {
+		t.Fatalf("preview never answered 200: last HTTP %d: %s", lastCode, lastBody)
+	}
+	if lastBody != page {
+		t.Errorf("preview body %q, want %q", lastBody, page)
+	}
+	if c, _, _, err := a.httpGet("", url, nil); err != nil || c != http.StatusUnauthorized {
+		t.Errorf("preview without a token: HTTP %d %v, want 401", c, err)
+	}
+	a.mustRelease(t, id)
 }
