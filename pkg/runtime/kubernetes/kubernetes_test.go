@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
+	"github.com/berth-dev/berth/pkg/runtime/conformance"
 )
 
 func TestPodName(t *testing.T) {
@@ -201,5 +203,15 @@ func TestAPIErrDeadline(t *testing.T) {
 	err := r.apiErr(errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline"), "get pod", "p")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("rate limiter past the deadline: %v, want DeadlineExceeded", err)
+	}
+}
+
+// The backend declares the pids limit it cannot enforce, so that the
+// conformance suite leaves out exactly those checks.
+func TestLimitations(t *testing.T) {
+	var rt any = &Runtime{}
+	lim, ok := rt.(conformance.Limited)
+	if !ok || !slices.Equal(lim.Limitations(), []string{conformance.LimitPids}) {
+		t.Fatalf("Limitations = %v (implemented: %v), want [%s]", lim, ok, conformance.LimitPids)
 	}
 }

@@ -1,0 +1,12 @@
+package kubernetes
+
+// Limitations declares what this backend cannot enforce that the other
+// backends do (the names of package runtime/conformance's Limited; see
+// docs/kubernetes.md):
+//
+//   - "pids-limit": Resources.PidsLimit is not applied per sandbox. A Pod
+//     has no field for it: the kubelet's podPidsLimit is one value for
+//     every Pod on a node, so the node's setting bounds each sandbox.
+func (r *Runtime) Limitations() []string {
+	return []string{"pids-limit"}
+}
