@@ -32,6 +32,9 @@ type Config struct {
 	Logger *slog.Logger
 	// MinHold overrides MinHold (tests).
 	MinHold time.Duration
+	// Metrics receives the enforcer's figures (metrics.go). Default: its
+	// own, unregistered.
+	Metrics *Metrics
 }
 
 // Enforcer programs sandboxes' policies on this host and runs their
@@ -98,6 +101,9 @@ func newEnforcer(cfg Config, x ipt) *Enforcer {
 	}
 	if cfg.MinHold == 0 {
 		cfg.MinHold = MinHold
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -168,7 +174,9 @@ func hostNet(ip netip.Addr) (string, netip.Addr, netip.Prefix, error) {
 // on the sandbox's network) is endpoint, replacing what the lease had
 // (its address may have changed). Connections opened before stay open;
 // new ones follow p at once.
-func (e *Enforcer) Apply(ctx context.Context, lease, endpoint string, p Policy) error {
+func (e *Enforcer) Apply(ctx context.Context, lease, endpoint string, p Policy) (err error) {
+	start := time.Now()
+	defer func() { e.cfg.Metrics.applied(start, err) }()
 	c, err := Compile(p)
 	if err != nil {
 		return err

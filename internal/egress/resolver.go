@@ -95,7 +95,9 @@ func (e *Enforcer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		m.RecursionAvailable = true
 		reply(m)
 	}
+	met := e.cfg.Metrics
 	if len(req.Question) != 1 || req.Opcode != dns.OpcodeQuery {
+		met.query(dnsRefused)
 		fail(dns.RcodeRefused)
 		return
 	}
@@ -109,6 +111,7 @@ func (e *Enforcer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	e.mu.Unlock()
 	if sb == nil {
+		met.query(dnsRefused)
 		fail(dns.RcodeRefused)
 		return
 	}
@@ -117,6 +120,7 @@ func (e *Enforcer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	v := pol.Name(name)
 	if !v.Resolve {
 		e.log.Debug("egress: name refused", "lease_id", lease, "name", name)
+		met.query(dnsDenied)
 		fail(dns.RcodeNameError)
 		return
 	}
@@ -126,12 +130,14 @@ func (e *Enforcer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(req)
 		m.RecursionAvailable = true
+		met.query(dnsAnswered)
 		reply(m)
 		return
 	}
 	up, err := e.forward(req)
 	if err != nil {
 		e.log.Debug("egress: upstream failed", "lease_id", lease, "name", name, "err", err)
+		met.query(dnsFailed)
 		fail(dns.RcodeServerFailure)
 		return
 	}
@@ -161,10 +167,12 @@ func (e *Enforcer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if len(addrs) > 0 && (restricted && len(v.AllowPorts) > 0 || len(v.DenyPorts) > 0) {
 		if err := e.open(lease, addrs, v, time.Duration(ttl)*time.Second); err != nil {
 			e.log.Warn("egress: open resolved addresses", "lease_id", lease, "name", name, "err", err)
+			met.query(dnsFailed)
 			fail(dns.RcodeServerFailure)
 			return
 		}
 	}
+	met.query(dnsAnswered)
 	reply(up)
 }
 

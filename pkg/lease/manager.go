@@ -208,6 +208,10 @@ type Config struct {
 	// DefaultNetwork is the network policy of an acquire that gives none
 	// (or gives no mode). Default: open.
 	DefaultNetwork NetworkPolicy
+	// NetworkCeiling bounds every lease's network policy (network.go):
+	// requests above it are refused, AlwaysDeny is added when enforcing.
+	// Default: no bound.
+	NetworkCeiling NetworkCeiling
 	// Logger receives the Manager's logs (keys lease_id, container_id,
 	// conversation_id, state, reason). Default: discard.
 	Logger *slog.Logger

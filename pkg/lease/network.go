@@ -34,6 +34,10 @@ type NetworkPolicy struct {
 	Deny []string `json:"deny,omitempty"`
 }
 
+// NetworkCeiling is the operator's bound on every lease's network policy
+// (maximum mode, deny list always added, allow ceiling; see egress.Ceiling).
+type NetworkCeiling = egress.Ceiling
+
 // Clone returns a deep copy of p.
 func (p NetworkPolicy) Clone() NetworkPolicy {
 	p.Allow, p.Deny = slices.Clone(p.Allow), slices.Clone(p.Deny)
@@ -60,8 +64,10 @@ type Egress interface {
 
 // validNetwork returns p (nil: the default) with the operator's default
 // mode filled in and its entries normalised; errdefs.ErrInvalidArgument
-// naming network.* for a bad policy, errdefs.ErrFailedPrecondition for a
-// policy this orchestrator cannot enforce.
+// naming network.* for a bad policy, errdefs.ErrPermissionDenied naming
+// network.* for one above Config.NetworkCeiling, and
+// errdefs.ErrFailedPrecondition for a policy this orchestrator cannot
+// enforce.
 func (m *Manager) validNetwork(p *NetworkPolicy) (*NetworkPolicy, error) {
 	var out NetworkPolicy
 	if p != nil {
@@ -75,6 +81,9 @@ func (m *Manager) validNetwork(p *NetworkPolicy) (*NetworkPolicy, error) {
 	}
 	n, err := egress.Normalize(out.egress())
 	if err != nil {
+		return nil, err
+	}
+	if err := m.cfg.NetworkCeiling.Check(n); err != nil {
 		return nil, err
 	}
 	out = NetworkPolicy{Mode: string(n.Mode), Allow: n.Allow, Deny: n.Deny}
@@ -116,7 +125,13 @@ func (m *Manager) enforceNetwork(ctx context.Context, id, endpoint string) error
 	if e == nil {
 		return nil
 	}
-	if err := m.cfg.Egress.Apply(ctx, id, endpoint, p.egress()); err != nil {
+	pol, clamped := m.cfg.NetworkCeiling.Clamp(p.egress())
+	if clamped {
+		// Recorded before the operator lowered the ceiling.
+		m.log.Warn("network policy above the operator's ceiling: enforcing it lowered", "lease_id", id,
+			"mode", p.Mode, "enforced_mode", pol.Mode)
+	}
+	if err := m.cfg.Egress.Apply(ctx, id, endpoint, pol); err != nil {
 		return wrapf(err, "lease %s: enforce network policy", id)
 	}
 	return nil
@@ -176,6 +191,8 @@ func running(l *Lease) bool {
 // already open stay open) and is recorded with the lease, so that it holds
 // after restarts. Mode "" takes the operator's default. Errors:
 // errdefs.ErrNotFound; errdefs.ErrInvalidArgument naming network.*;
+// errdefs.ErrPermissionDenied naming network.* above the operator's
+// ceiling (Config.NetworkCeiling, for every caller);
 // errdefs.ErrFailedPrecondition for an ended lease or a policy this
 // orchestrator cannot enforce.
 func (m *Manager) SetNetwork(ctx context.Context, id string, p NetworkPolicy) (Lease, error) {

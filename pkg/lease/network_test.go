@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -187,5 +188,61 @@ func TestNetworkPolicyHibernate(t *testing.T) {
 	}
 	if p, ok := eg.policy(l.ID); !ok || p.Mode != egress.ModeNone {
 		t.Errorf("after the wake: %+v %v, want mode none", p, ok)
+	}
+}
+
+// TestNetworkCeiling: requests above the operator's ceiling are refused
+// (PERMISSION_DENIED naming the field), the always-denied entries are
+// enforced on top of every policy without being recorded, and a policy
+// recorded before the ceiling was lowered is enforced lowered after a
+// restart.
+func TestNetworkCeiling(t *testing.T) {
+	eg := newFakeEgress()
+	h := newHarness(t, func(c *Config) { c.Egress = eg })
+	ctx := context.Background()
+	wide, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "wide", Network: &NetworkPolicy{Mode: NetworkOpen}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	h.cfg.NetworkCeiling = NetworkCeiling{MaxMode: egress.ModeRestricted, AlwaysDeny: []string{"10.0.0.0/8"},
+		AllowCeiling: []string{"*.example.com"}}
+	h.cfg.DefaultNetwork = NetworkPolicy{Mode: NetworkRestricted}
+	h.start()
+	if p, _ := eg.policy(wide.ID); p.Mode != egress.ModeRestricted || len(p.Allow) != 0 || !slices.Equal(p.Deny, []string{"10.0.0.0/8"}) {
+		t.Errorf("a lease recorded open, after the ceiling was lowered: enforced %+v", p)
+	}
+	if got := h.get(wide.ID).Network; got.Mode != NetworkOpen {
+		t.Errorf("the recorded policy changed: %+v", got)
+	}
+	for field, p := range map[string]NetworkPolicy{
+		"network.mode":     {Mode: NetworkOpen},
+		"network.allow[1]": {Mode: NetworkRestricted, Allow: []string{"a.example.com", "example.org"}},
+	} {
+		_, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "above", Network: &p})
+		if !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), field) {
+			t.Errorf("acquire %+v: %v, want permission denied naming %s", p, err, field)
+		}
+		if _, err := h.m.SetNetwork(ctx, wide.ID, p); !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), field) {
+			t.Errorf("SetNetwork %+v: %v, want permission denied naming %s", p, err, field)
+		}
+	}
+	l, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "under",
+		Network: &NetworkPolicy{Mode: NetworkRestricted, Allow: []string{"api.example.com"}, Deny: []string{"bad.example.com"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(l.Network.Deny, []string{"bad.example.com"}) {
+		t.Errorf("recorded deny list: %v (the operator's is not recorded)", l.Network.Deny)
+	}
+	if p, _ := eg.policy(l.ID); !slices.Equal(p.Allow, []string{"api.example.com"}) || !slices.Equal(p.Deny, []string{"bad.example.com", "10.0.0.0/8"}) {
+		t.Errorf("enforced: %+v", p)
+	}
+	// A client replacing its deny list cannot drop the operator's.
+	if _, err := h.m.SetNetwork(ctx, l.ID, NetworkPolicy{Mode: NetworkNone}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := eg.policy(l.ID); p.Mode != egress.ModeNone || !slices.Equal(p.Deny, []string{"10.0.0.0/8"}) {
+		t.Errorf("enforced after SetNetwork: %+v", p)
 	}
 }

@@ -216,6 +216,17 @@ type Config struct {
 	// lists of an acquire that gives no network policy. Default empty.
 	DefaultNetworkAllow []string
 	DefaultNetworkDeny  []string
+	// MaxNetworkMode is the widest network mode any request (acquire or
+	// SetNetwork, the operator's too) may ask for: "none", "restricted" or
+	// "open". Default "open" (no bound).
+	MaxNetworkMode string
+	// NetworkAlwaysDeny is added to every lease's deny list when its policy
+	// is enforced; no client can remove it. Default empty.
+	NetworkAlwaysDeny []string
+	// NetworkAllowCeiling bounds restricted policies' allow lists (each
+	// entry must be covered by one of these); needs MaxNetworkMode
+	// "restricted". Default empty: no bound.
+	NetworkAllowCeiling []string
 	// EgressUpstreams are the name servers (host:port) berth's sandbox
 	// resolver asks. Default empty: the host's (/etc/resolv.conf).
 	EgressUpstreams []string
@@ -338,6 +349,7 @@ func Defaults() Config {
 		HostInput:              "auto",
 		Egress:                 "auto",
 		DefaultNetworkMode:     "open",
+		MaxNetworkMode:         "open",
 		MaxLeasesPerOwner:      20,
 		MaxEndedPerOwner:       100,
 		MaxWatchesPerPrincipal: 8,

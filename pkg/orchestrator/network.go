@@ -62,8 +62,19 @@ func (c Config) validateEgress() error {
 	default:
 		return fmt.Errorf("egress must be auto, required or off, got %q", c.Egress)
 	}
-	if _, err := egress.Normalize(c.defaultNetwork().egressPolicy()); err != nil {
+	def, err := egress.Normalize(c.defaultNetwork().egressPolicy())
+	if err != nil {
 		return fmt.Errorf("default network policy: %w", err)
+	}
+	ceil := c.networkCeiling()
+	if err := ceil.Validate(); err != nil {
+		return err
+	}
+	if err := ceil.Check(def); err != nil {
+		return fmt.Errorf("the default network policy (default-network-*) is above the ceiling: %w", err)
+	}
+	if ceil.Bounded() && c.Egress == "off" {
+		return fmt.Errorf("max-network-mode, network-always-deny and network-allow-ceiling need egress auto or required, got off")
 	}
 	for _, u := range c.EgressUpstreams {
 		if _, _, err := net.SplitHostPort(u); err != nil {
@@ -85,16 +96,26 @@ func (c Config) defaultNetwork() netPolicy {
 	return netPolicy{Mode: c.DefaultNetworkMode, Allow: c.DefaultNetworkAllow, Deny: c.DefaultNetworkDeny}
 }
 
-// newEgress returns the enforcer Config.Egress asks for: nil when it is
-// off, or when it is auto and this host cannot enforce (logged once).
-func newEgress(cfg Config, instance string, log *slog.Logger) (*egress.Enforcer, error) {
+// networkCeiling is the operator's bound on every lease's policy.
+func (c Config) networkCeiling() lease.NetworkCeiling {
+	return lease.NetworkCeiling{MaxMode: egress.Mode(c.MaxNetworkMode), AlwaysDeny: c.NetworkAlwaysDeny, AllowCeiling: c.NetworkAllowCeiling}
+}
+
+// newEgress returns the enforcer Config.Egress asks for, reporting to
+// met: nil when it is off, or when it is auto and this host cannot
+// enforce (logged once; an error when an operator ceiling is set).
+func newEgress(cfg Config, instance string, met *egress.Metrics, log *slog.Logger) (*egress.Enforcer, error) {
 	if cfg.Egress == "off" {
 		return nil, nil
 	}
-	e, err := egress.New(egress.Config{InstanceID: instance, Upstreams: cfg.EgressUpstreams, Logger: log})
+	e, err := egress.New(egress.Config{InstanceID: instance, Upstreams: cfg.EgressUpstreams, Metrics: met, Logger: log})
 	if err != nil {
 		if cfg.Egress == "required" {
 			return nil, fmt.Errorf("orchestrator: egress required: %w", err)
+		}
+		if cfg.networkCeiling().Bounded() {
+			// An operator ceiling that is not enforced would be a silent hole.
+			return nil, fmt.Errorf("orchestrator: max-network-mode/network-always-deny/network-allow-ceiling are set but network policies cannot be enforced here: %w", err)
 		}
 		log.Warn("network policies are not enforced: only mode open without a deny list is accepted", "err", err)
 		return nil, nil

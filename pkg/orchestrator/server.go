@@ -49,6 +49,8 @@ type Server struct {
 	auth    *authenticator
 	// egress enforces network policies; nil when it does not (network.go).
 	egress *egress.Enforcer
+	// egressMetrics are the enforcer's figures (zero without one).
+	egressMetrics *egress.Metrics
 	// operator is the operator token, given to the authenticator and the
 	// proxy alike.
 	operator bearer.Secret
@@ -92,14 +94,15 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: lease store: %w", err)
 	}
-	eg, err := newEgress(cfg, instance, log.With("component", "egress")) // network.go
+	egMet := egress.NewMetrics()
+	eg, err := newEgress(cfg, instance, egMet, log.With("component", "egress")) // network.go
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
 	m, err := lease.New(lease.Config{
 		Store: store, Runtime: rt, InstanceID: instance, Secret: secret,
-		Egress: leaseEgress(eg), DefaultNetwork: lease.NetworkPolicy(cfg.defaultNetwork()),
+		Egress: leaseEgress(eg), DefaultNetwork: lease.NetworkPolicy(cfg.defaultNetwork()), NetworkCeiling: cfg.networkCeiling(),
 		DefaultImage: cfg.DefaultImage, DefaultTTL: time.Duration(cfg.DefaultTTL), MaxTTL: time.Duration(cfg.MaxTTL),
 		DefaultIdleTimeout: time.Duration(cfg.DefaultIdleTimeout), MaxLive: cfg.MaxLeases,
 		DefaultResources:  cfg.DefaultResources(),
@@ -143,7 +146,7 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 	// The operator token is read once: the authenticator and the proxy
 	// share this one Secret.
 	operator := bearer.NewSecret(cfg.OperatorToken)
-	s := &Server{cfg: cfg, log: log, store: store, manager: m, cancel: cancel, operator: operator, egress: eg,
+	s := &Server{cfg: cfg, log: log, store: store, manager: m, cancel: cancel, operator: operator, egress: eg, egressMetrics: egMet,
 		auth: newAuthenticator(operator, cfg.Clients, m)}
 	s.usage = newUsageTracker(rt, m, cfg, log.With("component", "usage"))
 	s.logs = newLogSource(m, rt)
@@ -175,6 +178,7 @@ func (s *Server) buildAPI() error {
 	s.proxy = px
 	met := newMetrics(s.manager, px, s.cfg.Runtime) // metrics.go
 	met.reg.MustRegister(s.usage)                   // usage.go
+	met.reg.MustRegister(s.egressMetrics)           // internal/egress/metrics.go
 	opts := append(edge.GRPCOptions(edge.DefaultMaxStreams, time.Duration(s.cfg.IdleTimeout)),
 		// Authenticate from the headers, before a request message is read:
 		// an unauthenticated caller cannot make the server read megabytes.
