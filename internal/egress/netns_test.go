@@ -2,6 +2,7 @@ package egress_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/internal/egress/egresstest"
@@ -36,7 +38,8 @@ func TestEnforcerNetns(t *testing.T) {
 	up.Set("svc.test", a3)
 
 	instance := "egtest-" + sb.Name
-	e := newEnforcer(t, instance, up.Addr)
+	met := egress.NewMetrics()
+	e := newEnforcer(t, instance, up.Addr, met)
 	lease := "lease-1"
 	t.Cleanup(func() { _ = e.Remove(context.Background(), lease) })
 	endpoint := net.JoinHostPort(sb.Addrs[0].String(), "7000")
@@ -168,6 +171,44 @@ func TestEnforcerNetns(t *testing.T) {
 		t.Errorf("second Remove: %v", err)
 	}
 	expectDial(at(a2, "80"), true)
+
+	// The figures (metrics.go): every Apply above succeeded; names were
+	// answered and denied.
+	got := gather(t, met)
+	if got[`berth_egress_policy_applications_total{result="ok"}`] < 5 || got[`berth_egress_policy_applications_total{result="error"}`] != 0 ||
+		got["berth_egress_apply_duration_seconds_count"] != got[`berth_egress_policy_applications_total{result="ok"}`] ||
+		got[`berth_egress_dns_queries_total{result="answered"}`] < 3 || got[`berth_egress_dns_queries_total{result="denied"}`] < 4 {
+		t.Errorf("metrics: %v", got)
+	}
+	t.Logf("metrics: %v", got)
+}
+
+// gather returns c's series as name{label="value"} → value (histograms:
+// their _count).
+func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += fmt.Sprintf("{%s=%q}", l.GetName(), l.GetValue())
+			}
+			switch {
+			case m.GetCounter() != nil:
+				out[name] = m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				out[name+"_count"] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
 }
 
 // TestEnforcerPrune removes the rules of leases that are gone, and only
@@ -214,9 +255,13 @@ func TestEnforcerPrune(t *testing.T) {
 	}
 }
 
-func newEnforcer(t *testing.T, instance, upstream string) *egress.Enforcer {
+func newEnforcer(t *testing.T, instance, upstream string, met ...*egress.Metrics) *egress.Enforcer {
 	t.Helper()
-	e, err := egress.New(egress.Config{InstanceID: instance, Upstreams: []string{upstream}})
+	cfg := egress.Config{InstanceID: instance, Upstreams: []string{upstream}}
+	if len(met) > 0 {
+		cfg.Metrics = met[0]
+	}
+	e, err := egress.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
