@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
@@ -58,6 +61,18 @@ func (c *clientFlags) dial() (*grpc.ClientConn, error) {
 		return nil, usagef("--addr %q: %v", c.addr, err)
 	}
 	return conn, nil
+}
+
+// dialInterruptible dials like dial for a call that runs until the command
+// is interrupted: the context it returns ends on SIGINT or SIGTERM, and
+// done closes the connection and stops the signal handling.
+func (c *clientFlags) dialInterruptible(ctx context.Context) (*grpc.ClientConn, context.Context, func(), error) {
+	conn, err := c.dial()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	return conn, ctx, func() { stop(); conn.Close() }, nil
 }
 
 // dialTarget turns --addr (a URL like http://127.0.0.1:7070, or host:port)

@@ -34,6 +34,12 @@ func newLeaseCommand(env Env) *cobra.Command {
 		newAcquireCommand(env, lf), newGetCommand(env, lf), newListCommand(env, lf), newRenewCommand(env, lf),
 		newPauseCommand(env, lf), newResumeCommand(env, lf), newLeaseSnapshotCommand(env, lf), newReleaseCommand(env, lf), newReapCommand(env, lf), newWatchCommand(env, lf),
 		newSignCommand(env, lf), newTopCommand(env, lf), newLeaseNetworkCommand(env, lf))
+	return lf.registerGroup(cmd, env)
+}
+
+// registerGroup adds the client flags and -o to a command group's
+// persistent flags, and checks -o before any subcommand runs.
+func (lf *leaseFlags) registerGroup(cmd *cobra.Command, env Env) *cobra.Command {
 	lf.register(cmd.PersistentFlags(), env)
 	addOutputFlag(cmd.PersistentFlags(), &lf.output)
 	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return checkOutput(lf.output) }
@@ -43,18 +49,7 @@ func newLeaseCommand(env Env) *cobra.Command {
 // call dials the orchestrator, runs fn with the token and a deadline, and
 // prints its answer in the -o format.
 func (lf *leaseFlags) call(ctx context.Context, env Env, fn func(context.Context, orchv1.LeaseServiceClient) (proto.Message, error)) error {
-	conn, err := lf.dial()
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	msg, err := fn(withToken(ctx, lf.bearer()), orchv1.NewLeaseServiceClient(conn))
-	if err != nil {
-		return fail(err)
-	}
-	return fail(printMessage(env.Stdout, lf.output, msg))
+	return callPrint(ctx, env, lf, orchv1.NewLeaseServiceClient, fn, nil)
 }
 
 func newAcquireCommand(env Env, lf *leaseFlags) *cobra.Command {

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -74,13 +71,11 @@ token its own lease.`,
 
 // logs streams the Logs call to w.
 func (lf *leaseFlags) logs(ctx context.Context, w io.Writer, req *orchv1.LogsRequest) error {
-	conn, err := lf.dial()
+	conn, ctx, done, err := lf.dialInterruptible(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	defer done()
 	if !req.Follow {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, callTimeout)

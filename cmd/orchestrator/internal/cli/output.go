@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
@@ -60,6 +62,35 @@ func printMessage(w io.Writer, format string, msg proto.Message) error {
 	}
 	printLeaseTable(w, msg, format == outWide)
 	return nil
+}
+
+// callPrint dials the orchestrator, runs fn on the client newClient makes,
+// with lf's token and a deadline of callTimeout, and prints the answer in
+// lf's -o format: json and yaml as printMessage writes them, table and wide
+// with table (nil: printMessage's lease table).
+func callPrint[C any](ctx context.Context, env Env, lf *leaseFlags, newClient func(grpc.ClientConnInterface) C,
+	fn func(context.Context, C) (proto.Message, error), table func(io.Writer, proto.Message)) error {
+	conn, err := lf.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	msg, err := fn(withToken(ctx, lf.bearer()), newClient(conn))
+	if err != nil {
+		return fail(err)
+	}
+	if table == nil || lf.output == outJSON || lf.output == outYAML {
+		return fail(printMessage(env.Stdout, lf.output, msg))
+	}
+	table(env.Stdout, msg)
+	return nil
+}
+
+// printRemoved is the table of an rm command: "removed NAME".
+func printRemoved(name string) func(io.Writer, proto.Message) {
+	return func(w io.Writer, _ proto.Message) { fmt.Fprintf(w, "removed %s\n", safe(name)) }
 }
 
 // printYAML writes msg as a YAML document (protojson field names).

@@ -23,10 +23,7 @@ func newSnapshotCommand(env Env) *cobra.Command {
   orchestrator lease acquire --conversation c-2 --snapshot before-refactor
   orchestrator snapshot rm before-refactor`,
 		newSnapshotListCommand(env, lf), newSnapshotRmCommand(env, lf))
-	lf.register(cmd.PersistentFlags(), env)
-	addOutputFlag(cmd.PersistentFlags(), &lf.output)
-	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return checkOutput(lf.output) }
-	return cmd
+	return lf.registerGroup(cmd, env)
 }
 
 // newLeaseSnapshotCommand is `orchestrator lease snapshot LEASE`.
@@ -85,12 +82,12 @@ func newSnapshotRmCommand(env Env, lf *leaseFlags) *cobra.Command {
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, name := range args {
-				err := lf.callSnapshots(cmd.Context(), env, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
+				err := callPrint(cmd.Context(), env, lf, orchv1.NewLeaseServiceClient, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
 					if _, err := c.DeleteSnapshot(ctx, &orchv1.DeleteSnapshotRequest{Name: name}); err != nil {
 						return nil, err
 					}
 					return &orchv1.LeaseSnapshot{Name: name}, nil
-				})
+				}, printRemoved(name))
 				if err != nil {
 					return err
 				}
@@ -103,26 +100,7 @@ func newSnapshotRmCommand(env Env, lf *leaseFlags) *cobra.Command {
 // callSnapshots is leaseFlags.call with the snapshot table for -o table
 // and wide.
 func (lf *leaseFlags) callSnapshots(ctx context.Context, env Env, fn func(context.Context, orchv1.LeaseServiceClient) (proto.Message, error)) error {
-	conn, err := lf.dial()
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	msg, err := fn(withToken(ctx, lf.bearer()), orchv1.NewLeaseServiceClient(conn))
-	if err != nil {
-		return fail(err)
-	}
-	if lf.output == outJSON || lf.output == outYAML {
-		return fail(printMessage(env.Stdout, lf.output, msg))
-	}
-	if s, ok := msg.(*orchv1.LeaseSnapshot); ok && s.GetRef() == "" {
-		fmt.Fprintf(env.Stdout, "removed %s\n", safe(s.GetName())) // rm
-		return nil
-	}
-	printSnapshots(env.Stdout, msg)
-	return nil
+	return callPrint(ctx, env, lf, orchv1.NewLeaseServiceClient, fn, printSnapshots)
 }
 
 // printSnapshots writes snapshots as a table.

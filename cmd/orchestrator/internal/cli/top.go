@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,13 +44,11 @@ use lease get.`,
 			if interval <= 0 {
 				return usagef("--interval must be positive")
 			}
-			conn, err := lf.dial()
+			conn, ctx, done, err := lf.dialInterruptible(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer conn.Close()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			defer done()
 			c := orchv1.NewLeaseServiceClient(conn)
 			snapshot := func() (*orchv1.ListLeasesResponse, error) {
 				cctx, cancel := context.WithTimeout(withToken(ctx, lf.bearer()), time.Minute)

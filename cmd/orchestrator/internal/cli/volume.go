@@ -24,10 +24,7 @@ func newVolumeCommand(env Env) *cobra.Command {
   orchestrator volume inspect berth-ws-0123456789abcdef0123456789abcdef
   orchestrator volume rm berth-ws-0123456789abcdef0123456789abcdef`,
 		newVolumeListCommand(env, lf), newVolumeInspectCommand(env, lf), newVolumeRmCommand(env, lf))
-	lf.register(cmd.PersistentFlags(), env)
-	addOutputFlag(cmd.PersistentFlags(), &lf.output)
-	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return checkOutput(lf.output) }
-	return cmd
+	return lf.registerGroup(cmd, env)
 }
 
 func newVolumeListCommand(env Env, lf *leaseFlags) *cobra.Command {
@@ -74,12 +71,12 @@ func newVolumeRmCommand(env Env, lf *leaseFlags) *cobra.Command {
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, name := range args {
-				err := lf.callVolumes(cmd.Context(), env, func(ctx context.Context, c orchv1.VolumeServiceClient) (proto.Message, error) {
+				err := callPrint(cmd.Context(), env, lf, orchv1.NewVolumeServiceClient, func(ctx context.Context, c orchv1.VolumeServiceClient) (proto.Message, error) {
 					if _, err := c.Delete(ctx, &orchv1.DeleteVolumeRequest{Name: name}); err != nil {
 						return nil, err
 					}
-					return &orchv1.DeleteVolumeRequest{Name: name}, nil
-				})
+					return &orchv1.Volume{Name: name}, nil
+				}, printRemoved(name))
 				if err != nil {
 					return err
 				}
@@ -92,29 +89,7 @@ func newVolumeRmCommand(env Env, lf *leaseFlags) *cobra.Command {
 // callVolumes is leaseFlags.call on the VolumeService, with the volume
 // table for -o table and wide.
 func (lf *leaseFlags) callVolumes(ctx context.Context, env Env, fn func(context.Context, orchv1.VolumeServiceClient) (proto.Message, error)) error {
-	conn, err := lf.dial()
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	msg, err := fn(withToken(ctx, lf.bearer()), orchv1.NewVolumeServiceClient(conn))
-	if err != nil {
-		return fail(err)
-	}
-	if rm, ok := msg.(*orchv1.DeleteVolumeRequest); ok {
-		if lf.output == outJSON || lf.output == outYAML {
-			return fail(printMessage(env.Stdout, lf.output, &orchv1.Volume{Name: rm.GetName()}))
-		}
-		fmt.Fprintf(env.Stdout, "removed %s\n", safe(rm.GetName()))
-		return nil
-	}
-	if lf.output == outJSON || lf.output == outYAML {
-		return fail(printMessage(env.Stdout, lf.output, msg))
-	}
-	printVolumes(env.Stdout, msg)
-	return nil
+	return callPrint(ctx, env, lf, orchv1.NewVolumeServiceClient, fn, printVolumes)
 }
 
 // printVolumes writes volumes as a table.

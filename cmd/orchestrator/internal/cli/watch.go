@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -117,13 +114,11 @@ line, -o yaml one document per lease.`
 // then calls each for every event until the stream ends or the command is
 // interrupted (exit 0).
 func (lf *leaseFlags) watch(ctx context.Context, req *orchv1.WatchRequest, before func(context.Context, orchv1.LeaseServiceClient) error, each func(*orchv1.LeaseEvent) error) error {
-	conn, err := lf.dial()
+	conn, ctx, done, err := lf.dialInterruptible(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	defer done()
 	ctx = withToken(ctx, lf.bearer())
 	c := orchv1.NewLeaseServiceClient(conn)
 	stream, err := c.Watch(ctx, req)
