@@ -80,6 +80,8 @@ func TestMetricsExposition(t *testing.T) {
 		`berth_proxy_request_duration_seconds_count{code="2xx",kind="rest"} 1`,
 		`berth_proxy_grpc_calls_total{code="OK"} 1`, `berth_proxy_request_duration_seconds_count{code="2xx",kind="grpc"} 1`,
 		"go_goroutines ", "go_gc_duration_seconds", "process_resident_memory_bytes ",
+		`berth_egress_policy_applications_total{result="error"} 0`, "berth_egress_apply_duration_seconds_count ",
+		`berth_egress_dns_queries_total{result="denied"} 0`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)
