@@ -344,7 +344,9 @@ for l in open('/proc/net/route').readlines()[1:]:
 	_ = p
 }
 
-// TestEgressContainerd: the same policy scenario on the containerd backend.
+// TestEgressContainerd: the same policy scenario on the containerd
+// backend, then re-application after an in-place restart (task killed)
+// and after an orchestrator restart.
 func TestEgressContainerd(t *testing.T) {
 	requireContainerd(t)
 	requireCtrdImage(t, baseImage)
@@ -356,9 +358,121 @@ func TestEgressContainerd(t *testing.T) {
 		c.AllowedImages = []string{"berth/"}
 	})
 	b := checkEgress(t, o.api, tg, "containerd")
-	env.track(o.mustGet(t, b.id).GetContainerId())
+	ctr := o.mustGet(t, b.id).GetContainerId()
+	env.track(ctr)
+	b.setNetwork(map[string]any{"mode": "restricted", "allow": []string{tg.a3.String() + ":80", "allowed.test"}})
+	b.expect(tg.a3, 80, true)
+	b.expect(tg.a2, 80, false)
+
+	// An in-place restart (the task SIGKILLed behind berth's back: a new
+	// task, a new network namespace, perhaps a new address) keeps the
+	// policy and the DNS redirection.
+	killCtrdTask(t, ctrd.rt, ctr)
+	waitRestarted(t, o.api, b.id, 1, 30*time.Second)
+	b.expect(tg.a3, 80, true)
+	b.expect(tg.a2, 80, false)
+	b.expectName("allowed.test", tg.a1)
+	b.expect(tg.a1, 80, true)
+	b.expectName("other.test", netip.Addr{})
+
+	// An orchestrator restart (a new resolver port) re-applies it.
+	o.stop(t)
+	o = startCtrdOrch(t, env, func(c *orchestrator.Config) {
+		c.Egress = "required"
+		c.EgressUpstreams = []string{tg.dns.Addr}
+		c.AllowedImages = []string{"berth/"}
+	})
+	b.a = o.api
+	b.expectName("allowed.test", tg.a1)
+	b.expect(tg.a1, 80, true)
+	b.expect(tg.a3, 80, true)
+	b.expect(tg.a2, 80, false)
+	b.expectName("other.test", netip.Addr{})
+	if n := egressRules(t, b.id); n == 0 {
+		t.Fatal("no rules for the lease after the orchestrator restart")
+	}
 	o.mustRelease(t, b.id)
 	if !eventually(10*time.Second, 50*time.Millisecond, func() bool { return egressRules(t, b.id) == 0 }) {
 		t.Errorf("%d rules of lease %s left after release", egressRules(t, b.id), b.id)
 	}
+}
+
+// TestEgressCeilingDocker: the operator's ceiling (max-network-mode,
+// network-always-deny, network-allow-ceiling) through the real
+// orchestrator process: requests above it are refused with 403 naming the
+// field and the ceiling (the operator token included), the always-denied
+// address stays refused whatever the client's lists say, and the egress
+// metrics count what happened.
+func TestEgressCeilingDocker(t *testing.T) {
+	requireImage(t, baseImage)
+	tg := newEgressTargets(t)
+	dir, _ := newDataDir(t)
+	addr := freeAddr(t)
+	p := startProc(t, dir, addr, "BERTH_EGRESS=required", "BERTH_EGRESS_UPSTREAMS="+tg.dns.Addr,
+		"BERTH_DEFAULT_NETWORK_MODE=none", "BERTH_MAX_NETWORK_MODE=restricted",
+		"BERTH_NETWORK_ALWAYS_DENY="+tg.a1.String(),
+		"BERTH_NETWORK_ALLOW_CEILING=*.svc.test,allowed.test,"+tg.a1.String()+","+tg.a3.String()+":80")
+	defer p.stop()
+	a := newAPI(addr)
+	defer a.close()
+
+	conv := "egress-ceiling-" + randHex(4)
+	for _, c := range []struct {
+		network     map[string]any
+		field, ceil string
+	}{
+		{map[string]any{"mode": "open"}, "network.mode", "max-network-mode restricted"},
+		{map[string]any{"mode": "restricted", "allow": []string{"api.svc.test", "other.test"}}, "network.allow[1]", "network-allow-ceiling"},
+		{map[string]any{"mode": "restricted", "allow": []string{tg.a3.String()}}, "network.allow[0]", "network-allow-ceiling"},
+	} {
+		code, _, body := a.mustCall(t, http.MethodPost, "/v1/leases", map[string]any{"conversationId": conv, "image": baseImage, "network": c.network})
+		if code != http.StatusForbidden || !strings.Contains(string(body), c.field) || !strings.Contains(string(body), c.ceil) {
+			t.Errorf("acquire with %v: HTTP %d: %s; want 403 naming %s and %s", c.network, code, body, c.field, c.ceil)
+		}
+	}
+	r := a.acquireBody(t, map[string]any{"conversationId": conv, "image": baseImage, "ttl": "600s",
+		"network": map[string]any{"mode": "restricted", "allow": []string{tg.a1.String(), tg.a3.String() + ":80", "api.svc.test:80", "allowed.test"}}})
+	b := egressBox{t: t, a: a, id: r.GetLease().GetId(), token: r.GetToken()}
+	t.Cleanup(func() { _, _, _, _ = a.call(http.MethodDelete, "/v1/leases/"+b.id, nil) })
+	if d := r.GetLease().GetNetwork().GetDeny(); len(d) != 0 {
+		t.Errorf("the operator's deny list shows in the lease: %v", d)
+	}
+	b.expect(tg.a3, 80, true)
+	b.expect(tg.a1, 80, false) // allowed by the client, always denied by the operator
+	b.expectName("api.svc.test", tg.a2)
+	b.expect(tg.a2, 80, true)
+	b.expectName("allowed.test", tg.a1)
+	b.expect(tg.a1, 80, false)
+	// A change cannot drop the operator's deny list nor exceed the ceiling.
+	b.setNetwork(map[string]any{"mode": "restricted", "allow": []string{tg.a1.String()}, "deny": []string{}})
+	b.expect(tg.a1, 80, false)
+	if code, _, body := a.mustCall(t, http.MethodPost, "/v1/leases/"+b.id+":network", map[string]any{"mode": "open"}); code != http.StatusForbidden || !strings.Contains(string(body), "network.mode") {
+		t.Errorf("change to open with the operator token: HTTP %d: %s", code, body)
+	}
+	// The default (none) is under the ceiling.
+	def := a.acquireBody(t, map[string]any{"conversationId": conv + "-default", "image": baseImage, "ttl": "600s"})
+	t.Cleanup(func() { _, _, _, _ = a.call(http.MethodDelete, "/v1/leases/"+def.GetLease().GetId(), nil) })
+	if m := def.GetLease().GetNetwork().GetMode(); m != "none" {
+		t.Errorf("default lease mode %q, want none", m)
+	}
+
+	code, _, m := a.mustCall(t, http.MethodGet, "/metrics", nil)
+	if code != http.StatusOK {
+		t.Fatalf("metrics: HTTP %d", code)
+	}
+	for _, want := range []string{`berth_egress_policy_applications_total{result="error"} 0`, `berth_egress_dns_queries_total{result="answered"} `,
+		"berth_egress_apply_duration_seconds_count "} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	for _, line := range strings.Split(string(m), "\n") {
+		if strings.HasPrefix(line, "berth_egress_") && !strings.Contains(line, "_bucket") {
+			t.Log(line)
+		}
+		if strings.HasPrefix(line, `berth_egress_policy_applications_total{result="ok"} `) && strings.HasSuffix(line, " 0") {
+			t.Errorf("no successful application counted: %s", line)
+		}
+	}
+	a.mustRelease(t, b.id)
 }
