@@ -7,14 +7,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
+
+	"github.com/berth-dev/berth/internal/iptables"
 )
 
 // Chains of the filter and nat tables that berth's egress rules live in.
@@ -283,7 +280,7 @@ type execIPT struct{}
 func (execIPT) save(ctx context.Context) (tables, error) {
 	// One iptables-save for both tables: much cheaper than two
 	// `iptables -S` (which every Apply would pay).
-	out, err := runCmd(ctx, nil, "iptables-save")
+	out, err := iptables.Run(ctx, nil, "iptables-save")
 	if err != nil {
 		return tables{}, err
 	}
@@ -340,43 +337,15 @@ func (execIPT) restore(ctx context.Context, filter, nat []string) error {
 		}
 		b.WriteString("COMMIT\n")
 	}
-	if _, err := runCmd(ctx, b.Bytes(), "iptables-restore", "-w", "10", "--noflush"); err != nil {
+	if _, err := iptables.Run(ctx, b.Bytes(), "iptables-restore", "-w", "10", "--noflush"); err != nil {
 		return fmt.Errorf("%w\ninput:\n%s", err, b.String())
 	}
 	return nil
 }
 
-func runCmd(ctx context.Context, stdin []byte, name string, args ...string) (string, error) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	var stdout, stderr strings.Builder
-	c := exec.CommandContext(cctx, name, args...)
-	if stdin != nil {
-		c.Stdin = bytes.NewReader(stdin)
-	}
-	c.Stdout, c.Stderr = &stdout, &stderr
-	if err := c.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
-}
-
 // flock serialises the programming of berth's egress rules across
 // processes on this host (an flock on a file in the temp dir).
-func flock() func() {
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "berth-egress.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return func() {}
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return func() {}
-	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}
-}
+func flock() func() { return iptables.Lock("berth-egress.lock") }
 
 // snapshot reads the filter and nat tables.
 func snapshot(ctx context.Context, x ipt) (tables, error) {

@@ -20,12 +20,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
+
+	"github.com/berth-dev/berth/internal/iptables"
 )
 
 // InputChain is the iptables chain (filter table) holding the host-input
@@ -202,31 +200,12 @@ func ensure(ctx context.Context, cmd, iface string) error {
 	return nil
 }
 
+// run runs iptables or ip6tables (cmd), waiting up to 10 s for the xtables
+// lock.
 func run(ctx context.Context, cmd string, args ...string) (string, error) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	var stdout, stderr strings.Builder
-	c := exec.CommandContext(cctx, cmd, append([]string{"-w", "10"}, args...)...)
-	c.Stdout, c.Stderr = &stdout, &stderr
-	if err := c.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("%s %s: %w: %s", cmd, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
+	return iptables.Run(ctx, nil, cmd, append([]string{"-w", "10"}, args...)...)
 }
 
 // lock serialises Ensure and Remove across processes on this host (best
 // effort: an flock on a file in the temp dir).
-func lock() func() {
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "berth-hostfw.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return func() {}
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return func() {}
-	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}
-}
+func lock() func() { return iptables.Lock("berth-hostfw.lock") }
