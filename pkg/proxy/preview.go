@@ -9,6 +9,7 @@ import (
 
 	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/lease"
 )
 
 // servePreview proxies a request to port of lease id's sandbox; prefix is
@@ -22,15 +23,6 @@ func (p *Proxy) servePreview(w http.ResponseWriter, r *http.Request, id string, 
 	}
 	rawQuery, qtok := cutQueryParam(r.URL.RawQuery, TokenQuery)
 	ts.add(qtok)
-	// An Authorization header that carries a berth token is not passed to
-	// the previewed port; any other (the app's own) is.
-	authTok := ""
-	for tok := range bearer.FromHeader(r.Header) {
-		if p.isBerthToken(tok) {
-			authTok = tok
-		}
-	}
-
 	op, rerr := p.open(r.Context(), id, &ts, port, origin{"preview", r.Method, r.URL.Path, r.RemoteAddr})
 	if rerr != nil {
 		p.fail(w, r, true, id, rerr)
@@ -41,20 +33,44 @@ func (p *Proxy) servePreview(w http.ResponseWriter, r *http.Request, id string, 
 		p.bootstrap(w, r, matched, prefix, rawQuery)
 		return
 	}
+	t, rerr := portTarget(id, rt, port, prefix, rawPath, rawQuery)
+	if rerr != nil {
+		p.fail(w, r, true, id, rerr)
+		return
+	}
+	// An Authorization header that carries a berth token is not passed to
+	// the previewed port; any other (the app's own) is.
+	t.stripAuth = p.hasBerthAuth(r.Header)
+	p.forward(w, r, t)
+}
+
+// portTarget is the target of a request to port of lease id's sandbox
+// (route rt): prefix is the path-form prefix, rawPath the upstream path,
+// escaped, and rawQuery the query to pass on.
+func portTarget(id string, rt lease.Route, port int, prefix, rawPath, rawQuery string) (*target, *routeError) {
 	host, _, err := net.SplitHostPort(rt.Endpoint)
 	if err != nil {
-		p.fail(w, r, true, id, newRouteError(http.StatusBadGateway, errdefs.ErrUnavailable, "lease %s has a bad endpoint %q", id, rt.Endpoint))
-		return
+		return nil, newRouteError(http.StatusBadGateway, errdefs.ErrUnavailable, "lease %s has a bad endpoint %q", id, rt.Endpoint)
 	}
 	path, err := url.PathUnescape(rawPath)
 	if err != nil {
-		p.fail(w, r, true, id, errBadEscape())
-		return
+		return nil, errBadEscape()
 	}
-	p.forward(w, r, &target{
+	return &target{
 		leaseID: id, host: net.JoinHostPort(host, strconv.Itoa(port)), path: path, rawPath: rawPath,
-		rawQuery: rawQuery, preview: true, port: port, prefix: prefix, stripAuth: authTok != "",
-	})
+		rawQuery: rawQuery, preview: true, port: port, prefix: prefix,
+	}, nil
+}
+
+// hasBerthAuth reports whether an Authorization header in h carries a
+// berth token (which is not passed to a previewed port).
+func (p *Proxy) hasBerthAuth(h http.Header) bool {
+	for tok := range bearer.FromHeader(h) {
+		if p.isBerthToken(tok) {
+			return true
+		}
+	}
+	return false
 }
 
 // bootstrap turns a ?berth_token=TOKEN query into a cookie scoped to this
@@ -69,11 +85,17 @@ func (p *Proxy) bootstrap(w http.ResponseWriter, r *http.Request, tok, prefix, r
 		Name: TokenCookie, Value: tok, Path: path,
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil,
 	})
-	loc := localRedirect(r.URL.EscapedPath(), rawQuery)
+	p.redirectClean(w, r, rawQuery)
+}
+
+// redirectClean answers 302 Found to the request's own path with rawQuery
+// (its query without the token or signature), not to be cached, and with
+// no Referer sent from the next page.
+func (p *Proxy) redirectClean(w http.ResponseWriter, r *http.Request, rawQuery string) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("Location", loc)
+	h.Set("Location", localRedirect(r.URL.EscapedPath(), rawQuery))
 	w.WriteHeader(http.StatusFound)
 	p.metrics.http(http.StatusFound)
 }

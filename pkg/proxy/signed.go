@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"net"
 	"net/http"
 	"net/url"
 	pathpkg "path"
@@ -9,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/lease"
 )
@@ -276,33 +274,21 @@ func (p *Proxy) serveSignedPort(w http.ResponseWriter, r *http.Request, id strin
 		p.bootstrapSigned(w, r, parts, prefix, rawQuery)
 		return
 	}
-	host, _, err := net.SplitHostPort(rt.Endpoint)
-	if err != nil {
-		p.fail(w, r, true, id, newRouteError(http.StatusBadGateway, errdefs.ErrUnavailable, "lease %s has a bad endpoint %q", id, rt.Endpoint))
+	t, rerr := portTarget(id, rt, port, prefix, rawPath, rawQuery)
+	if rerr != nil {
+		p.fail(w, r, true, id, rerr)
 		return
 	}
-	path, err := url.PathUnescape(rawPath)
-	if err != nil {
-		p.fail(w, r, true, id, errBadEscape())
-		return
-	}
-	// The signature never reaches the app: neither its cookie nor, below,
-	// its query parameters; nor a berth token in Authorization.
+	// The signature never reaches the app: neither its cookie nor its
+	// query parameters (rawQuery is without them); nor a berth token in
+	// Authorization.
 	signedCookies(r.Header, true)
-	stripAuth := false
-	for tok := range bearer.FromHeader(r.Header) {
-		if p.isBerthToken(tok) {
-			stripAuth = true
-		}
-	}
+	t.stripAuth = p.hasBerthAuth(r.Header)
 	if parts.fromQuery {
 		w.Header().Set("Referrer-Policy", "no-referrer")
 	}
 	p.log.Debug("signed preview access", "lease_id", id, "port", port, "method", r.Method, "path", r.URL.Path, "remote_addr", r.RemoteAddr)
-	p.forward(w, r, &target{
-		leaseID: id, host: net.JoinHostPort(host, strconv.Itoa(port)), path: path, rawPath: rawPath,
-		rawQuery: rawQuery, preview: true, port: port, prefix: prefix, stripAuth: stripAuth,
-	})
+	p.forward(w, r, t)
 }
 
 // bootstrapSigned turns a browser's first visit of a signed port URL into
@@ -318,12 +304,7 @@ func (p *Proxy) bootstrapSigned(w http.ResponseWriter, r *http.Request, parts si
 		// client that lies only keeps the cookie from itself over http).
 		Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https"),
 	})
-	h := w.Header()
-	h.Set("Cache-Control", "no-store")
-	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("Location", localRedirect(r.URL.EscapedPath(), rawQuery))
-	w.WriteHeader(http.StatusFound)
-	p.metrics.http(http.StatusFound)
+	p.redirectClean(w, r, rawQuery)
 }
 
 // serveSignedFile serves a signed download (GET, HEAD) or upload (PUT) of
