@@ -247,6 +247,10 @@ func controllerDir(c string) string {
 	return c
 }
 
+// MaxLogLine bounds one line of a sandbox's output that a LogStreamer
+// passes on; longer lines are cut there.
+const MaxLogLine = 64 << 10
+
 // Bounds of LastWords.
 const (
 	// LastWordsSandboxes is how many removed sandboxes' output LastWords keeps.
@@ -284,6 +288,20 @@ func (w *LastWords) Keep(id string, lines []LogLine) {
 	for len(w.order) > LastWordsSandboxes {
 		delete(w.lines, w.order[0])
 		w.order = w.order[1:]
+	}
+}
+
+// Collect reads the last LastWordsLines lines of sandbox id's output from
+// s and keeps them as its last words; a failed read, or no output, keeps
+// nothing.
+func (w *LastWords) Collect(ctx context.Context, s LogStreamer, id string) {
+	var lines []LogLine
+	err := s.StreamLogs(ctx, id, LogOptions{Tail: LastWordsLines}, func(l LogLine) error {
+		lines = append(lines, l)
+		return nil
+	})
+	if err == nil && len(lines) > 0 {
+		w.Keep(id, lines)
 	}
 }
 

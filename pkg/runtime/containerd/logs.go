@@ -21,9 +21,6 @@ var _ runtime.LogStreamer = (*Runtime)(nil)
 // logPoll is how often a followed log file is checked for new output.
 const logPoll = 250 * time.Millisecond
 
-// maxLogLine bounds one line of output; longer lines are cut there.
-const maxLogLine = 64 << 10
-
 // StreamLogs reads the sandbox's output from the file its task writes
 // stdout and stderr to (cio.LogFile: StateDir/sandboxes/ID/log; the two
 // streams are not told apart, so every line is runtime.LogOutput, and the
@@ -69,7 +66,7 @@ func (r *Runtime) StreamLogs(ctx context.Context, id string, opts runtime.LogOpt
 			i := bytes.IndexByte(b, '\n')
 			if i < 0 {
 				pending = append(pending, b...)
-				if len(pending) > maxLogLine {
+				if len(pending) > runtime.MaxLogLine {
 					line := pending
 					pending = nil
 					return fn(runtime.LogLine{Stream: runtime.LogOutput, Text: string(bytes.ToValidUTF8(line, []byte("?")))})
@@ -178,12 +175,5 @@ func (r *Runtime) keepLastWords(ctx context.Context, id string) {
 	if proc, err := r.taskProcess(ctx, id); err != nil || (proc != nil && proc.GetStatus() == tasktypes.Status_RUNNING) {
 		return
 	}
-	var lines []runtime.LogLine
-	err := r.StreamLogs(ctx, id, runtime.LogOptions{Tail: runtime.LastWordsLines}, func(l runtime.LogLine) error {
-		lines = append(lines, l)
-		return nil
-	})
-	if err == nil && len(lines) > 0 {
-		r.lastWords.Keep(id, lines)
-	}
+	r.lastWords.Collect(ctx, r, id)
 }

@@ -18,9 +18,6 @@ import (
 
 var _ runtime.LogStreamer = (*Runtime)(nil)
 
-// maxLogLine bounds one line of output; longer lines are cut there.
-const maxLogLine = 64 << 10
-
 // StreamLogs reads the container's stdout and stderr from the engine's
 // logs API (with timestamps), line by line. The stream ends when the
 // output does, or with Follow when the container stops or ctx ends.
@@ -71,7 +68,7 @@ func (r *Runtime) StreamLogs(ctx context.Context, id string, opts runtime.LogOpt
 	scan := func(rd *io.PipeReader, stream string) {
 		defer func() { scanDone <- struct{}{} }()
 		sc := bufio.NewScanner(rd)
-		sc.Buffer(make([]byte, 4096), maxLogLine)
+		sc.Buffer(make([]byte, 4096), runtime.MaxLogLine)
 		for sc.Scan() {
 			select {
 			case lines <- parseTimestamped(sc.Text(), stream):
@@ -80,7 +77,7 @@ func (r *Runtime) StreamLogs(ctx context.Context, id string, opts runtime.LogOpt
 				return
 			}
 		}
-		// A line past maxLogLine ends the scanner: drain the rest.
+		// A line past runtime.MaxLogLine ends the scanner: drain the rest.
 		_, _ = io.Copy(io.Discard, rd)
 	}
 	go scan(outR, runtime.LogStdout)
@@ -130,12 +127,5 @@ func parseTimestamped(line, stream string) runtime.LogLine {
 func (r *Runtime) keepLastWords(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
-	var lines []runtime.LogLine
-	err := r.StreamLogs(ctx, id, runtime.LogOptions{Tail: runtime.LastWordsLines}, func(l runtime.LogLine) error {
-		lines = append(lines, l)
-		return nil
-	})
-	if err == nil && len(lines) > 0 {
-		r.lastWords.Keep(id, lines)
-	}
+	r.lastWords.Collect(ctx, r, id)
 }
