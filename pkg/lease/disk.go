@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/berth-dev/berth/internal/periodic"
 )
 
 // The disk limit (Resources.DiskBytes) where the engine cannot enforce it:
@@ -55,17 +57,8 @@ func (m *Manager) diskMinInterval() time.Duration {
 // Config.DiskConcurrency at once.
 func (m *Manager) diskLoop(ctx context.Context) {
 	tick := min(max(m.diskMinInterval()/2, 10*time.Millisecond), time.Second)
-	t := time.NewTicker(tick)
-	defer t.Stop()
 	sem := make(chan struct{}, m.cfg.DiskConcurrency)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		m.diskPass(ctx, sem)
-	}
+	periodic.Run(ctx, tick, func(ctx context.Context) { m.diskPass(ctx, sem) })
 }
 
 // diskPass starts the measurements that are due, the most overdue first,

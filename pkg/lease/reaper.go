@@ -4,20 +4,13 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/berth-dev/berth/internal/periodic"
 )
 
 // reapLoop runs reapOnce every ReapInterval until ctx ends.
 func (m *Manager) reapLoop(ctx context.Context) {
-	t := time.NewTicker(m.cfg.ReapInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		m.reapOnce()
-	}
+	periodic.Run(ctx, m.cfg.ReapInterval, func(context.Context) { m.reapOnce() })
 }
 
 // reapOnce is one reaper pass. Under the mutex it only updates memory:

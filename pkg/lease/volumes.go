@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/internal/periodic"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
@@ -327,16 +328,7 @@ func (m *Manager) volumeLoop(ctx context.Context) {
 	if _, ok := m.rt.(runtime.VolumeManager); !ok {
 		return
 	}
-	t := time.NewTicker(m.cfg.VolumeReapInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			m.reapVolumes(ctx)
-		}
-	}
+	periodic.Run(ctx, m.cfg.VolumeReapInterval, func(ctx context.Context) { m.reapVolumes(ctx) })
 }
 
 // reapVolumes removes the volumes of this instance unused for longer than

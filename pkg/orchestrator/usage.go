@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/internal/periodic"
 	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/runtime"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
@@ -53,18 +54,7 @@ func (u *usageTracker) start(ctx context.Context) {
 	if u.rt == nil || u.interval <= 0 {
 		return
 	}
-	go func() {
-		t := time.NewTicker(u.interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				u.round(ctx)
-			}
-		}
-	}()
+	go periodic.Run(ctx, u.interval, u.round)
 }
 
 // round samples every READY lease (usageParallel at a time) and forgets
