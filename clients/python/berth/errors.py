@@ -12,6 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
+# _BY_CODE maps a gRPC code to its class; each category registers itself
+# (BerthError.__init_subclass__).
+_BY_CODE: dict[int, type[BerthError]] = {}
+
 
 class BerthError(Exception):
     """A call to berth failed.
@@ -26,6 +30,15 @@ class BerthError(Exception):
     """
 
     code: int = 2
+
+    def __init_subclass__(cls, code: Optional[int] = None, **kwargs: Any) -> None:
+        """A category names its gRPC code as a class keyword
+        (``class NotFound(BerthError, code=5)``); a subclass without one
+        keeps its parent's."""
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
+            _BY_CODE[code] = cls
 
     def __init__(
         self,
@@ -57,113 +70,72 @@ class BerthError(Exception):
         return s
 
 
-class Cancelled(BerthError):
+class Cancelled(BerthError, code=1):
     """CANCELLED: the call was cancelled (HTTP 499)."""
 
-    code = 1
 
-
-class Unknown(BerthError):
+class Unknown(BerthError, code=2):
     """UNKNOWN: an error without a category."""
 
-    code = 2
 
-
-class InvalidArgument(BerthError):
+class InvalidArgument(BerthError, code=3):
     """INVALID_ARGUMENT: a malformed request; the message names the field."""
 
-    code = 3
 
-
-class DeadlineExceeded(BerthError):
+class DeadlineExceeded(BerthError, code=4):
     """DEADLINE_EXCEEDED: a timeout (HTTP 504)."""
 
-    code = 4
 
-
-class NotFound(BerthError):
+class NotFound(BerthError, code=5):
     """NOT_FOUND: no such lease, file, process or ref."""
 
-    code = 5
 
-
-class AlreadyExists(BerthError):
+class AlreadyExists(BerthError, code=6):
     """ALREADY_EXISTS: e.g. an upload with overwrite=False onto a file."""
 
-    code = 6
 
-
-class PermissionDenied(BerthError):
+class PermissionDenied(BerthError, code=7):
     """PERMISSION_DENIED: the token may not do this."""
 
-    code = 7
 
-
-class ResourceExhausted(BerthError):
+class ResourceExhausted(BerthError, code=8):
     """RESOURCE_EXHAUSTED: a limit was reached (HTTP 429, or 507 for a
     lease's disk limit)."""
 
-    code = 8
 
-
-class FailedPrecondition(BerthError):
+class FailedPrecondition(BerthError, code=9):
     """FAILED_PRECONDITION: the state does not allow it (a released lease,
     a path that is no repository, a missing program or directory)."""
 
-    code = 9
 
-
-class Aborted(BerthError):
+class Aborted(BerthError, code=10):
     """ABORTED: a conflict (e.g. another git process holds the index)."""
 
-    code = 10
 
-
-class OutOfRange(BerthError):
+class OutOfRange(BerthError, code=11):
     """OUT_OF_RANGE."""
 
-    code = 11
 
-
-class Unimplemented(BerthError):
+class Unimplemented(BerthError, code=12):
     """UNIMPLEMENTED: no such call."""
 
-    code = 12
 
-
-class Internal(BerthError):
+class Internal(BerthError, code=13):
     """INTERNAL: a server fault."""
 
-    code = 13
 
-
-class Unavailable(BerthError):
+class Unavailable(BerthError, code=14):
     """UNAVAILABLE: the server or sandbox cannot be reached (HTTP 502/503,
     or no answer at all)."""
 
-    code = 14
 
-
-class DataLoss(BerthError):
+class DataLoss(BerthError, code=15):
     """DATA_LOSS."""
 
-    code = 15
 
-
-class Unauthenticated(BerthError):
+class Unauthenticated(BerthError, code=16):
     """UNAUTHENTICATED: missing or invalid token (HTTP 401)."""
 
-    code = 16
-
-
-_BY_CODE: dict[int, type[BerthError]] = {
-    c.code: c
-    for c in (
-        Cancelled, Unknown, InvalidArgument, DeadlineExceeded, NotFound, AlreadyExists,
-        PermissionDenied, ResourceExhausted, FailedPrecondition, Aborted, OutOfRange,
-        Unimplemented, Internal, Unavailable, DataLoss, Unauthenticated,
-    )
-}
 
 _BY_HTTP: dict[int, type[BerthError]] = {
     400: InvalidArgument, 401: Unauthenticated, 403: PermissionDenied, 404: NotFound,
