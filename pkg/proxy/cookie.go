@@ -6,48 +6,41 @@ import (
 	"strings"
 )
 
-// isTokenCookie reports whether one cookie-pair of a Cookie header (the text
-// between two ';') is a token cookie: its name, trimmed of white space, is
-// TokenCookie. net/http's Request.Cookies trims names too (of spaces and
-// tabs only), so whatever net/http reads as a token cookie is one here.
-func isTokenCookie(pair string) bool {
-	name, _, _ := strings.Cut(pair, "=")
-	return strings.TrimSpace(name) == TokenCookie
+// isCookie reports whether one cookie-pair of a Cookie header (the text
+// between two ';') is the cookie name: its name, trimmed of white space, is
+// name. net/http's Request.Cookies trims names too (of spaces and tabs
+// only), so whatever net/http reads as that cookie is one here.
+func isCookie(pair, name string) bool {
+	n, _, _ := strings.Cut(pair, "=")
+	return strings.TrimSpace(n) == name
 }
 
-// tokenCookies returns the values of the token cookies in h's Cookie
-// headers, parsed by net/http, and, when strip is set, removes every token
-// cookie from h (including ones whose value net/http refuses), keeping the
-// other cookies as sent. Reading and stripping share this one function so a
-// token that is accepted can never be forwarded.
-func tokenCookies(h http.Header, strip bool) []string {
+// eachCookie calls fn with every cookie-pair named name (isCookie) in h's
+// Cookie headers, in order, and, when strip is set, removes them all from
+// h, keeping the other cookies as sent. Reading and stripping share this
+// one function so a credential that is accepted can never be forwarded.
+func eachCookie(h http.Header, name string, strip bool, fn func(pair string)) {
 	vals := h["Cookie"]
 	if len(vals) == 0 {
-		return nil
+		return
 	}
-	var toks []string
 	var kept []string
 	changed := false
 	for _, v := range vals {
-		if !strings.Contains(v, TokenCookie) {
+		if !strings.Contains(v, name) {
 			kept = append(kept, v)
 			continue
 		}
 		var parts []string
 		for part := range strings.SplitSeq(v, ";") {
-			if !isTokenCookie(part) {
+			if !isCookie(part, name) {
 				if p := strings.TrimSpace(part); p != "" {
 					parts = append(parts, p)
 				}
 				continue
 			}
 			changed = true
-			// The value as net/http's Request.Cookies parses it (the
-			// parser that also trims the name; http.ParseCookie does not).
-			one := http.Request{Header: http.Header{"Cookie": {part}}}
-			for _, c := range one.CookiesNamed(TokenCookie) {
-				toks = append(toks, c.Value)
-			}
+			fn(part)
 		}
 		if len(parts) > 0 {
 			kept = append(kept, strings.Join(parts, "; "))
@@ -60,6 +53,22 @@ func tokenCookies(h http.Header, strip bool) []string {
 			h["Cookie"] = kept
 		}
 	}
+}
+
+// tokenCookies returns the values of the token cookies in h's Cookie
+// headers, parsed by net/http, and, when strip is set, removes every token
+// cookie from h (including ones whose value net/http refuses), keeping the
+// other cookies as sent.
+func tokenCookies(h http.Header, strip bool) []string {
+	var toks []string
+	eachCookie(h, TokenCookie, strip, func(part string) {
+		// The value as net/http's Request.Cookies parses it (the parser
+		// that also trims the name; http.ParseCookie does not).
+		one := http.Request{Header: http.Header{"Cookie": {part}}}
+		for _, c := range one.CookiesNamed(TokenCookie) {
+			toks = append(toks, c.Value)
+		}
+	})
 	return toks
 }
 

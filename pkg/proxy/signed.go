@@ -162,44 +162,14 @@ func signedQuery(raw string) (parts signedParts, rest string) {
 // signedCookie reads (and, with strip, removes) the signed cookies of h;
 // it returns the last well-formed one.
 func signedCookies(h http.Header, strip bool) (parts signedParts, ok bool) {
-	vals := h["Cookie"]
-	if len(vals) == 0 {
-		return parts, false
-	}
-	var kept []string
-	changed := false
-	for _, v := range vals {
-		if !strings.Contains(v, SignedCookie) {
-			kept = append(kept, v)
-			continue
+	eachCookie(h, SignedCookie, strip, func(part string) {
+		_, val, _ := strings.Cut(part, "=")
+		m, rest, ok1 := strings.Cut(strings.TrimSpace(val), ".")
+		e, s, ok2 := strings.Cut(rest, ".")
+		if ok1 && ok2 {
+			parts, ok = signedParts{method: m, exp: e, sig: s}, true
 		}
-		var keep []string
-		for part := range strings.SplitSeq(v, ";") {
-			name, val, _ := strings.Cut(part, "=")
-			if strings.TrimSpace(name) != SignedCookie {
-				if t := strings.TrimSpace(part); t != "" {
-					keep = append(keep, t)
-				}
-				continue
-			}
-			changed = true
-			m, rest, ok1 := strings.Cut(strings.TrimSpace(val), ".")
-			e, s, ok2 := strings.Cut(rest, ".")
-			if ok1 && ok2 {
-				parts, ok = signedParts{method: m, exp: e, sig: s}, true
-			}
-		}
-		if len(keep) > 0 {
-			kept = append(kept, strings.Join(keep, "; "))
-		}
-	}
-	if strip && changed {
-		if len(kept) == 0 {
-			h.Del("Cookie")
-		} else {
-			h["Cookie"] = kept
-		}
-	}
+	})
 	return parts, ok
 }
 
