@@ -206,9 +206,14 @@ func (p *Proxy) verifySigned(r *http.Request, s lease.SignedScope, parts signedP
 	return nil
 }
 
-// openSigned looks a verified lease up, resumes it when PAUSED and checks
-// that it takes traffic (so a URL stops working when its lease ends).
-func (p *Proxy) openSigned(r *http.Request, id string) (lease.Route, *routeError) {
+// openSigned verifies parts against scope s (verifySigned), then looks
+// the lease up, resumes it when PAUSED and checks that it takes traffic (so
+// a URL stops working when its lease ends).
+func (p *Proxy) openSigned(r *http.Request, s lease.SignedScope, parts signedParts) (lease.Route, *routeError) {
+	if rerr := p.verifySigned(r, s, parts); rerr != nil {
+		return lease.Route{}, rerr
+	}
+	id := s.LeaseID
 	rt, rerr := p.lookup(id)
 	if rerr == nil && rt.State == lease.StatePaused {
 		rt, rerr = p.resume(r.Context(), id)
@@ -229,11 +234,7 @@ func (p *Proxy) serveSignedPort(w http.ResponseWriter, r *http.Request, id strin
 		parts.method = lease.AnyMethod
 	}
 	s := lease.SignedScope{LeaseID: id, Kind: lease.SignedPort, Port: port, Method: parts.method}
-	if rerr := p.verifySigned(r, s, parts); rerr != nil {
-		p.fail(w, r, true, id, rerr)
-		return
-	}
-	rt, rerr := p.openSigned(r, id)
+	rt, rerr := p.openSigned(r, s, parts)
 	if rerr != nil {
 		p.fail(w, r, true, id, rerr)
 		return
@@ -306,11 +307,7 @@ func (p *Proxy) serveSignedFile(w http.ResponseWriter, r *http.Request, id, rawP
 		p.fail(w, r, false, id, errForbidden("invalid signature: %s is not part of a file URL", SignedMethodQuery))
 		return
 	}
-	if rerr := p.verifySigned(r, s, parts); rerr != nil {
-		p.fail(w, r, false, id, rerr)
-		return
-	}
-	rt, rerr := p.openSigned(r, id)
+	rt, rerr := p.openSigned(r, s, parts)
 	if rerr != nil {
 		p.fail(w, r, false, id, rerr)
 		return
