@@ -88,9 +88,20 @@ func callPrint[C any](ctx context.Context, env Env, lf *leaseFlags, newClient fu
 	return nil
 }
 
-// printRemoved is the table of an rm command: "removed NAME".
-func printRemoved(name string) func(io.Writer, proto.Message) {
-	return func(w io.Writer, _ proto.Message) { fmt.Fprintf(w, "removed %s\n", safe(name)) }
+// removeEach is an rm command: it calls rm for each name in turn (callPrint)
+// and prints "removed NAME", or with -o json or yaml the message rm
+// returns; it stops at the first error.
+func removeEach[C any](ctx context.Context, env Env, lf *leaseFlags, newClient func(grpc.ClientConnInterface) C,
+	names []string, rm func(ctx context.Context, c C, name string) (proto.Message, error)) error {
+	for _, name := range names {
+		err := callPrint(ctx, env, lf, newClient, func(ctx context.Context, c C) (proto.Message, error) {
+			return rm(ctx, c, name)
+		}, func(w io.Writer, _ proto.Message) { fmt.Fprintf(w, "removed %s\n", safe(name)) })
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // printYAML writes msg as a YAML document (protojson field names).

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
@@ -35,7 +37,10 @@ func (fakeSnapshots) ListSnapshots(context.Context, *orchv1.ListSnapshotsRequest
 	return &orchv1.ListSnapshotsResponse{}, nil
 }
 
-func (fakeSnapshots) DeleteSnapshot(context.Context, *orchv1.DeleteSnapshotRequest) (*orchv1.DeleteSnapshotResponse, error) {
+func (fakeSnapshots) DeleteSnapshot(_ context.Context, req *orchv1.DeleteSnapshotRequest) (*orchv1.DeleteSnapshotResponse, error) {
+	if req.GetName() == "missing" {
+		return nil, status.Error(codes.NotFound, "snapshot missing not found")
+	}
 	return &orchv1.DeleteSnapshotResponse{}, nil
 }
 
@@ -62,20 +67,26 @@ func TestCallPrint(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want []string
+		code int
 	}{
-		{[]string{"volume", "list"}, []string{"NAME        SIZE  OWNER", "berth-ws-1  -     o"}},
-		{[]string{"volume", "list", "-o", "json"}, []string{`"name":"berth-ws-1"`, `"sizeBytes":"-1"`}},
-		{[]string{"volume", "rm", "berth-ws-1"}, []string{"removed berth-ws-1\n"}},
-		{[]string{"volume", "rm", "berth-ws-1", "-o", "json"}, []string{`"name":"berth-ws-1"`, `"inUse":false`}},
-		{[]string{"snapshot", "list"}, []string{"NAME  SIZE  LEASE", "no snapshots"}},
-		{[]string{"snapshot", "rm", "s1", "s2"}, []string{"removed s1\nremoved s2\n"}},
-		{[]string{"snapshot", "rm", "s1", "-o", "yaml"}, []string{"name: s1", "ref: \"\""}},
+		{[]string{"volume", "list"}, []string{"NAME        SIZE  OWNER", "berth-ws-1  -     o"}, 0},
+		{[]string{"volume", "list", "-o", "json"}, []string{`"name":"berth-ws-1"`, `"sizeBytes":"-1"`}, 0},
+		{[]string{"volume", "rm", "berth-ws-1"}, []string{"removed berth-ws-1\n"}, 0},
+		{[]string{"volume", "rm", "berth-ws-1", "-o", "json"}, []string{`"name":"berth-ws-1"`, `"inUse":false`}, 0},
+		{[]string{"snapshot", "list"}, []string{"NAME  SIZE  LEASE", "no snapshots"}, 0},
+		{[]string{"snapshot", "rm", "s1", "s2"}, []string{"removed s1\nremoved s2\n"}, 0},
+		{[]string{"snapshot", "rm", "s1", "-o", "yaml"}, []string{"name: s1", "ref: \"\""}, 0},
+		// rm stops at the first failure.
+		{[]string{"snapshot", "rm", "s1", "missing", "s2"}, []string{"removed s1\n"}, 1},
 	} {
 		var out bytes.Buffer
-		if code := Run(context.Background(), tc.args, env(&out)); code != 0 {
-			t.Errorf("%v: exit %d", tc.args, code)
+		if code := Run(context.Background(), tc.args, env(&out)); code != tc.code {
+			t.Errorf("%v: exit %d, want %d", tc.args, code, tc.code)
 		}
 		got := out.String()
+		if slices.Contains(tc.args, "missing") && strings.Contains(got, "s2") {
+			t.Errorf("%v: went on after a failure: %q", tc.args, got)
+		}
 		if slices.Contains(tc.args, "json") { // protojson varies its spaces
 			got = strings.Join(strings.Fields(got), "")
 		}

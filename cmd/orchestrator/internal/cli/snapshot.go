@@ -81,18 +81,10 @@ func newSnapshotRmCommand(env Env, lf *leaseFlags) *cobra.Command {
 		Example: `  orchestrator snapshot rm before-refactor`,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			for _, name := range args {
-				err := callPrint(cmd.Context(), env, lf, orchv1.NewLeaseServiceClient, func(ctx context.Context, c orchv1.LeaseServiceClient) (proto.Message, error) {
-					if _, err := c.DeleteSnapshot(ctx, &orchv1.DeleteSnapshotRequest{Name: name}); err != nil {
-						return nil, err
-					}
-					return &orchv1.LeaseSnapshot{Name: name}, nil
-				}, printRemoved(name))
-				if err != nil {
-					return err
-				}
-			}
-			return nil
+			return removeEach(cmd.Context(), env, lf, orchv1.NewLeaseServiceClient, args, func(ctx context.Context, c orchv1.LeaseServiceClient, name string) (proto.Message, error) {
+				_, err := c.DeleteSnapshot(ctx, &orchv1.DeleteSnapshotRequest{Name: name})
+				return &orchv1.LeaseSnapshot{Name: name}, err
+			})
 		},
 	}
 }

@@ -70,18 +70,10 @@ func newVolumeRmCommand(env Env, lf *leaseFlags) *cobra.Command {
 		Example: `  orchestrator volume rm berth-ws-0123456789abcdef0123456789abcdef`,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			for _, name := range args {
-				err := callPrint(cmd.Context(), env, lf, orchv1.NewVolumeServiceClient, func(ctx context.Context, c orchv1.VolumeServiceClient) (proto.Message, error) {
-					if _, err := c.Delete(ctx, &orchv1.DeleteVolumeRequest{Name: name}); err != nil {
-						return nil, err
-					}
-					return &orchv1.Volume{Name: name}, nil
-				}, printRemoved(name))
-				if err != nil {
-					return err
-				}
-			}
-			return nil
+			return removeEach(cmd.Context(), env, lf, orchv1.NewVolumeServiceClient, args, func(ctx context.Context, c orchv1.VolumeServiceClient, name string) (proto.Message, error) {
+				_, err := c.Delete(ctx, &orchv1.DeleteVolumeRequest{Name: name})
+				return &orchv1.Volume{Name: name}, err
+			})
 		},
 	}
 }
