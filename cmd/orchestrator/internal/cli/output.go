@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
 
 	"github.com/berth-dev/berth/internal/quantity"
@@ -234,6 +235,28 @@ func (t *table) flush(w io.Writer) {
 		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 	}
 	t.rows = t.rows[:0]
+}
+
+// printList writes items as a table under header, one row each, or
+// "no WHAT" under the header when there are none.
+func printList[T any](w io.Writer, what string, header []string, items []T, row func(T) []string) {
+	t := &table{}
+	t.addRow(header)
+	for _, it := range items {
+		t.addRow(row(it))
+	}
+	t.flush(w)
+	if len(items) == 0 {
+		fmt.Fprintln(w, "no "+what)
+	}
+}
+
+// timeOrDash formats ts as RFC 3339, or "-" when unset.
+func timeOrDash(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().Format(time.RFC3339)
 }
 
 func orDash(ok bool, s string) string {

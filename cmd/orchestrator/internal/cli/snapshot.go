@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"time"
 
@@ -104,22 +103,14 @@ func printSnapshots(w io.Writer, msg proto.Message) {
 	case *orchv1.ListSnapshotsResponse:
 		list = m.GetSnapshots()
 	}
-	t := &table{}
-	t.addRow([]string{"NAME", "SIZE", "LEASE", "CONVERSATION", "OWNER", "IMAGE", "CREATED", "TOOK"})
-	for _, s := range list {
-		created, took := "-", "-"
-		if s.GetCreatedAt() != nil {
-			created = s.GetCreatedAt().AsTime().Format(time.RFC3339)
-		}
+	header := []string{"NAME", "SIZE", "LEASE", "CONVERSATION", "OWNER", "IMAGE", "CREATED", "TOOK"}
+	printList(w, "snapshots", header, list, func(s *orchv1.LeaseSnapshot) []string {
+		took := "-"
 		if s.GetDuration() != nil {
 			took = s.GetDuration().AsDuration().Round(time.Millisecond).String()
 		}
-		t.addRow([]string{safe(s.GetName()), quantity.FormatBytes(s.GetSizeBytes()), orDash(s.GetLeaseId() != "", safe(s.GetLeaseId())),
+		return []string{safe(s.GetName()), quantity.FormatBytes(s.GetSizeBytes()), orDash(s.GetLeaseId() != "", safe(s.GetLeaseId())),
 			orDash(s.GetConversationId() != "", safe(s.GetConversationId())), orDash(s.GetOwner() != "", safe(s.GetOwner())),
-			orDash(s.GetImage() != "", safe(s.GetImage())), created, took})
-	}
-	t.flush(w)
-	if len(list) == 0 {
-		fmt.Fprintln(w, "no snapshots")
-	}
+			orDash(s.GetImage() != "", safe(s.GetImage())), timeOrDash(s.GetCreatedAt()), took}
+	})
 }

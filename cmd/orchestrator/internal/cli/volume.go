@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
@@ -93,27 +92,12 @@ func printVolumes(w io.Writer, msg proto.Message) {
 	case *orchv1.ListVolumesResponse:
 		list = m.GetVolumes()
 	}
-	t := &table{}
-	t.addRow([]string{"NAME", "SIZE", "OWNER", "CONVERSATION", "IN USE BY", "LAST USED", "CREATED"})
-	for _, v := range list {
-		size := "-"
-		if v.GetSizeBytes() >= 0 {
-			size = quantity.FormatBytes(v.GetSizeBytes())
-		}
-		last, created := "-", "-"
-		if v.GetLastUsedAt() != nil {
-			last = v.GetLastUsedAt().AsTime().Format(time.RFC3339)
-		}
-		if v.GetCreatedAt() != nil {
-			created = v.GetCreatedAt().AsTime().Format(time.RFC3339)
-		}
-		t.addRow([]string{safe(v.GetName()), size, orDash(v.GetOwner() != "", safe(v.GetOwner())),
-			orDash(v.GetConversationId() != "", safe(v.GetConversationId())), orDash(v.GetInUse(), safe(v.GetLeaseId())), last, created})
-	}
-	t.flush(w)
-	if len(list) == 0 {
-		fmt.Fprintln(w, "no volumes")
-	}
+	header := []string{"NAME", "SIZE", "OWNER", "CONVERSATION", "IN USE BY", "LAST USED", "CREATED"}
+	printList(w, "volumes", header, list, func(v *orchv1.Volume) []string {
+		return []string{safe(v.GetName()), orDash(v.GetSizeBytes() >= 0, quantity.FormatBytes(v.GetSizeBytes())), orDash(v.GetOwner() != "", safe(v.GetOwner())),
+			orDash(v.GetConversationId() != "", safe(v.GetConversationId())), orDash(v.GetInUse(), safe(v.GetLeaseId())),
+			timeOrDash(v.GetLastUsedAt()), timeOrDash(v.GetCreatedAt())}
+	})
 }
 
 // mountFlag collects --mount HOST_PATH:TARGET[:ro|:rw] (repeatable).
