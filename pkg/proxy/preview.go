@@ -88,6 +88,17 @@ func (p *Proxy) bootstrap(w http.ResponseWriter, r *http.Request, tok, prefix, r
 	p.redirectClean(w, r, rawQuery)
 }
 
+// redirectSlash answers 307 to prefix + "/" with the request's query: a
+// preview's relative links need the trailing slash.
+func (p *Proxy) redirectSlash(w http.ResponseWriter, r *http.Request, prefix string) {
+	loc := prefix + "/"
+	if r.URL.RawQuery != "" {
+		loc += "?" + r.URL.RawQuery
+	}
+	http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
+	p.metrics.http(http.StatusTemporaryRedirect)
+}
+
 // redirectClean answers 302 Found to the request's own path with rawQuery
 // (its query without the token or signature), not to be cached, and with
 // no Referer sent from the next page.

@@ -286,13 +286,7 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request) {
 		}
 		prefix := RoutePrefix + id + "/ports/" + ps
 		if !slash {
-			// Relative links of the previewed page need the trailing slash.
-			loc := prefix + "/"
-			if r.URL.RawQuery != "" {
-				loc += "?" + r.URL.RawQuery
-			}
-			http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
-			p.metrics.http(http.StatusTemporaryRedirect)
+			p.redirectSlash(w, r, prefix)
 			return
 		}
 		p.servePreview(w, r, id, port, prefix, "/"+tail)

@@ -133,12 +133,7 @@ func (p *Proxy) serveSigned(w http.ResponseWriter, r *http.Request, rest string)
 			return
 		}
 		if !slash {
-			loc := SignedPrefix + id + "/ports/" + ps + "/"
-			if r.URL.RawQuery != "" {
-				loc += "?" + r.URL.RawQuery
-			}
-			http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
-			p.metrics.http(http.StatusTemporaryRedirect)
+			p.redirectSlash(w, r, SignedPrefix+id+"/ports/"+ps)
 			return
 		}
 		p.serveSignedPort(w, r, id, port, "/"+appPath)
