@@ -177,6 +177,7 @@ func (v VolumeInfo) InUse() bool { return v.LeaseID != "" }
 
 // VolumeFilter selects volumes; empty fields match all.
 type VolumeFilter struct {
+	// Owner and ConversationID, when set, are what a volume's must be.
 	Owner          string
 	ConversationID string
 }

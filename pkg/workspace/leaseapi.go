@@ -71,11 +71,13 @@ func (a *grpcLeaseAPI) Release(ctx context.Context, id, reason string) (*orchv1.
 	return resp, wireErr(err)
 }
 
+// Pause pauses lease id (mode freeze or hibernate).
 func (a *grpcLeaseAPI) Pause(ctx context.Context, id, mode string) (*orchv1.Lease, error) {
 	resp, err := a.c.Pause(ctx, &orchv1.PauseRequest{Id: id, Mode: mode})
 	return resp, wireErr(err)
 }
 
+// Resume resumes paused lease id.
 func (a *grpcLeaseAPI) Resume(ctx context.Context, id string) (*orchv1.Lease, error) {
 	resp, err := a.c.Resume(ctx, &orchv1.ResumeRequest{Id: id})
 	return resp, wireErr(err)
@@ -118,6 +120,7 @@ func (a *restLeaseAPI) Pause(ctx context.Context, id, mode string) (*orchv1.Leas
 	return out, a.c.callJSON(ctx, request{method: http.MethodPost, route: leaseRoute(id) + ":pause", retry: true}, &orchv1.PauseRequest{Mode: mode}, out)
 }
 
+// Resume resumes paused lease id (POST /v1/leases/{id}:resume).
 func (a *restLeaseAPI) Resume(ctx context.Context, id string) (*orchv1.Lease, error) {
 	out := &orchv1.Lease{}
 	return out, a.c.callJSON(ctx, request{method: http.MethodPost, route: leaseRoute(id) + ":resume", retry: true}, &orchv1.ResumeRequest{}, out)

@@ -20,6 +20,8 @@ type poolsValue struct{ p *[]orchestrator.Pool }
 // times, each adding a pool (see flagValue).
 func (poolsValue) repeatable() {}
 
+// Set implements pflag.Value: it adds the pools of s (one, or several
+// separated by ';').
 func (v poolsValue) Set(s string) error {
 	for _, one := range strings.Split(s, ";") {
 		if strings.TrimSpace(one) == "" {
@@ -99,4 +101,5 @@ func (v poolsValue) String() string {
 	return strings.Join(names, ",")
 }
 
+// Type implements pflag.Value.
 func (v poolsValue) Type() string { return "pool" }
