@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -128,8 +127,46 @@ type volumeState struct {
 	// waits for the removal's outcome by retrying (Unavailable).
 	busy map[string]bool
 	// mem holds the records when the Store is not a VolumeStore.
-	memMu sync.Mutex
-	mem   map[string]VolumeRecord
+	mem memVolumes
+}
+
+var _ VolumeStore = (*memVolumes)(nil)
+
+// memVolumes is a VolumeStore in memory, for a Store that is not one.
+type memVolumes struct {
+	mu   sync.Mutex
+	recs map[string]VolumeRecord
+}
+
+// PutVolume implements VolumeStore.
+func (s *memVolumes) PutVolume(r VolumeRecord) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recs == nil {
+		s.recs = map[string]VolumeRecord{}
+	}
+	s.recs[r.Name] = r
+	return nil
+}
+
+// DeleteVolume implements VolumeStore.
+func (s *memVolumes) DeleteVolume(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.recs, name)
+	return nil
+}
+
+// ForEachVolume implements VolumeStore (fn runs with the records locked).
+func (s *memVolumes) ForEachVolume(fn func(VolumeRecord) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.recs {
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // volumeFreeLocked refuses an acquire whose workspace volume is being
@@ -364,43 +401,27 @@ func (m *Manager) reapVolumes(ctx context.Context) []string {
 	return reaped
 }
 
+// volumeStore is where the volume records are kept: the Store when it is
+// a VolumeStore, else memory.
+func (m *Manager) volumeStore() VolumeStore {
+	if vs, ok := m.store.(VolumeStore); ok {
+		return vs
+	}
+	return &m.vols.mem
+}
+
 // volumeRecords returns every volume record by name.
 func (m *Manager) volumeRecords() map[string]VolumeRecord {
 	out := map[string]VolumeRecord{}
-	if vs, ok := m.store.(VolumeStore); ok {
-		if err := vs.ForEachVolume(func(r VolumeRecord) error {
-			out[r.Name] = r
-			return nil
-		}); err != nil {
-			m.log.Warn("reading volume records failed", "err", err)
-		}
-		return out
+	if err := m.volumeStore().ForEachVolume(func(r VolumeRecord) error {
+		out[r.Name] = r
+		return nil
+	}); err != nil {
+		m.log.Warn("reading volume records failed", "err", err)
 	}
-	m.vols.memMu.Lock()
-	defer m.vols.memMu.Unlock()
-	maps.Copy(out, m.vols.mem)
 	return out
 }
 
-func (m *Manager) putVolumeRecord(r VolumeRecord) error {
-	if vs, ok := m.store.(VolumeStore); ok {
-		return vs.PutVolume(r)
-	}
-	m.vols.memMu.Lock()
-	defer m.vols.memMu.Unlock()
-	if m.vols.mem == nil {
-		m.vols.mem = map[string]VolumeRecord{}
-	}
-	m.vols.mem[r.Name] = r
-	return nil
-}
+func (m *Manager) putVolumeRecord(r VolumeRecord) error { return m.volumeStore().PutVolume(r) }
 
-func (m *Manager) deleteVolumeRecord(name string) error {
-	if vs, ok := m.store.(VolumeStore); ok {
-		return vs.DeleteVolume(name)
-	}
-	m.vols.memMu.Lock()
-	defer m.vols.memMu.Unlock()
-	delete(m.vols.mem, name)
-	return nil
-}
+func (m *Manager) deleteVolumeRecord(name string) error { return m.volumeStore().DeleteVolume(name) }
