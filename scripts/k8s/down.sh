@@ -38,6 +38,8 @@ if alive "$K8S_RUN/kubelet.pid" && alive "$K8S_RUN/kube-apiserver.pid" && [[ -f 
 	((n == 0 && running == 0)) || log "after 60 s: $n pods, $running tasks still there; removing them by force"
 fi
 stop_pid "$K8S_RUN/kubelet.pid" kubelet 30
+stop_pid "$K8S_RUN/provisioner.pid" provisioner 10
+stop_pid "$K8S_RUN/kube-controller-manager.pid" kube-controller-manager 10
 
 # ---- what is left in the cluster's containerd -------------------------------
 netns_of_ours=()

@@ -13,7 +13,12 @@
 #                   ($K8S_RUN/containerd.sock) and the CRI plugin
 #   kubelet         node "localhost", its static token as system:node:localhost
 #                   in system:nodes, cgroupfs, that containerd
-# No controller-manager, scheduler, kube-proxy or DNS: pods name their node
+#   kube-controller-manager  only the PersistentVolume binder and the
+#                   PV/PVC protection controllers
+#   provisioner     tools/k8s/provisioner: StorageClass berth-local (the
+#                   default class), one hostPath volume (a mode-0777
+#                   directory under $K8S_VAR/volumes) per claim
+# No scheduler, kube-proxy or DNS, no other controllers: pods name their node
 # (spec.nodeName) and are reached by IP on the pod bridge berth-k8s0
 # (10.214.0.0/24). up.sh creates what the missing controllers would: the
 # `default` ServiceAccount and the kube-root-ca.crt ConfigMap of the
@@ -337,6 +342,29 @@ ns_init default
 # its Pods through RBAC's system:node role, which closes that window.
 kctl get clusterrolebinding berth-k8s-node >/dev/null 2>&1 ||
 	kctl create clusterrolebinding berth-k8s-node --clusterrole system:node --user "system:node:$NODE" >/dev/null
+
+# ---- storage: the PersistentVolume binder and a hostPath provisioner -----------
+# berth puts each sandbox's /workspace on a PersistentVolumeClaim. A real
+# cluster has a StorageClass with a CSI driver for that; this one binds
+# claims with kube-controller-manager's binder (the only controllers it
+# runs) and provisions them with tools/k8s/provisioner. Both use the admin
+# kubeconfig: this is a test cluster.
+start kube-controller-manager "$LOGS/kube-controller-manager.log" "$BIN/kube-controller-manager" \
+	--kubeconfig "$K8S_DIR/admin.kubeconfig" --leader-elect=false --secure-port 0 \
+	--controllers persistentvolume-binder-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller \
+	--pvclaimbinder-sync-period 2s --v 1
+start provisioner "$LOGS/provisioner.log" "$BIN/provisioner" \
+	--kubeconfig "$K8S_DIR/admin.kubeconfig" --class berth-local --dir "$K8S_VAR/volumes"
+kctl apply -f - >/dev/null <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: berth-local
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: berth.dev/k8s-test-provisioner
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+EOF
 t_ready=$(date +%s.%N)
 
 # ---- berth's manifests and the orchestrator's kubeconfig -------------------

@@ -17,8 +17,9 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
-// Create creates a sandbox's Secret (its agent token and secrets) and Pod,
-// waits until the Pod runs and its agent answers health, and returns it.
+// Create creates a sandbox's Secret (its agent token and secrets),
+// workspace claim and Pod, waits until the Pod runs and its agent answers
+// health, and returns it.
 // A Pod that already exists for the lease is ErrAlreadyExists. On failure
 // nothing is left behind.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
@@ -52,12 +53,19 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	} else if err != nil {
 		return runtime.Sandbox{}, r.apiErr(err, "create secret", secret.Name)
 	}
+	// The workspace claim; one left by a Create of this lease that failed
+	// half-way is used again.
+	claim := r.buildClaim(pod.ObjectMeta, res)
+	if _, err := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace).Create(dctx, claim, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		_ = r.deleteSecret(dctx, secret.Name)
+		return runtime.Sandbox{}, r.apiErr(err, "create persistentvolumeclaim", claim.Name)
+	}
 	created, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Create(dctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return runtime.Sandbox{}, b.AlreadyExists(spec.LeaseID, pod.Name, err)
 	}
 	if err != nil {
-		_ = r.deleteSecret(dctx, secret.Name)
+		_ = errors.Join(r.deleteSecret(dctx, secret.Name), r.deleteClaim(dctx, claim.Name))
 		return runtime.Sandbox{}, r.apiErr(err, "create pod", pod.Name)
 	}
 	if err := ctx.Err(); err != nil {

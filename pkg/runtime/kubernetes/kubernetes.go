@@ -46,6 +46,12 @@ type Config struct {
 	// into each sandbox (scripts/k8s/agent-image.sh). Default
 	// DefaultAgentImage.
 	AgentImage string
+	// StorageClass is the StorageClass of the sandboxes' workspace claims
+	// (one PersistentVolumeClaim per sandbox, mounted at /workspace).
+	// Default "": the cluster's default StorageClass. Its volumes must be
+	// writable by the sandbox's user (make k8s-up's berth-local class
+	// makes mode-0777 directories).
+	StorageClass string
 	// AgentImagePullPolicy and ImagePullPolicy apply to the agent image and
 	// to the sandboxes' images. Default IfNotPresent; Never on a node whose
 	// images are imported rather than pulled (make k8s-up).
@@ -226,13 +232,13 @@ func (r *Runtime) List(ctx context.Context, sel runtime.Selector) ([]runtime.San
 }
 
 // Remove deletes a sandbox's Pod at once (no grace: the sandbox is gone
-// when Remove returns) and its Secret. A missing sandbox is success, one
+// when Remove returns), its Secret and its workspace claim. A missing sandbox is success, one
 // berth did not create FailedPrecondition.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
 	pod, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return r.deleteSecret(ctx, secretName(id))
+		return errors.Join(r.deleteSecret(ctx, secretName(id)), r.deleteClaim(ctx, claimName(id)))
 	case err != nil:
 		return r.apiErr(err, "get pod", id)
 	case !runtime.IsManaged(pod.Labels):
@@ -241,14 +247,23 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	return r.remove(ctx, id)
 }
 
-// remove deletes sandbox id's Pod (force: grace 0) and Secret.
+// remove deletes sandbox id's Pod (force: grace 0), Secret and workspace
+// claim (its volume goes by the StorageClass's reclaim policy).
 func (r *Runtime) remove(ctx context.Context, id string) error {
 	zero := int64(0)
 	err := r.cs.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return r.apiErr(err, "delete pod", id)
 	}
-	return r.deleteSecret(ctx, secretName(id))
+	return errors.Join(r.deleteSecret(ctx, secretName(id)), r.deleteClaim(ctx, claimName(id)))
+}
+
+func (r *Runtime) deleteClaim(ctx context.Context, name string) error {
+	err := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return r.apiErr(err, "delete persistentvolumeclaim", name)
+	}
+	return nil
 }
 
 func (r *Runtime) deleteSecret(ctx context.Context, name string) error {

@@ -82,7 +82,7 @@ func (r *Runtime) reconcileLoop(ctx context.Context) {
 		if n, err := r.ReconcileOrphans(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("kubernetes: orphans not reconciled", "err", err)
 		} else if n > 0 {
-			r.log.Info("kubernetes: removed orphaned secrets", "count", n)
+			r.log.Info("kubernetes: removed orphaned secrets and workspace claims", "count", n)
 		}
 		select {
 		case <-ctx.Done():
@@ -92,9 +92,10 @@ func (r *Runtime) reconcileLoop(ctx context.Context) {
 	}
 }
 
-// ReconcileOrphans removes the Secrets berth created for sandboxes whose
-// Pod is gone (a Create or Remove cut short, an orchestrator killed) once
-// they are older than Config.OrphanAge, and returns how many it removed.
+// ReconcileOrphans removes the Secrets and workspace claims berth created
+// for sandboxes whose Pod is gone (a Create or Remove cut short, an
+// orchestrator killed) once they are older than Config.OrphanAge, and
+// returns how many it removed.
 // (Pods without a lease are the lease manager's to reconcile, through
 // List and Remove, as on every backend.)
 func (r *Runtime) ReconcileOrphans(ctx context.Context) (int, error) {
@@ -117,6 +118,20 @@ func (r *Runtime) ReconcileOrphans(ctx context.Context) (int, error) {
 			continue
 		}
 		if err := r.deleteSecret(ctx, s.Name); err != nil {
+			return n, err
+		}
+		n++
+	}
+	claims, err := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(nil)})
+	if err != nil {
+		return n, r.apiErr(err, "list persistentvolumeclaims", "")
+	}
+	for _, c := range claims.Items {
+		pod := c.Labels[LabelSandbox]
+		if pod == "" || live[pod] || c.DeletionTimestamp != nil || time.Since(c.CreationTimestamp.Time) < r.cfg.OrphanAge {
+			continue
+		}
+		if err := r.deleteClaim(ctx, c.Name); err != nil {
 			return n, err
 		}
 		n++

@@ -27,9 +27,14 @@ const (
 	// agentVolume is the emptyDir the agent is copied into, mounted
 	// read-only at runtime.AgentDir in the sandbox's container.
 	agentVolume = "berth-agent"
-	// workspaceVolume is the emptyDir mounted at workDir: writable by any
-	// user (emptyDir is mode 0777), it lives as long as the Pod.
+	// workspaceVolume is the sandbox's PersistentVolumeClaim (claimName),
+	// mounted at workDir: it outlives the Pod, so the files survive a
+	// Restart and a hibernate (which replace the Pod), and goes with the
+	// sandbox (Remove).
 	workspaceVolume = "workspace"
+	// DefaultWorkspaceSize is the size a workspace claim requests when the
+	// sandbox has no disk limit.
+	DefaultWorkspaceSize = 1 << 30
 	// workDir is the agent's working directory. The API server cannot tell
 	// an image's WORKDIR (only the node's runtime reads the image), so it
 	// is always runtime.DefaultWorkDir here.
@@ -82,6 +87,10 @@ func podName(leaseID string) string {
 	}
 	return strings.TrimRight(name, "-") + suffix
 }
+
+// claimName is the name of the PersistentVolumeClaim holding a sandbox's
+// workspace.
+func claimName(pod string) string { return pod + "-workspace" }
 
 // secretName is the name of the Secret holding a sandbox's agent token and
 // secrets.
@@ -160,6 +169,32 @@ func capabilities() []corev1.Capability {
 		out = append(out, corev1.Capability(c))
 	}
 	return out
+}
+
+// buildClaim returns the workspace claim of the sandbox whose objects
+// have meta: ReadWriteOnce, Config.StorageClass (nil: the cluster's
+// default StorageClass), the disk limit as its size (else
+// DefaultWorkspaceSize).
+func (r *Runtime) buildClaim(meta metav1.ObjectMeta, res runtime.Resources) *corev1.PersistentVolumeClaim {
+	size := int64(DefaultWorkspaceSize)
+	if res.DiskBytes > 0 {
+		size = res.DiskBytes
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: *meta.DeepCopy(),
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)}},
+		},
+	}
+	pvc.Name = claimName(meta.Name)
+	delete(pvc.Annotations, diskAnnotation)
+	if r.cfg.StorageClass != "" {
+		sc := r.cfg.StorageClass
+		pvc.Spec.StorageClassName = &sc
+	}
+	return pvc
 }
 
 // buildObjects returns the Secret and the Pod of spec (validated, its
@@ -275,7 +310,7 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 			Containers:     []corev1.Container{main},
 			Volumes: []corev1.Volume{
 				{Name: agentVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: workspaceVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: workspaceVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(name)}}},
 			},
 		},
 	}
