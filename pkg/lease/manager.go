@@ -123,6 +123,13 @@ type Config struct {
 	// DefaultPausedRetention (7 days); negative keeps paused leases until
 	// they are resumed or released.
 	PausedRetention time.Duration
+	// Elect, when set, runs the reaper (expiry, idle pauses, the removal
+	// queue, purging) only while this replica is elected among the
+	// orchestrators that serve one fleet: Elect calls lead while this
+	// replica leads, with a context that ends when it stops leading, and
+	// returns when ctx ends (kubernetes.Runtime.RunLeader). Nil: the
+	// reaper always runs.
+	Elect func(ctx context.Context, lead func(ctx context.Context)) error
 	// ReapInterval is how often the reaper looks for expired and idle leases
 	// and retries failed removals. Default 200ms.
 	ReapInterval time.Duration
@@ -471,7 +478,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Lock()
 	m.runCtx, m.cancel = runCtx, cancel
 	m.mu.Unlock()
-	m.goBackground(func() { m.reapLoop(runCtx) })
+	m.goBackground(func() { m.runReaper(runCtx) }) // reaper.go: Config.Elect
 	m.goBackground(func() { m.watchLoop(runCtx) })
 	m.startReconciledRestarts(runCtx)
 	m.goBackground(func() { m.diskLoop(runCtx) })

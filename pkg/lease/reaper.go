@@ -8,6 +8,23 @@ import (
 	"github.com/berth-dev/berth/internal/periodic"
 )
 
+// runReaper runs reapLoop until ctx ends: always, or with Config.Elect
+// only while this replica is the elected one.
+func (m *Manager) runReaper(ctx context.Context) {
+	if m.cfg.Elect == nil {
+		m.reapLoop(ctx)
+		return
+	}
+	lead := func(ctx context.Context) {
+		m.log.Info("elected: this replica runs expiry and reaping")
+		m.reapLoop(ctx)
+		m.log.Info("no longer elected: expiry and reaping stopped here")
+	}
+	if err := m.cfg.Elect(ctx, lead); err != nil && ctx.Err() == nil {
+		m.log.Error("leader election ended: expiry and reaping do not run on this replica", "err", err)
+	}
+}
+
 // reapLoop runs reapOnce every ReapInterval until ctx ends.
 func (m *Manager) reapLoop(ctx context.Context) {
 	periodic.Run(ctx, m.cfg.ReapInterval, func(context.Context) { m.reapOnce() })
