@@ -42,6 +42,9 @@ type Config struct {
 	// sandboxes' images: IfNotPresent, Always or Never (images loaded
 	// into the nodes by hand). Default "" (IfNotPresent).
 	KubernetesPullPolicy string
+	// KubernetesStorageClass is the StorageClass of the sandboxes'
+	// workspace claims. Default "": the cluster's default StorageClass.
+	KubernetesStorageClass string
 	// ContainerdAddress is containerd's socket. Default: auto-detected
 	// (/run/containerd/containerd.sock, else Docker's own containerd at
 	// /var/run/docker/containerd/containerd.sock).

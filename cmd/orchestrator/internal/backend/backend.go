@@ -105,6 +105,7 @@ func kubernetesConfig(cfg orchestrator.Config, log *slog.Logger) kubernetes.Conf
 	return kubernetes.Config{
 		Kubeconfig: cfg.Kubeconfig, Namespace: cfg.KubernetesNamespace, NodeName: cfg.KubernetesNode,
 		AgentImage: cfg.KubernetesAgentImage, AgentImagePullPolicy: pull, ImagePullPolicy: pull,
+		StorageClass: cfg.KubernetesStorageClass,
 		NetworkPolicy: true, DefaultResources: cfg.DefaultResources(),
 		Logger: log.With("component", "kubernetes"),
 	}

@@ -159,6 +159,9 @@ var settings = []setting{
 	{Flag: "k8s-pull-policy", Env: "BERTH_K8S_PULL_POLICY", Key: "k8sPullPolicy", Group: groupRuntime, Default: "IfNotPresent",
 		Usage: "kubernetes: pull policy of the agent and sandbox images: IfNotPresent, Always or Never",
 		field: str(func(c *orchestrator.Config) *string { return &c.KubernetesPullPolicy })},
+	{Flag: "k8s-storage-class", Env: "BERTH_K8S_STORAGE_CLASS", Key: "k8sStorageClass", Group: groupRuntime,
+		Usage: "kubernetes: StorageClass of each sandbox's /workspace claim (default: the cluster's default class)",
+		field: str(func(c *orchestrator.Config) *string { return &c.KubernetesStorageClass })},
 
 	// Leases.
 	{Flag: "default-image", Env: "BERTH_DEFAULT_IMAGE", Key: "defaultImage", Group: groupLeases,
