@@ -69,6 +69,22 @@ type Server struct {
 	own map[string]bool
 }
 
+// leaderRunner is a runtime whose replicas elect one of them to run expiry
+// and reaping (the Kubernetes backend: kubernetes.Runtime.RunLeader).
+type leaderRunner interface {
+	RunLeader(ctx context.Context, identity string, lead func(ctx context.Context)) error
+}
+
+// electorOf returns lease.Config.Elect for rt, nil when rt elects nothing
+// (one orchestrator per host: its reaper always runs).
+func electorOf(rt runtime.Runtime, identity string) func(context.Context, func(context.Context)) error {
+	lr, ok := rt.(leaderRunner)
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context, lead func(context.Context)) error { return lr.RunLeader(ctx, identity, lead) }
+}
+
 // instanceFile holds the orchestrator's instance id in the data directory.
 const instanceFile = "instance-id"
 
@@ -129,6 +145,7 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		Pools:             leasePools(cfg.Pools), // config.go, docs/pools.md
 		MaxPooled:         cfg.MaxPooled,
 		AgentConfigurer:   newAgentConfigurer(), // agentconfig.go
+		Elect:             electorOf(rt, instance),
 		Logger:            log.With("component", "lease"),
 	})
 	if err != nil {

@@ -36,9 +36,8 @@ type Election struct {
 // orchestrator replicas that share the namespace, over a
 // coordination.k8s.io Lease, until ctx ends: while this replica leads,
 // lead runs with a context that ends when it stops leading (then lead must
-// return; RunElected campaigns again). It is the building block for
-// running expiry and reaping on one replica at a time; the lease manager
-// does not use it yet (docs/kubernetes.md). It returns ctx's error.
+// return; RunElected campaigns again). RunLeader uses it to run expiry and
+// reaping on one replica at a time. It returns ctx's error.
 func (r *Runtime) RunElected(ctx context.Context, e Election, lead func(ctx context.Context)) error {
 	if e.Identity == "" {
 		return errdefs.InvalidArgument("identity", "is required")
@@ -82,4 +81,14 @@ func (r *Runtime) RunElected(ctx context.Context, e Election, lead func(ctx cont
 		le.Run(ctx) // returns when ctx ends or leadership is lost
 	}
 	return ctx.Err()
+}
+
+// RunLeader runs lead while this replica is the elected one among the
+// orchestrators of the namespace (RunElected over the DefaultLeaderLease
+// Lease, client-go's usual timings, the Lease released on shutdown so that
+// another replica takes over at once), until ctx ends. identity names the
+// replica (its instance id). It is the lease manager's Config.Elect: expiry
+// and reaping run on one replica at a time.
+func (r *Runtime) RunLeader(ctx context.Context, identity string, lead func(ctx context.Context)) error {
+	return r.RunElected(ctx, Election{Identity: identity, Release: true}, lead)
 }
