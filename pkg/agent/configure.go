@@ -137,6 +137,9 @@ func (c *configurer) Configure(_ context.Context, req *agentv1.ConfigureRequest)
 	}
 	lc := leaseConfig{Env: req.GetEnv(), Secrets: req.GetSecrets()}
 	if c.stateFile != "" {
+		// Written before the answer (without fsync): a command can only
+		// start after the claim's READY answer, so every command runs with
+		// the configuration already kept for a restart of the container.
 		if err := writeState(c.stateFile, lc); err != nil {
 			return nil, errgrpc.ToGRPC(fmt.Errorf("%w: keep the configuration: %v", errdefs.ErrInternal, err))
 		}
@@ -160,13 +163,17 @@ func writeState(path string, lc leaseConfig) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
+	// Each file operation is a round trip to the container's filesystem
+	// (fuse-overlayfs on rootless hosts) while a claim waits: no other.
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
 	}
-	return os.Rename(tmp.Name(), path)
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
 }

@@ -572,25 +572,40 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 	var sb runtime.Sandbox
 	var err error
 	how := "sandbox ready"
+	var record <-chan error // a warm claim's READY record, written while its agent is configured
+	var recordRev uint64
+	netDone := false
 	if c != nil { // a warm pool's sandbox (pool.go)
+		// The record, the network policy and the agent's Configure run
+		// side by side; the lease is READY once all three are done.
+		record, recordRev = m.writeClaimRecord(e, c)
+		netErr := m.claimNetwork(cctx, c, id)
 		var warm bool
-		if sb, warm, err = m.claimSandbox(cctx, c, spec); warm {
+		sb, warm, err = m.claimSandbox(cctx, c, spec)
+		nerr := <-netErr
+		if warm {
 			how = "claimed from pool " + c.pool
+			err, netDone = nerr, true
 		}
 	} else {
 		sb, err = m.rt.Create(cctx, spec)
 	}
-	if err == nil {
+	if err == nil && !netDone {
 		err = m.enforceNetwork(cctx, id, sb.Endpoint) // network.go
 	}
 	cancel()
+	if record != nil {
+		if rerr := <-record; rerr != nil && err == nil {
+			err = fmt.Errorf("persist the claim: %w", rerr)
+		}
+	}
 	took := time.Since(start)
 
 	m.mu.Lock()
 	call := e.call
 	e.call = nil
 	now := m.now()
-	var cleanup bool
+	var cleanup, claimed bool
 	switch {
 	case err == nil && e.l.State == StatePending:
 		e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
@@ -599,6 +614,8 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 		e.l.LastActivityAt = now
 		if c != nil && how != "sandbox ready" {
 			e.l.Pool = c.pool
+			// Nothing else written since the claim's record: it holds.
+			claimed = e.rev == recordRev
 		}
 		_ = m.transitionLocked(e, StateReady, fmt.Sprintf("%s in %s", how, took.Round(time.Millisecond)))
 		call.lease = e.l.Clone()
@@ -619,9 +636,22 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 	}
 	l, rev := e.snapshot()
 	m.mu.Unlock()
-	_ = m.persist(l, rev)
+	if claimed {
+		// The claim's READY record is durable already (writeClaimRecord);
+		// this one drops its Claiming mark and need not delay the answer.
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			_ = m.persist(l, rev)
+		}()
+	} else {
+		_ = m.persist(l, rev)
+	}
 	m.noteVolumeUsed(l) // volumes.go
 	close(call.done)
+	if c != nil {
+		m.kickPools() // the refill waits for the claim's answer (takeLocked)
+	}
 	if err != nil {
 		m.log.Warn("sandbox creation failed", "lease_id", id, "conversation_id", l.ConversationID, "image", spec.Image, "err", err)
 	}

@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
@@ -103,6 +106,9 @@ type profile struct {
 type member struct {
 	id, containerID, endpoint, diskEnforcement string
 	seq                                        uint64 // Manager.seq when it joined (resync races)
+	// net is the network policy enforced on it when it joined (the
+	// default's, defaultEgress); nil: none, the claim applies the lease's.
+	net *egress.Policy
 }
 
 // pool is one pool's state. Guarded by Manager.mu.
@@ -177,6 +183,138 @@ func (m *Manager) startConfigureLocked(ctx context.Context, c *claim, id string,
 		defer cancel()
 		c.err = cf.Configure(cctx, c.m.endpoint, token, env, secrets)
 	}()
+}
+
+// writeClaimRecord starts writing the READY record of e, the PENDING lease
+// of claim c, while c's Configure runs (one store write on the warm path,
+// in parallel with the agent's round trip). The record carries
+// Lease.Claiming: a restart that finds it asks the agent whether Configure
+// happened (unconfiguredClaims) and fails the lease when it did not, so a
+// record written before the agent had the lease's env never becomes a
+// READY lease whose commands lack it. In memory the lease stays PENDING
+// (no Get, Watch or proxy sees it READY) until Configure has returned and
+// this write is durable; the final READY record (without Claiming) is then
+// written off the request path, unless another write of the lease came
+// in between (the revision returned is the record's: see create). The
+// returned channel yields the write's error. Called without m.mu.
+func (m *Manager) writeClaimRecord(e *entry, c *claim) (<-chan error, uint64) {
+	m.mu.Lock()
+	l, rev := e.snapshot()
+	now := m.now()
+	l.ContainerID, l.Endpoint, l.DiskEnforcement, l.Pool = c.m.containerID, c.m.endpoint, c.m.diskEnforcement, c.pool
+	l.ExpiresAt, l.LastActivityAt = now.Add(l.TTL), now
+	l.Claiming = true
+	_, err := l.Transition(StateReady, "claimed from pool "+c.pool, now)
+	m.mu.Unlock()
+	done := make(chan error, 1)
+	if err != nil {
+		done <- err
+		return done, rev
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		done <- m.persist(l, rev)
+	}()
+	return done, rev
+}
+
+// unconfiguredClaims returns the ids of the READY leases loaded with
+// Lease.Claiming (the orchestrator stopped while their claim was
+// configuring the agent) whose agent was not configured, or could not be
+// asked: reconcile fails them (their caller never got a READY answer, which
+// waits for Configure). It asks with an empty Configure: an agent already
+// configured refuses it (FAILED_PRECONDITION) and keeps the lease's env;
+// one that was not is configured empty and removed with its lease.
+// Called by reconcile before it takes m.mu.
+func (m *Manager) unconfiguredClaims(ctx context.Context, byID map[string]runtime.Sandbox, byLease map[string][]runtime.Sandbox) map[string]bool {
+	type probe struct{ id, endpoint string }
+	var probes []probe
+	m.mu.Lock()
+	for _, e := range m.leases {
+		if e.l.State != StateReady || !e.l.Claiming {
+			continue
+		}
+		sb, ok := byID[e.l.ContainerID]
+		if !ok {
+			for _, c := range byLease[e.l.ID] {
+				if !ok || alive(c) {
+					sb, ok = c, true
+				}
+			}
+		}
+		p := probe{id: e.l.ID}
+		if ok && sb.State == runtime.StateRunning {
+			p.endpoint = sb.Endpoint
+		}
+		probes = append(probes, p)
+	}
+	m.mu.Unlock()
+	bad := map[string]bool{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, p := range probes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error = errdefs.Unavailable("sandbox not running")
+			if p.endpoint != "" && m.cfg.AgentConfigurer != nil {
+				pctx, cancel := detached(ctx, 10*time.Second)
+				err = m.cfg.AgentConfigurer.Configure(pctx, p.endpoint, m.AgentToken(p.id), nil, nil)
+				cancel()
+			}
+			if errors.Is(err, errdefs.ErrFailedPrecondition) {
+				return // configured: the lease is whole
+			}
+			m.log.Warn("reconcile: a warm claim was interrupted before its sandbox was configured; failing the lease",
+				"lease_id", p.id, "err", err)
+			mu.Lock()
+			bad[p.id] = true
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return bad
+}
+
+// defaultEgress is the network policy an acquire that names none gets
+// (the operator's default, under the ceiling), as enforceNetwork computes
+// it. Pooled sandboxes are given it when they join their pool, so a claim
+// that keeps it programs no rules on the request path.
+func (m *Manager) defaultEgress() (egress.Policy, error) {
+	np, err := m.validNetwork(nil)
+	if err != nil {
+		return egress.Policy{}, err
+	}
+	pol, _ := m.cfg.NetworkCeiling.Clamp(netOf(np).egress())
+	return pol, nil
+}
+
+// claimNetwork enforces lease id's network policy on its claimed sandbox
+// c, while the agent is configured (the lease is READY once both are
+// done): nothing to do when the policy enforced on c when it joined its
+// pool is the lease's. The returned channel yields the outcome.
+func (m *Manager) claimNetwork(ctx context.Context, c *claim, id string) <-chan error {
+	done := make(chan error, 1)
+	if m.cfg.Egress == nil {
+		done <- nil
+		return done
+	}
+	if c.m.net != nil {
+		m.mu.Lock()
+		var p NetworkPolicy
+		if e := m.leases[id]; e != nil {
+			p = e.l.Network.Clone()
+		}
+		m.mu.Unlock()
+		pol, _ := m.cfg.NetworkCeiling.Clamp(p.egress())
+		if pol.Mode == c.m.net.Mode && slices.Equal(pol.Allow, c.m.net.Allow) && slices.Equal(pol.Deny, c.m.net.Deny) {
+			done <- nil
+			return done
+		}
+	}
+	go func() { done <- m.enforceNetwork(ctx, id, c.m.endpoint) }() // network.go
+	return done
 }
 
 // PoolStats are one pool's figures for metrics.
@@ -285,11 +423,13 @@ func (m *Manager) poolForLocked(req AcquireRequest) *pool {
 }
 
 // takeLocked claims the oldest ready member of p for an acquire, counting
-// a hit, or counts a miss (and grows the pool) when it has none. Either
-// way the refill loop is woken. Called with m.mu held.
+// a hit, or counts a miss (and grows the pool) when it has none. A miss
+// wakes the refill loop at once; after a hit, create wakes it when the
+// claim has answered, so the refill's container creation does not compete
+// with the claim for the CPU. Called with m.mu held.
 func (m *Manager) takeLocked(p *pool) (member, bool) {
-	defer m.kickPools()
 	if len(p.idle) == 0 {
+		defer m.kickPools()
 		p.misses++
 		p.lastMiss = time.Now()
 		if p.cfg.Min+p.boost < p.cfg.Max {
@@ -429,6 +569,20 @@ func (m *Manager) createPooled(ctx context.Context, p *pool, id string) {
 		pr.Prepare(pctx, sb.Endpoint)
 		cancel()
 	}
+	// The default network policy, enforced ahead: a claim that keeps it
+	// has no rules to program (claimNetwork). No command runs in a member.
+	var applied *egress.Policy
+	if m.cfg.Egress != nil && err == nil {
+		if pol, perr := m.defaultEgress(); perr == nil {
+			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if aerr := m.cfg.Egress.Apply(actx, id, sb.Endpoint, pol); aerr == nil {
+				applied = &pol
+			} else {
+				m.log.Warn("pool: enforcing the default network policy ahead failed; the claim will", "pool", p.cfg.Name, "lease_id", id, "err", aerr)
+			}
+			cancel()
+		}
+	}
 
 	m.mu.Lock()
 	p.creating--
@@ -447,7 +601,7 @@ func (m *Manager) createPooled(ctx context.Context, p *pool, id string) {
 	p.fails = 0
 	p.refill.observe(took.Seconds())
 	m.seq++
-	p.idle = append(p.idle, member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, diskEnforcement: sb.DiskEnforcement, seq: m.seq})
+	p.idle = append(p.idle, member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, diskEnforcement: sb.DiskEnforcement, seq: m.seq, net: applied})
 	m.mu.Unlock()
 	m.log.Debug("pool: sandbox ready", "pool", p.cfg.Name, "lease_id", id, "container_id", sb.ID, "took", took)
 }
@@ -456,6 +610,9 @@ func (m *Manager) createPooled(ctx context.Context, p *pool, id string) {
 func (m *Manager) dropMember(ctx context.Context, mb member) error {
 	if pr, ok := m.cfg.AgentConfigurer.(AgentPreparer); ok {
 		pr.Forget(mb.endpoint)
+	}
+	if mb.net != nil {
+		m.dropNetwork(ctx, mb.id) // network.go
 	}
 	return m.removeContainers(ctx, mb.id, mb.containerID)
 }

@@ -33,7 +33,9 @@ func (m *Manager) selector() runtime.Selector {
 //   - READY whose container is missing or not running: FAILED
 //     (ReasonVanishedWhileDown, or how it died);
 //   - PENDING: FAILED (ReasonRestartedCreating) — a half-created sandbox is
-//     not trusted;
+//     not trusted; so is a READY record a warm claim wrote while its agent
+//     was being configured (Lease.Claiming) when the agent was not
+//     configured (pool.go);
 //   - PAUSED: its container is kept and brought back to the paused state
 //     the lease records (frozen, or stopped when hibernated) — it is never
 //     treated as dead; a frozen container found stopped makes the lease
@@ -63,11 +65,20 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	keep := map[string]bool{}
 	var fixes []pauseFix
+	unconfigured := m.unconfiguredClaims(ctx, byID, byLease) // pool.go
 
 	m.mu.Lock()
 	for _, e := range m.leases {
 		switch e.l.State {
 		case StateReady:
+			if e.l.Claiming { // written during a warm claim (pool.go)
+				e.l.Claiming = false
+				e.rev++
+				if unconfigured[e.l.ID] {
+					_ = m.transitionLocked(e, StateFailed, ReasonRestartedCreating)
+					continue
+				}
+			}
 			sb, ok := byID[e.l.ContainerID]
 			if !ok { // container id unknown or changed: look by label
 				for _, c := range byLease[e.l.ID] {

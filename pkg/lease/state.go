@@ -176,6 +176,11 @@ type Lease struct {
 	// Pool names the warm pool the sandbox was claimed from; "" for a
 	// sandbox created for this lease (see docs/pools.md).
 	Pool string `json:"pool,omitempty"`
+	// Claiming is set only in the READY record a warm claim writes while
+	// the pooled sandbox's agent is still being configured (pool.go): a
+	// restart finding it asks the agent whether Configure happened and
+	// fails the lease when it did not (or cannot tell). Never set in memory.
+	Claiming bool `json:"claiming,omitempty"`
 	// ContainerID is the runtime's id of the sandbox, once created.
 	ContainerID string `json:"container_id,omitempty"`
 	// Endpoint is the agent's host:port, reachable from the orchestrator's host.
