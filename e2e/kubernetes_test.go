@@ -145,8 +145,9 @@ func TestKubernetesLeaseLifecycle(t *testing.T) {
 	}
 	// Hibernate maps to what a cluster can do: the Pod's processes end
 	// (the Pod stays, exited), resume replaces the Pod (same name and
-	// token, a new address). Files do not survive yet (no
-	// PersistentVolumeClaim workspace).
+	// token, a new address); /workspace is the sandbox's
+	// PersistentVolumeClaim, so its files are kept.
+	a.mustProxyExec(t, id, r.GetToken(), "sh", "-c", "echo kept > /workspace/hibernate.txt")
 	_, took := pauseCall(t, a, id, "hibernate")
 	t.Logf("hibernate on kubernetes: %s", took.Round(time.Millisecond))
 	if sb, err := rt.Get(ctx, pod); err != nil || sb.Endpoint != "" {
@@ -154,7 +155,17 @@ func TestKubernetesLeaseLifecycle(t *testing.T) {
 	}
 	_, took = pauseCall(t, a, id, "")
 	t.Logf("resume on kubernetes: %s", took.Round(time.Millisecond))
-	a.mustProxyExec(t, id, r.GetToken(), "true")
+	if out := a.mustProxyExec(t, id, r.GetToken(), "cat", "/workspace/hibernate.txt"); out.Stdout != "kept\n" {
+		t.Errorf("after hibernate and resume: /workspace/hibernate.txt = %q, want \"kept\\n\"", out.Stdout)
+	}
+	// The lease manager's reaper runs on the elected replica: this one,
+	// named by its instance id in the coordination.k8s.io Lease.
+	leader, err := rt.LeaderOf(ctx, kubernetes.DefaultLeaderLease)
+	if err != nil || leader == "" {
+		t.Errorf("leader of %s: %q, %v; want this orchestrator", kubernetes.DefaultLeaderLease, leader, err)
+	} else {
+		t.Logf("elected: %s", leader)
+	}
 	a.mustRelease(t, id)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if _, err := rt.Get(ctx, pod); errdefs.IsNotFound(err) {

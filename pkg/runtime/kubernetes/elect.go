@@ -92,3 +92,16 @@ func (r *Runtime) RunElected(ctx context.Context, e Election, lead func(ctx cont
 func (r *Runtime) RunLeader(ctx context.Context, identity string, lead func(ctx context.Context)) error {
 	return r.RunElected(ctx, Election{Identity: identity, Release: true}, lead)
 }
+
+// LeaderOf returns the replica holding the election Lease named lease
+// ("" when nobody does).
+func (r *Runtime) LeaderOf(ctx context.Context, lease string) (string, error) {
+	l, err := r.cs.CoordinationV1().Leases(r.cfg.Namespace).Get(ctx, lease, metav1.GetOptions{})
+	if err != nil {
+		return "", r.apiErr(err, "get lease", lease)
+	}
+	if l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *l.Spec.HolderIdentity, nil
+}
