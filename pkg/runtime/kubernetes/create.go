@@ -55,10 +55,18 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	}
 	// The workspace claim; one left by a Create of this lease that failed
 	// half-way is used again.
-	claim := r.buildClaim(pod.ObjectMeta, res)
-	if _, err := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace).Create(dctx, claim, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		_ = r.deleteSecret(dctx, secret.Name)
-		return runtime.Sandbox{}, r.apiErr(err, "create persistentvolumeclaim", claim.Name)
+	claims := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace)
+	claim, err := claims.Create(dctx, r.buildClaim(pod.ObjectMeta, res), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		claim, err = claims.Get(dctx, claimName(pod.Name), metav1.GetOptions{})
+	}
+	if err != nil {
+		_ = errors.Join(r.deleteSecret(dctx, secret.Name), r.deleteClaim(dctx, claimName(pod.Name)))
+		return runtime.Sandbox{}, r.apiErr(err, "create persistentvolumeclaim", claimName(pod.Name))
+	}
+	if err := r.waitBound(ctx, claim); err != nil {
+		_ = errors.Join(r.deleteSecret(dctx, secret.Name), r.deleteClaim(dctx, claim.Name))
+		return runtime.Sandbox{}, c.Err(err)
 	}
 	created, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Create(dctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {

@@ -88,6 +88,9 @@ type Runtime struct {
 	health runtime.HealthProber
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
+	// classes caches whether a StorageClass binds claims at once (claim.go).
+	classMu sync.Mutex
+	classes map[string]bool
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -148,7 +151,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, errdefs.InvalidArgument("kubeconfig", "%v", err)
 	}
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Runtime{cfg: cfg, cs: cs, host: rc.Host, log: cfg.Logger, health: runtime.NewHealthProber(), stop: stop}
+	r := &Runtime{cfg: cfg, cs: cs, host: rc.Host, log: cfg.Logger, health: runtime.NewHealthProber(), stop: stop, classes: map[string]bool{}}
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.reconcileLoop(bg) }()
 	return r, nil

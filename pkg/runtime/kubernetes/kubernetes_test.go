@@ -215,3 +215,30 @@ func TestLimitations(t *testing.T) {
 		t.Fatalf("Limitations = %v (implemented: %v), want [%s]", lim, ok, conformance.LimitPids)
 	}
 }
+
+// /workspace is the sandbox's claim: named after the Pod, its labels, the
+// disk limit as its size (else DefaultWorkspaceSize), the configured
+// StorageClass (none: the cluster's default).
+func TestBuildClaim(t *testing.T) {
+	r := &Runtime{cfg: Config{Namespace: "ns", InstanceID: "inst"}}
+	spec := runtime.Spec{LeaseID: "l1", ConversationID: "c", Image: "img:1", AgentToken: "tok"}
+	_, pod := r.buildObjects(spec, runtime.Resources{})
+	var claimRef string
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == workspaceVolume && v.PersistentVolumeClaim != nil {
+			claimRef = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	c := r.buildClaim(pod.ObjectMeta, runtime.Resources{})
+	if claimRef != c.Name || c.Name != "berth-l1-workspace" || c.Namespace != "ns" || c.Labels[LabelSandbox] != pod.Name {
+		t.Fatalf("claim %s/%s labels %v; pod's claim %q", c.Namespace, c.Name, c.Labels, claimRef)
+	}
+	if got := c.Spec.Resources.Requests[corev1.ResourceStorage]; got.Value() != DefaultWorkspaceSize || c.Spec.StorageClassName != nil {
+		t.Errorf("default claim: size %s class %v", got.String(), c.Spec.StorageClassName)
+	}
+	r.cfg.StorageClass = "fast"
+	c = r.buildClaim(pod.ObjectMeta, runtime.Resources{DiskBytes: 5 << 30})
+	if got := c.Spec.Resources.Requests[corev1.ResourceStorage]; got.Value() != 5<<30 || c.Spec.StorageClassName == nil || *c.Spec.StorageClassName != "fast" {
+		t.Errorf("claim: size %s class %v", got.String(), c.Spec.StorageClassName)
+	}
+}

@@ -15,10 +15,10 @@ import (
 // Restart brings an exited sandbox back. A Pod cannot start again once its
 // container ended (restartPolicy Never, so that an exit is reported as one
 // rather than hidden by the kubelet's restarts): Restart replaces the Pod
-// by one with the same name, spec, labels and Secret, so the sandbox keeps
-// its id and token; its address changes, and its files do not survive
-// (the Pod's emptyDir volumes go with it; a persistent workspace needs a
-// PersistentVolumeClaim). A running sandbox is only waited for.
+// by one with the same name, spec, labels, Secret and workspace claim, so
+// the sandbox keeps its id, token and the files of /workspace; its address
+// changes (files outside /workspace go with the old container). A running
+// sandbox is only waited for.
 func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ReadyTimeout)
 	defer cancel()
