@@ -35,3 +35,25 @@ func TestElectorOf(t *testing.T) {
 		t.Fatalf("elect: err %v, led %v, identity %q", err, led, rt.identity)
 	}
 }
+
+// sharingRT is a runtime whose replicas share the token secret.
+type sharingRT struct {
+	runtime.Runtime
+	secret []byte
+}
+
+func (s *sharingRT) SharedSecret(context.Context, int) ([]byte, error) { return s.secret, nil }
+
+// The token secret comes from a runtime that shares it, else from the data
+// directory.
+func TestLoadSecret(t *testing.T) {
+	shared := []byte("0123456789abcdef0123456789abcdef")
+	got, err := loadSecret(context.Background(), Config{DataDir: t.TempDir()}, &sharingRT{secret: shared})
+	if err != nil || string(got) != string(shared) {
+		t.Fatalf("shared: %q, %v", got, err)
+	}
+	got, err = loadSecret(context.Background(), Config{DataDir: t.TempDir()}, struct{ runtime.Runtime }{})
+	if err != nil || len(got) < 16 || string(got) == string(shared) {
+		t.Fatalf("file: %d bytes, %v", len(got), err)
+	}
+}

@@ -69,6 +69,21 @@ type Server struct {
 	own map[string]bool
 }
 
+// secretSharer is a runtime whose replicas share the secret that signs
+// lease tokens (the Kubernetes backend: a Secret of its namespace).
+type secretSharer interface {
+	SharedSecret(ctx context.Context, minLen int) ([]byte, error)
+}
+
+// loadSecret returns the secret that signs lease tokens: the one rt shares
+// among replicas, else the data directory's file (made on first start).
+func loadSecret(ctx context.Context, cfg Config, rt runtime.Runtime) ([]byte, error) {
+	if ss, ok := rt.(secretSharer); ok {
+		return ss.SharedSecret(ctx, lease.MinSecretLen)
+	}
+	return lease.LoadOrCreateSecret(filepath.Join(cfg.DataDir, lease.SecretFileName))
+}
+
 // leaderRunner is a runtime whose replicas elect one of them to run expiry
 // and reaping (the Kubernetes backend: kubernetes.Runtime.RunLeader).
 type leaderRunner interface {
@@ -98,7 +113,7 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("orchestrator: data dir: %w", err)
 	}
-	secret, err := lease.LoadOrCreateSecret(filepath.Join(cfg.DataDir, lease.SecretFileName))
+	secret, err := loadSecret(ctx, cfg, rt)
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: secret: %w", err)
 	}
