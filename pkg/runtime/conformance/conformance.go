@@ -21,6 +21,8 @@
 // A check whose optional input was not given (Images.Shell, Images.BadUser,
 // WithKill, WithUnmanaged) skips, or fails when BERTH_REQUIRE_DOCKER=1 (see
 // internal/testsupport/testenv): every caller in this repository gives them all.
+// A backend that cannot keep a promise on its platform declares it
+// (Limited, limitations.go): exactly that promise's checks are left out.
 package conformance
 
 import (
