@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime/docker"
 	"github.com/berth-dev/berth/pkg/runtime/kubernetes"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 )
 
 // Runtime is a container backend that holds a client to close.
@@ -61,6 +62,9 @@ func New(ctx context.Context, cfg orchestrator.Config, log *slog.Logger) (Runtim
 		prepareContainerd(ctx, c, cfg, log)
 		rt = c
 	case "kubernetes":
+		// client-go logs (leader election, watches) through klog: send
+		// them to the orchestrator's log rather than raw to stderr.
+		klog.SetSlogLogger(log.With("component", "client-go"))
 		k, err := kubernetes.New(ctx, kubernetesConfig(cfg, log))
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes runtime: %w", err)
@@ -105,7 +109,7 @@ func kubernetesConfig(cfg orchestrator.Config, log *slog.Logger) kubernetes.Conf
 	return kubernetes.Config{
 		Kubeconfig: cfg.Kubeconfig, Namespace: cfg.KubernetesNamespace, NodeName: cfg.KubernetesNode,
 		AgentImage: cfg.KubernetesAgentImage, AgentImagePullPolicy: pull, ImagePullPolicy: pull,
-		StorageClass: cfg.KubernetesStorageClass,
+		StorageClass:  cfg.KubernetesStorageClass,
 		NetworkPolicy: true, DefaultResources: cfg.DefaultResources(),
 		Logger: log.With("component", "kubernetes"),
 	}
