@@ -61,7 +61,19 @@ func TestDashboard(t *testing.T) {
 		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.scrollTo(0, 0), true`)); err != nil {
 			t.Fatal(err)
 		}
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // PNG
+		// The terminal card alone, as the viewport shows it: a full-page
+		// capture resizes the viewport, which makes xterm refit and
+		// repaint after the capture (a blank terminal in the picture).
+		var png []byte
+		var err error
+		if name == "terminal" {
+			if _, err = chromedp.Run(ctx, chromedp.ScrollIntoView(chromedp.ID("t-box"))); err == nil {
+				time.Sleep(300 * time.Millisecond)
+				png, err = chromedp.Run(ctx, chromedp.Screenshot(chromedp.ID("t-box")))
+			}
+		} else {
+			png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100)) // PNG
+		}
 		if err != nil {
 			t.Fatalf("screenshot %s: %v", name, err)
 		}
