@@ -37,19 +37,25 @@ func (s *suite) testStatsLogs(t *testing.T) {
 		}
 	}
 	if okLogs {
-		var lines []runtime.LogLine
-		if err := ls.StreamLogs(ctx, sb.ID, runtime.LogOptions{}, func(l runtime.LogLine) error {
-			lines = append(lines, l)
-			return nil
-		}); err != nil {
-			t.Fatalf("StreamLogs: %v", err)
-		}
+		// The engine copies a container's output to its log asynchronously:
+		// a line written just before the agent answered health may reach
+		// the log a moment later, so read until it is there (bounded).
 		var all strings.Builder
-		for _, l := range lines {
-			all.WriteString(l.Stream + " " + l.Text + "\n")
-		}
-		if !strings.Contains(all.String(), "agent serving") {
-			t.Errorf("StreamLogs lacks the agent's log:\n%s", all.String())
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			all.Reset()
+			if err := ls.StreamLogs(ctx, sb.ID, runtime.LogOptions{}, func(l runtime.LogLine) error {
+				all.WriteString(l.Stream + " " + l.Text + "\n")
+				return nil
+			}); err != nil {
+				t.Fatalf("StreamLogs: %v", err)
+			}
+			if strings.Contains(all.String(), "agent serving") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("StreamLogs lacks the agent's log after 10s:\n%s", all.String())
+				break
+			}
 		}
 		n := 0
 		if err := ls.StreamLogs(ctx, sb.ID, runtime.LogOptions{Tail: 1}, func(runtime.LogLine) error { n++; return nil }); err != nil || n != 1 {
