@@ -289,14 +289,22 @@ func NewDNS(t testing.TB) *DNS {
 		}
 		_ = w.WriteMsg(m)
 	})
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tl, err := net.Listen("tcp4", pc.LocalAddr().String())
-	if err != nil {
+	// One port for UDP and TCP: the kernel picks a free UDP port, whose
+	// TCP twin may be taken by another process; then try another.
+	var pc net.PacketConn
+	var tl net.Listener
+	for attempt := 0; ; attempt++ {
+		var err error
+		if pc, err = net.ListenPacket("udp4", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		if tl, err = net.Listen("tcp4", pc.LocalAddr().String()); err == nil {
+			break
+		}
 		pc.Close()
-		t.Fatal(err)
+		if attempt == 20 {
+			t.Fatal(err)
+		}
 	}
 	us := &dns.Server{PacketConn: pc, Handler: h}
 	ts := &dns.Server{Listener: tl, Handler: h}
