@@ -338,6 +338,13 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 		}
 		e := m.byConv[convKey(req.Owner, req.ConversationID)]
 		switch {
+		case e != nil && e.l.State == StatePending && e.call == nil && m.shared != nil:
+			// Another replica is creating it (replicas.go): wait, look again.
+			id := e.l.ID
+			m.mu.Unlock()
+			if err = m.awaitRemotePending(ctx, id); err == nil {
+				continue
+			}
 		case e != nil && e.l.State == StatePending:
 			l, err = m.joinPending(ctx, e)
 		case e != nil && e.l.State == StatePaused:
@@ -350,6 +357,13 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 			if l, ok = m.existing(e); !ok {
 				continue // it had expired: look again
 			}
+		case m.shared != nil: // no live lease here; maybe on another replica (replicas.go)
+			m.mu.Unlock()
+			var retry bool
+			if l, retry, err = m.acquireShared(ctx, req); retry && err == nil {
+				continue // the conversation is another lease's: join it
+			}
+			created = err == nil
 		default: // no live lease
 			l, err = m.startCreate(ctx, req)
 			created = err == nil
@@ -398,6 +412,14 @@ func (m *Manager) existing(e *entry) (Lease, bool) {
 // the store), starts the sandbox's creation in the background and waits for
 // it. Called with m.mu held; it releases m.mu.
 func (m *Manager) startCreate(ctx context.Context, req AcquireRequest) (Lease, error) {
+	return m.startCreateID(ctx, req, "")
+}
+
+// startCreateID is startCreate for the lease id id ("": a new one, or a
+// warm pool's). With a SharedStore the id is the one the conversation's
+// lock names, and no pool is claimed from (a claim brings its own id).
+// Called with m.mu held; it releases m.mu.
+func (m *Manager) startCreateID(ctx context.Context, req AcquireRequest, id string) (Lease, error) {
 	if err := m.checkLiveLimitsLocked(req); err != nil {
 		m.mu.Unlock()
 		return Lease{}, err
@@ -408,12 +430,12 @@ func (m *Manager) startCreate(ctx context.Context, req AcquireRequest) (Lease, e
 	}
 	// A warm pool's sandbox, when one matches (pool.go).
 	var c *claim
-	if p := m.poolForLocked(req); p != nil && !req.Persist && len(req.Mounts) == 0 { // pooled sandboxes mount nothing
+	if p := m.poolForLocked(req); p != nil && id == "" && !req.Persist && len(req.Mounts) == 0 { // pooled sandboxes mount nothing
 		if mb, ok := m.takeLocked(p); ok {
 			c = &claim{pool: p.cfg.Name, m: mb}
 		}
 	}
-	e := m.addPendingLocked(req, c)
+	e := m.addPendingLocked(req, c, id)
 	m.startConfigureLocked(ctx, c, e.l.ID, req) // pool.go
 	l, rev := e.snapshot()
 	runCtx, call := m.runCtx, e.call // create clears e.call when it is done
@@ -459,9 +481,11 @@ func (m *Manager) checkLiveLimitsLocked(req AcquireRequest) error {
 
 // addPendingLocked records a new PENDING lease for req, with its creation
 // call, as its conversation's lease. Called with m.mu held.
-func (m *Manager) addPendingLocked(req AcquireRequest, c *claim) *entry {
+func (m *Manager) addPendingLocked(req AcquireRequest, c *claim, id string) *entry {
 	now := m.now()
-	id := newID(now)
+	if id == "" {
+		id = newID(now)
+	}
 	if c != nil {
 		id = c.m.id // the pooled sandbox's labels name this id
 	}
@@ -471,6 +495,7 @@ func (m *Manager) addPendingLocked(req AcquireRequest, c *claim) *entry {
 			ID:             id,
 			ConversationID: req.ConversationID,
 			Owner:          req.Owner,
+			Instance:       m.cfg.InstanceID,
 			Labels:         req.Labels,
 			Image:          req.Image,
 			User:           req.User,

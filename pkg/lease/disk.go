@@ -69,7 +69,7 @@ func (m *Manager) diskPass(ctx context.Context, sem chan struct{}) {
 	m.mu.Lock()
 	for _, e := range m.leases {
 		if e.l.State == StateReady && e.l.Resources.DiskBytes > 0 && e.l.ContainerID != "" &&
-			!e.disk.measuring && !now.Before(e.disk.next) {
+			!e.disk.measuring && !now.Before(e.disk.next) && m.homeLocked(e) {
 			due = append(due, e)
 		}
 	}

@@ -332,6 +332,12 @@ type Manager struct {
 	log   *slog.Logger
 	rt    Runtime
 	store Store
+	// shared is store when it is a SharedStore (several replicas, one
+	// fleet: replicas.go); nil otherwise.
+	shared SharedStore
+	// leading is set while this replica runs the reaper (always without
+	// Config.Elect).
+	leading atomic.Bool
 
 	mu     sync.Mutex
 	leases map[string]*entry // every record, live and ended
@@ -440,6 +446,12 @@ func New(cfg Config) (*Manager, error) {
 		persisted:   map[string]uint64{},
 		cleanQ:      make(chan string, 4096),
 	}
+	if ss, ok := cfg.Store.(SharedStore); ok {
+		if len(cfg.Pools) > 0 {
+			return nil, errdefs.InvalidArgument("pools", "warm pools are not supported with a lease store shared by several replicas (a claim brings its own lease id, which the conversation lock cannot name)")
+		}
+		m.shared = ss
+	}
 	if err := m.initPools(); err != nil { // pool.go
 		return nil, err
 	}
@@ -479,6 +491,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.runCtx, m.cancel = runCtx, cancel
 	m.mu.Unlock()
 	m.goBackground(func() { m.runReaper(runCtx) }) // reaper.go: Config.Elect
+	if m.shared != nil {                           // replicas.go
+		m.goBackground(func() { m.subscribeShared(runCtx) })
+		m.goBackground(func() { m.flushActivityLoop(runCtx) })
+	}
 	m.goBackground(func() { m.watchLoop(runCtx) })
 	m.startReconciledRestarts(runCtx)
 	m.goBackground(func() { m.diskLoop(runCtx) })
@@ -618,6 +634,9 @@ func (m *Manager) transitionLocked(e *entry, to State, reason string) error {
 	if to.Ended() {
 		close(e.ended)
 		e.l.Env = nil // no longer needed, and it may be large or secret
+	}
+	if holdsConversation(from) && !holdsConversation(to) {
+		m.unlockConversation(e.l.Owner, e.l.ConversationID, e.l.ID) // replicas.go
 	}
 	m.log.Info("lease transition", "lease_id", e.l.ID, "conversation_id", e.l.ConversationID, "container_id", e.l.ContainerID,
 		"from", from.String(), "state", to.String(), "reason", reason)

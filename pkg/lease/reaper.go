@@ -12,12 +12,15 @@ import (
 // only while this replica is the elected one.
 func (m *Manager) runReaper(ctx context.Context) {
 	if m.cfg.Elect == nil {
+		m.leading.Store(true)
 		m.reapLoop(ctx)
 		return
 	}
 	lead := func(ctx context.Context) {
 		m.log.Info("elected: this replica runs expiry and reaping")
+		m.leading.Store(true)
 		m.reapLoop(ctx)
+		m.leading.Store(false)
 		m.log.Info("no longer elected: expiry and reaping stopped here")
 	}
 	if err := m.cfg.Elect(ctx, lead); err != nil && ctx.Err() == nil {

@@ -69,6 +69,9 @@ func (m *Manager) reconcile(ctx context.Context) error {
 
 	m.mu.Lock()
 	for _, e := range m.leases {
+		if !m.homeLocked(e) {
+			continue // another replica's (replicas.go)
+		}
 		switch e.l.State {
 		case StateReady:
 			if e.l.Claiming { // written during a warm claim (pool.go)
@@ -178,6 +181,8 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	m.mu.Lock()
 	for id, e := range m.leases {
 		switch {
+		case !m.homeLocked(e):
+			continue // another replica's (replicas.go)
 		case failed[id]:
 			// left for the reaper (RELEASING or ended and uncleaned)
 		case m.keptLocked(e, m.now()):
@@ -317,7 +322,7 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 				}
 			}
 		}
-		if e == nil || e.l.State != StateReady || e.l.ContainerID != ev.ID {
+		if e == nil || e.l.State != StateReady || e.l.ContainerID != ev.ID || !m.homeLocked(e) {
 			return nil
 		}
 		return e
@@ -328,6 +333,9 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 	if e == nil {
 		return
 	}
+	// Another replica may have released or expired it (and removed its
+	// sandbox) with the feed still on its way (replicas.go).
+	m.refreshShared(ev.LeaseID)
 	reason, after := ReasonRemovedOutside, ""
 	if ev.Kind == runtime.EventDied {
 		oom := false
@@ -395,6 +403,9 @@ func (m *Manager) resync(ctx context.Context) {
 	var fixes []pauseFix
 	m.mu.Lock()
 	for _, e := range m.leases {
+		if !m.homeLocked(e) {
+			continue // its home replica resyncs it (replicas.go)
+		}
 		if e.l.State == StatePaused {
 			if e.pause != nil || e.readySeq > seq {
 				continue // pausing or resuming, or paused after the list

@@ -181,6 +181,12 @@ type Lease struct {
 	// restart finding it asks the agent whether Configure happened and
 	// fails the lease when it did not (or cannot tell). Never set in memory.
 	Claiming bool `json:"claiming,omitempty"`
+	// Instance is the orchestrator instance that created the lease (its
+	// home): with a SharedStore, only the home replica acts on its
+	// sandbox's runtime events, restarts it and reconciles it; every
+	// replica serves it. "" in records written before it existed (home
+	// everywhere).
+	Instance string `json:"instance,omitempty"`
 	// ContainerID is the runtime's id of the sandbox, once created.
 	ContainerID string `json:"container_id,omitempty"`
 	// Endpoint is the agent's host:port, reachable from the orchestrator's host.

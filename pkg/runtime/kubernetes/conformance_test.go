@@ -18,46 +18,34 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/runtime/conformance"
 	k8s "github.com/berth-dev/berth/pkg/runtime/kubernetes"
 )
 
-// The cluster tests run only with BERTH_K8S=1, against the cluster of
+// The cluster tests run with BERTH_K8S=1, against the cluster of
 // `make k8s-up` (or the one $BERTH_K8S_DIR describes: admin.kubeconfig,
 // berth.kubeconfig): the runtime under test uses the orchestrator's
 // ServiceAccount (deploy/kubernetes), the hooks (kill, unmanaged Pods) the
-// admin's kubeconfig and the node's containerd socket. They are not part
-// of `make test` yet; see docs/kubernetes.md.
+// admin's kubeconfig and the node's containerd socket. `make test` sets
+// BERTH_K8S=1 and brings the cluster up when it is not running
+// (scripts/k8s/test.sh; docs/kubernetes.md). Without BERTH_K8S they skip,
+// or fail under BERTH_REQUIRE_DOCKER=1 (CI); BERTH_K8S=0 and -short are a
+// run's own choice: a plain skip.
 const (
-	enableEnv = "BERTH_K8S"
-	nodeName  = "localhost"
-	nodeSock  = "/run/berth-k8s/containerd.sock"
+	nodeName = "localhost"
+	nodeSock = "/run/berth-k8s/containerd.sock"
 )
 
-// clusterDir returns the directory of make k8s-up's kubeconfigs.
-func clusterDir(t *testing.T) string {
-	if d := os.Getenv("BERTH_K8S_DIR"); d != "" {
-		return d
-	}
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(filepath.Dir(strings.TrimSpace(string(out))), ".berth", "k8s")
-}
-
-// needCluster skips unless BERTH_K8S=1 (a plain skip: CI does not run
-// these yet), and returns the admin client and the cluster's directory.
+// needCluster skips unless BERTH_K8S=1 (see above), and returns the admin
+// client and the cluster's directory.
 func needCluster(t *testing.T) (*kubernetes.Clientset, string) {
 	t.Helper()
-	if os.Getenv(enableEnv) != "1" {
-		t.Skipf("set %s=1 (after make k8s-up) to run the Kubernetes cluster tests", enableEnv)
-	}
-	dir := clusterDir(t)
+	dir := testenv.K8sDir(t)
 	rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "admin.kubeconfig"))
 	if err != nil {
-		t.Fatalf("admin kubeconfig (make k8s-up): %v", err)
+		t.Fatalf("admin kubeconfig (make k8s-up; %s=1 needs the test cluster): %v", testenv.K8sEnv, err)
 	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {

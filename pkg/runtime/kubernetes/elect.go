@@ -90,7 +90,8 @@ func (r *Runtime) RunElected(ctx context.Context, e Election, lead func(ctx cont
 // replica (its instance id). It is the lease manager's Config.Elect: expiry
 // and reaping run on one replica at a time.
 func (r *Runtime) RunLeader(ctx context.Context, identity string, lead func(ctx context.Context)) error {
-	return r.RunElected(ctx, Election{Identity: identity, Release: true}, lead)
+	return r.RunElected(ctx, Election{Lease: r.cfg.LeaderLease, Identity: identity, LeaseDuration: r.cfg.LeaderLeaseDuration,
+		RenewDeadline: r.cfg.LeaderLeaseDuration * 2 / 3, RetryPeriod: r.cfg.LeaderLeaseDuration / 7, Release: true}, lead)
 }
 
 // LeaderOf returns the replica holding the election Lease named lease
@@ -104,4 +105,14 @@ func (r *Runtime) LeaderOf(ctx context.Context, lease string) (string, error) {
 		return "", nil
 	}
 	return *l.Spec.HolderIdentity, nil
+}
+
+// LeaderLeaseOf is the name of the coordination.k8s.io Lease the replicas
+// of fleet elect their leader with: DefaultLeaderLease for the fleet
+// "default" (or ""), else DefaultLeaderLease + "-" + fleet.
+func LeaderLeaseOf(fleet string) string {
+	if fleet == "" || fleet == "default" {
+		return DefaultLeaderLease
+	}
+	return DefaultLeaderLease + "-" + fleet
 }

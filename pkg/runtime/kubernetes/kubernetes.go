@@ -73,6 +73,12 @@ type Config struct {
 	// OrphanAge is how old a Secret berth created for a sandbox must be
 	// before reconciliation removes it when its Pod is gone. Default 2m.
 	OrphanAge time.Duration
+	// LeaderLease names the coordination.k8s.io Lease RunLeader elects
+	// over. Default DefaultLeaderLease (LeaderLeaseOf a fleet).
+	LeaderLease string
+	// LeaderLeaseDuration is that Lease's duration; RunLeader renews it
+	// within two thirds of it and retries every seventh. Default 15s.
+	LeaderLeaseDuration time.Duration
 	// REST, when set, is used instead of Kubeconfig (tests).
 	REST *rest.Config
 	// Logger receives the backend's logs. Default slog.Default().
@@ -83,6 +89,7 @@ type Config struct {
 type Runtime struct {
 	cfg    Config
 	cs     kubernetes.Interface
+	rest   *rest.Config
 	host   string
 	log    *slog.Logger
 	health runtime.HealthProber
@@ -143,6 +150,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = runtime.DefaultReadyTimeout
 	}
+	if cfg.LeaderLease == "" {
+		cfg.LeaderLease = DefaultLeaderLease
+	}
+	if cfg.LeaderLeaseDuration <= 0 {
+		cfg.LeaderLeaseDuration = 15 * time.Second
+	}
 	if cfg.OrphanAge <= 0 {
 		cfg.OrphanAge = 2 * time.Minute
 	}
@@ -151,7 +164,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, errdefs.InvalidArgument("kubeconfig", "%v", err)
 	}
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Runtime{cfg: cfg, cs: cs, host: rc.Host, log: cfg.Logger, health: runtime.NewHealthProber(), stop: stop, classes: map[string]bool{}}
+	r := &Runtime{cfg: cfg, cs: cs, rest: rc, host: rc.Host, log: cfg.Logger, health: runtime.NewHealthProber(), stop: stop, classes: map[string]bool{}}
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.reconcileLoop(bg) }()
 	return r, nil
@@ -167,6 +180,10 @@ func (r *Runtime) Close() error {
 
 // Namespace returns the namespace of the sandboxes.
 func (r *Runtime) Namespace() string { return r.cfg.Namespace }
+
+// RESTConfig returns a copy of the client configuration the backend uses
+// (the lease store of several replicas talks to the same API server).
+func (r *Runtime) RESTConfig() *rest.Config { return rest.CopyConfig(r.rest) }
 
 // backend is what the shared Create logic knows of this backend.
 func (r *Runtime) backend() runtime.Backend {
