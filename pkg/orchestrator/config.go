@@ -26,6 +26,27 @@ type Config struct {
 	// Runtime selects the container backend: "docker", "containerd" or
 	// "kubernetes". Default "docker".
 	Runtime string
+	// InstanceID names this orchestrator (its sandboxes' instance label,
+	// the home of the leases it creates, its leader-election identity).
+	// Default "": the id kept in DataDir (created on first start). Set it
+	// when the data directory does not outlive the process (a replica on
+	// Kubernetes: use the StatefulSet's Pod name) so a restarted replica
+	// takes its leases back.
+	InstanceID string
+	// LeaseStore is where lease records live: "local" (the bbolt file in
+	// DataDir), "cluster" (BerthLease objects of the Kubernetes
+	// namespace, shared by every replica: docs/kubernetes.md) or "" (the
+	// default: cluster on the kubernetes runtime, local otherwise).
+	LeaseStore string
+	// Fleet names the replicas that serve one set of leases with the
+	// cluster lease store: replicas of one fleet share leases, a leader
+	// and conversation locks; two fleets in one namespace see nothing of
+	// each other. Default "default".
+	Fleet string
+	// LeaderLeaseDuration is how long the elected replica's
+	// coordination.k8s.io Lease lasts without renewal: the longest a dead
+	// leader delays expiry and reaping. Default 15s.
+	LeaderLeaseDuration Duration
 	// Kubeconfig is the kubeconfig file of the Kubernetes backend; ""
 	// means the in-cluster configuration. Default "".
 	Kubeconfig string
@@ -385,6 +406,16 @@ func (c Config) Validate() error {
 	switch {
 	case c.Runtime != "docker" && c.Runtime != "containerd" && c.Runtime != "kubernetes":
 		return fmt.Errorf("runtime %q is not supported (supported: docker, containerd, kubernetes)", c.Runtime)
+	case c.LeaseStore != "" && c.LeaseStore != "local" && c.LeaseStore != "cluster":
+		return fmt.Errorf("lease store must be local or cluster, got %q", c.LeaseStore)
+	case c.LeaseStore == "cluster" && c.Runtime != "kubernetes":
+		return fmt.Errorf("lease store cluster needs the kubernetes runtime (runtime is %q)", c.Runtime)
+	case c.Fleet != "" && !validInstanceID(c.Fleet):
+		return fmt.Errorf("fleet %q: want 1-63 characters of [a-z0-9-], starting and ending with a letter or digit", c.Fleet)
+	case c.LeaderLeaseDuration < 0 || (c.LeaderLeaseDuration > 0 && c.LeaderLeaseDuration < Duration(2*time.Second)):
+		return fmt.Errorf("leader lease duration must be at least 2s, got %s", time.Duration(c.LeaderLeaseDuration))
+	case c.InstanceID != "" && !validInstanceID(c.InstanceID):
+		return fmt.Errorf("instance id %q: want 1-63 characters of [a-z0-9-], starting and ending with a letter or digit", c.InstanceID)
 	case c.KubernetesPullPolicy != "" && c.KubernetesPullPolicy != "IfNotPresent" && c.KubernetesPullPolicy != "Always" && c.KubernetesPullPolicy != "Never":
 		return fmt.Errorf("kubernetes pull policy must be IfNotPresent, Always or Never, got %q", c.KubernetesPullPolicy)
 	case c.Runtime == "docker" && c.AgentInjection != "copy" && c.AgentInjection != "volume":

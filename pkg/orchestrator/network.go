@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -106,6 +107,16 @@ func (c Config) networkCeiling() lease.NetworkCeiling {
 // enforce (logged once; an error when an operator ceiling is set).
 func newEgress(cfg Config, instance string, met *egress.Metrics, log *slog.Logger) (*egress.Enforcer, error) {
 	if cfg.Egress == "off" {
+		return nil, nil
+	}
+	if cfg.Runtime == "kubernetes" {
+		// The enforcer programs this host's iptables for sandboxes on it;
+		// Pods run on the cluster's nodes, isolated by NetworkPolicy
+		// objects (docs/kubernetes.md).
+		if cfg.Egress == "required" || cfg.networkCeiling().Bounded() {
+			return nil, errors.New("orchestrator: per-lease network policies (egress required, max-network-mode, network-always-deny, network-allow-ceiling) are not enforced on the kubernetes runtime: its isolation is NetworkPolicy objects")
+		}
+		log.Info("per-lease network policies are not enforced on the kubernetes runtime: only mode open without a deny list is accepted; sandboxes are isolated by NetworkPolicy objects")
 		return nil, nil
 	}
 	e, err := egress.New(egress.Config{InstanceID: instance, Upstreams: cfg.EgressUpstreams, Metrics: met, Logger: log})

@@ -44,7 +44,7 @@ import (
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
-	store   *lease.BoltStore
+	store   leaseStore
 	manager *lease.Manager
 	auth    *authenticator
 	// egress enforces network policies; nil when it does not (network.go).
@@ -117,11 +117,11 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: secret: %w", err)
 	}
-	instance, err := loadOrCreateInstanceID(filepath.Join(cfg.DataDir, instanceFile))
+	instance, err := instanceID(cfg) // store.go
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: instance id: %w", err)
 	}
-	store, err := lease.OpenBolt(filepath.Join(cfg.DataDir, lease.DBFileName))
+	store, err := openStore(ctx, cfg, rt, instance, log)
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: lease store: %w", err)
 	}

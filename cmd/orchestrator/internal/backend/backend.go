@@ -111,6 +111,7 @@ func kubernetesConfig(cfg orchestrator.Config, log *slog.Logger) kubernetes.Conf
 		AgentImage: cfg.KubernetesAgentImage, AgentImagePullPolicy: pull, ImagePullPolicy: pull,
 		StorageClass:  cfg.KubernetesStorageClass,
 		NetworkPolicy: true, DefaultResources: cfg.DefaultResources(),
+		LeaderLease: kubernetes.LeaderLeaseOf(cfg.Fleet), LeaderLeaseDuration: time.Duration(cfg.LeaderLeaseDuration),
 		Logger: log.With("component", "kubernetes"),
 	}
 }

@@ -739,7 +739,10 @@
     if (t) {
       window.removeEventListener('resize', t.onWinResize);
       if (t.ws) t.ws.close(1000, 'detached');
-      t.term.dispose();
+      // A dispose that throws (xterm in the middle of a render) must not
+      // leave the card half closed: the box, the buttons and the note
+      // below are reset whatever xterm does.
+      try { t.term.dispose(); } catch (e) { console.warn('terminal dispose', e); }
     }
     $('t-box').replaceChildren();
     $('t-box').hidden = true;
