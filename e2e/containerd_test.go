@@ -21,7 +21,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -41,7 +40,6 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/runtime/containerd"
 	"github.com/berth-dev/berth/pkg/workspace"
-	"github.com/berth-dev/berth/pkg/workspace/conformance"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
@@ -789,54 +787,17 @@ func TestContainerdWorkspaceConformance(t *testing.T) {
 	remoteID, remoteTok := r.GetLease().GetId(), r.GetToken()
 	t.Run("Remote-grpc", func(t *testing.T) {
 		t.Parallel()
-		var n atomic.Int32
-		conformance.Run(t, func(t *testing.T) workspace.Workspace {
-			root := path.Join("/workspace", fmt.Sprintf("ct-%02d", n.Add(1)))
-			o.mustProxyExec(t, remoteID, remoteTok, "mkdir", root)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			ws, err := workspace.NewRemote(ctx, workspace.RemoteConfig{
-				Target: "http://" + o.addr, Token: remoteTok, LeaseID: remoteID, Transport: workspace.TransportGRPC, Root: root, Logger: log,
-			})
-			if err != nil {
-				t.Fatalf("NewRemote(grpc via the proxy): %v", err)
-			}
-			t.Cleanup(func() { _ = ws.Close() })
-			return ws
-		})
+		runRemoteConformance(t, o.api, remoteID, remoteTok, workspace.TransportGRPC, log)
 	})
 	t.Run("Leased-grpc", func(t *testing.T) {
 		t.Parallel()
-		var n atomic.Int32
-		conformance.Run(t, func(t *testing.T) workspace.Workspace {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			conv := fmt.Sprintf("c-ctrd-ws-leased-%02d", n.Add(1))
-			ws, err := workspace.NewLeased(ctx, workspace.LeasedConfig{
-				OrchestratorAddr: "http://" + o.addr, Token: operatorToken, ConversationID: conv,
-				Image: image, TTL: 10 * time.Minute, Transport: workspace.TransportGRPC, Logger: log,
-			})
-			if err != nil {
-				t.Fatalf("NewLeased(%s): %v", conv, err)
-			}
-			leased.Add(1)
-			info := ws.Lease()
-			cid := containerd.ContainerID(info.ID)
-			env.track(cid)
-			if !info.Created || info.ID == "" || info.Token == "" {
-				t.Fatalf("NewLeased(%s): lease %+v, want a new lease with a token", conv, info)
-			}
-			t.Cleanup(func() {
-				if err := ws.Close(); err != nil {
-					t.Errorf("Close of the leased workspace: %v", err)
-				}
-				if l := o.mustGet(t, info.ID); l.GetState() != orchv1.LeaseState_LEASE_STATE_RELEASED {
-					t.Errorf("lease %s after Close: %s, want RELEASED", info.ID, l.GetState())
-				} else {
-					requireCtrdGone(t, rt, info.ID, l.GetContainerId())
-				}
-			})
-			return ws
+		runLeasedConformance(t, o.api, leasedRun{
+			ConvPrefix: "c-ctrd-ws-leased", Image: image, Transport: workspace.TransportGRPC, Log: log,
+			Created: func(_ *testing.T, info workspace.LeaseInfo) {
+				leased.Add(1)
+				env.track(containerd.ContainerID(info.ID))
+			},
+			Gone: func(t *testing.T, l *orchv1.Lease) { requireCtrdGone(t, rt, l.GetId(), l.GetContainerId()) },
 		})
 	})
 	t.Cleanup(func() {

@@ -1,16 +1,11 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
-	"path"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/workspace"
-	"github.com/berth-dev/berth/pkg/workspace/conformance"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
@@ -43,56 +38,21 @@ func TestWorkspaceConformance(t *testing.T) {
 		remoteIDs = append(remoteIDs, id)
 		t.Run("Remote-"+tr.String(), func(t *testing.T) {
 			t.Parallel()
-			var n atomic.Int32
-			conformance.Run(t, func(t *testing.T) workspace.Workspace {
-				root := path.Join("/workspace", fmt.Sprintf("ct-%02d", n.Add(1)))
-				o.mustProxyExec(t, id, tok, "mkdir", root)
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				ws, err := workspace.NewRemote(ctx, workspace.RemoteConfig{
-					Target: "http://" + o.addr, Token: tok, LeaseID: id, Transport: tr, Root: root, Logger: log,
-				})
-				if err != nil {
-					t.Fatalf("NewRemote(%s via the proxy): %v", tr, err)
-				}
-				t.Cleanup(func() { _ = ws.Close() })
-				return ws
-			})
+			runRemoteConformance(t, o.api, id, tok, tr, log)
 		})
 	}
 
 	for _, tr := range []workspace.Transport{workspace.TransportGRPC, workspace.TransportREST} {
 		t.Run("Leased-"+tr.String(), func(t *testing.T) {
 			t.Parallel()
-			var n atomic.Int32
-			conformance.Run(t, func(t *testing.T) workspace.Workspace {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				defer cancel()
-				conv := fmt.Sprintf("c-ws-leased-%s-%02d", tr, n.Add(1))
-				ws, err := workspace.NewLeased(ctx, workspace.LeasedConfig{
-					OrchestratorAddr: "http://" + o.addr, Token: operatorToken, ConversationID: conv,
-					Image: "berth/base", TTL: 10 * time.Minute, Transport: tr, Logger: log,
-				})
-				if err != nil {
-					t.Fatalf("NewLeased(%s): %v", conv, err)
-				}
-				leased.Add(1)
-				info := ws.Lease()
-				if !info.Created || info.ID == "" || info.Token == "" {
-					t.Fatalf("NewLeased(%s): lease %+v, want a new lease with a token", conv, info)
-				}
-				t.Cleanup(func() {
-					if err := ws.Close(); err != nil {
-						t.Errorf("Close of the leased workspace: %v", err)
+			runLeasedConformance(t, o.api, leasedRun{
+				ConvPrefix: "c-ws-leased-" + tr.String(), Image: baseImage, Transport: tr, Log: log,
+				Created: func(*testing.T, workspace.LeaseInfo) { leased.Add(1) },
+				Gone: func(t *testing.T, l *orchv1.Lease) {
+					if !containerGone(t, l.GetContainerId()) {
+						t.Errorf("container %s of lease %s survived Close", l.GetContainerId(), l.GetId())
 					}
-					// Close released the lease; its container is gone.
-					if l := o.mustGet(t, info.ID); l.GetState() != orchv1.LeaseState_LEASE_STATE_RELEASED {
-						t.Errorf("lease %s after Close: %s, want RELEASED", info.ID, l.GetState())
-					} else if !containerGone(t, l.GetContainerId()) {
-						t.Errorf("container %s of lease %s survived Close", l.GetContainerId(), info.ID)
-					}
-				})
-				return ws
+				},
 			})
 		})
 	}
