@@ -62,8 +62,8 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: deps images ui-xterm ## run all tests, e2e included (needs a running Docker Engine; builds the images first)
-	$(GO) test -count=1 -timeout 30m ./...
+test: deps images ui-xterm ## run all tests, e2e and the Kubernetes cluster's included (needs Docker; builds the images; reuses a running test cluster, else starts one first and takes it down after: scripts/k8s/test.sh; BERTH_K8S=0 leaves the cluster out)
+	scripts/k8s/test.sh $(GO) test -count=1 -timeout 30m ./...
 
 e2e: deps images ui-xterm ## run only the end-to-end tests against the real Docker Engine
 	$(GO) test -count=1 -timeout 20m -v ./e2e/...
@@ -100,12 +100,14 @@ bench: deps build images ## benchmarks; each prints ratios measured in one run
 	@out=$$(BERTH_BENCH=1 $(GO) test -count=1 -timeout 20m -run '^TestIdleMemoryBench$$' -v ./e2e/ 2>&1); rc=$$?; echo "$$out" | grep -E 'MEMORY-BENCH|^(--- FAIL|FAIL|ok)'; exit $$rc
 	@echo "== containerd vs docker backend: cold create and exec round trip"
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./pkg/runtime/containerd/
+	@echo "== kubernetes vs docker backend (test cluster, berth/minimal, REST): cold acquire and release, exec true through the proxy, 20 parallel acquires (reuses a running test cluster, else starts one and takes it down after)"
+	@out=$$(BERTH_BENCH=1 scripts/k8s/test.sh $(GO) test -count=1 -timeout 20m -run '^TestKubernetesBench$$' -v ./e2e/ 2>&1); rc=$$?; echo "$$out" | grep -E 'K8S-BENCH|^(--- FAIL|FAIL|ok)|^==> k8s: (reusing|no test cluster|test cluster up|taking down)|^k8s: error'; exit $$rc
 
 ui-xterm: ## bundle the dashboard's browser terminal (xterm.js from Debian's node-xterm, libjs-xterm) into pkg/orchestrator/ui/xterm (gitignored; skipped when they are missing)
 	scripts/ui-xterm.sh
 
-leakcheck: ## list berth test leftovers (containers, tasks, snapshots, snapshot images, volumes, networks, netns, veths); fail if any
-	scripts/leakcheck.sh
+leakcheck: ## list berth test leftovers (containers, tasks, snapshots, snapshot images, volumes, networks, netns, veths; Pods, claims and volumes in the test cluster, or traces of it when it is down); fail if any
+	@rc=0; scripts/leakcheck.sh || rc=$$?; scripts/k8s/leakcheck.sh || rc=1; exit $$rc
 
 k8s-up: deps ## build (tools/k8s, cached) and start a single-node Kubernetes test cluster on loopback; kubeconfig in .berth/k8s/kubeconfig (docs/kubernetes.md)
 	scripts/k8s/up.sh

@@ -146,6 +146,12 @@ if [[ -f $host_env ]]; then
 	# directories up.sh did not find are removed.
 	rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null
 	existed /var/lib/cni || { rmdir /var/lib/cni/results /var/lib/cni/networks 2>/dev/null; rmdir /var/lib/cni 2>/dev/null; }
+	# up.sh made /var/run/netns a shared mount point: undo it when nothing
+	# (another cluster's or `ip netns`' namespaces) is mounted in it.
+	if [[ -n ${NETNS_BOUND:-} ]] && mountpoint -q "$NETNS_BOUND" &&
+		! awk -v d="$NETNS_BOUND/" 'index($5, d) == 1 { found = 1 } END { exit !found }' /proc/self/mountinfo; then
+		umount "$NETNS_BOUND" 2>/dev/null || log "cannot unmount $NETNS_BOUND"
+	fi
 	existed /var/run/netns || rmdir /var/run/netns 2>/dev/null
 	# Shim sockets that were not there before and that nothing listens on.
 	if [[ -d /run/containerd/s ]]; then

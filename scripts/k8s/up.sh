@@ -55,6 +55,29 @@ if [[ ! -f $K8S_RUN/host.env ]]; then
 	ls -1 /run/containerd/s 2>/dev/null >"$K8S_RUN/shim-sockets.before" || true
 fi
 
+# ---- /var/run/netns: a shared mount point before any pod's netns ----------
+# The CRI plugin bind-mounts each pod's network namespace at
+# /var/run/netns/cni-UUID. `ip netns add`, and berth's containerd backend
+# (make test runs its tests beside these), make that directory a mount
+# point by binding it onto itself the first time: a netns mounted before
+# is then hidden under the new mount, and the CRI can neither unmount nor
+# unlink it ("remove netns: unlinkat ...: device or resource busy"): the
+# kubelet cannot report or stop that pod ever after. So the directory is
+# made a shared mount point here, before containerd starts; then nobody
+# binds it again. down.sh unmounts it if this made it and nothing is
+# mounted in it any more.
+netns_dir=$(realpath -m /var/run/netns)
+mkdir -p "$netns_dir"
+if mountpoint -q "$netns_dir"; then
+	mount --make-rshared "$netns_dir"
+elif awk -v d="$netns_dir/" 'index($5, d) == 1 { found = 1 } END { exit !found }' /proc/self/mountinfo; then
+	log "warning: $netns_dir holds network namespaces but is no mount point: not binding it (that would hide them); pods created before this may not stop after an \`ip netns add\`"
+else
+	mount --rbind "$netns_dir" "$netns_dir"
+	mount --make-rshared "$netns_dir"
+	grep -q '^NETNS_BOUND=' "$K8S_RUN/host.env" || echo "NETNS_BOUND=$netns_dir" >>"$K8S_RUN/host.env"
+fi
+
 # ---- binaries ----------------------------------------------------------
 t0=$(date +%s)
 scripts/k8s/build.sh
@@ -370,6 +393,11 @@ t_ready=$(date +%s.%N)
 # ---- berth's manifests and the orchestrator's kubeconfig -------------------
 if [[ -d deploy/kubernetes ]]; then
 	kctl apply -f deploy/kubernetes/ >/dev/null
+	# The lease store's CRD (crd-berthleases.yaml) serves its resource only
+	# once Established; the orchestrator's store needs it at start.
+	if [[ -f deploy/kubernetes/crd-berthleases.yaml ]]; then
+		kctl wait --for=condition=Established crd/berthleases.berth.dev --timeout=60s >/dev/null
+	fi
 	ns=$(kctl get -f deploy/kubernetes/ -o 'jsonpath={range .items[?(@.kind=="ServiceAccount")]}{.metadata.namespace}{"\n"}{end}' | head -1)
 	sa=$(kctl get -f deploy/kubernetes/ -o 'jsonpath={range .items[?(@.kind=="ServiceAccount")]}{.metadata.name}{"\n"}{end}' | head -1)
 	if [[ -n $ns && -n $sa ]]; then
