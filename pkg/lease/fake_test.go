@@ -336,16 +336,24 @@ func (h *harness) start() {
 	}
 	cfg := h.cfg
 	cfg.Store, cfg.Runtime = st, h.rt
+	m, cancel := startManager(h.t, cfg)
+	h.m, h.store, h.cancel = m, st, cancel
+}
+
+// startManager creates a Manager from cfg and starts it; cancel stops its
+// loops (the caller still closes the Manager).
+func startManager(t *testing.T, cfg Config) (m *Manager, cancel context.CancelFunc) {
+	t.Helper()
 	m, err := New(cfg)
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := m.Start(ctx); err != nil {
 		cancel()
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
-	h.m, h.store, h.cancel = m, st, cancel
+	return m, cancel
 }
 
 // stop closes the Manager and the store, as a shutdown (or crash after the

@@ -238,15 +238,7 @@ func startReplica(t *testing.T, f *memFleet, rt *fakeRuntime, el *election, name
 	cfg := Config{InstanceID: name, Secret: testSecret, Store: f.view(name), Runtime: rt,
 		ReapInterval: 20 * time.Millisecond, RestartDelay: 10 * time.Millisecond, ActivityFlushInterval: 10 * time.Millisecond,
 		Elect: el.elect(name)}
-	m, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := m.Start(ctx); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
+	m, cancel := startManager(t, cfg)
 	r := &replica{m: m, cancel: cancel}
 	t.Cleanup(r.stop)
 	return r

@@ -69,15 +69,7 @@ func startSnapManager(t *testing.T, rt Runtime, tweak func(*Config)) *Manager {
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	m, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := m.Start(ctx); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
+	m, cancel := startManager(t, cfg)
 	t.Cleanup(func() {
 		cancel()
 		_ = m.Close()

@@ -3,7 +3,6 @@ package kubestore_test
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base32"
 	"encoding/hex"
 	"io"
 	"log/slog"
@@ -113,14 +112,7 @@ func (c *cluster) storeWith(t *testing.T, name, fleet string, rc *rest.Config) *
 // deletes (as admin), also on failure.
 func (c *cluster) newID(t *testing.T) string {
 	t.Helper()
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	id := strings.ToLower(base32.HexEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
-	if !lease.ValidID(id) {
-		t.Fatalf("%q is not a lease id", id)
-	}
+	id := kubestore.RandomID(t)
 	t.Cleanup(func() {
 		err := c.dyn.Delete(context.Background(), id, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {

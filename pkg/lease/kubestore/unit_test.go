@@ -32,8 +32,9 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
-// randomID returns a random lease id (26 chars of [0-9a-v]).
-func randomID(t *testing.T) string {
+// RandomID returns a random lease id (26 chars of [0-9a-v]). Like
+// FullLeaseAt it is exported to the external cluster tests.
+func RandomID(t *testing.T) string {
 	t.Helper()
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -151,7 +152,7 @@ func TestLabels(t *testing.T) {
 // through its JSON (what the API server stores), integers past 2^53
 // included.
 func TestEncodeDecode(t *testing.T) {
-	l := fullLease(randomID(t))
+	l := fullLease(RandomID(t))
 	u, err := encode(l, "berth", "f1", "replica-2")
 	if err != nil {
 		t.Fatal(err)
@@ -368,7 +369,7 @@ func expectNone(t *testing.T, ch <-chan event, wait time.Duration) {
 func TestFakeStore(t *testing.T) {
 	f := newFakeClients()
 	a, b := f.store(t, "a"), f.store(t, "b")
-	l1 := fullLease(randomID(t))
+	l1 := fullLease(RandomID(t))
 	if err := a.Put(l1); err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +377,7 @@ func TestFakeStore(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, l1) {
 		t.Fatalf("Get = %+v, %v", got, err)
 	}
-	if _, err := b.Get(randomID(t)); !errdefs.IsNotFound(err) {
+	if _, err := b.Get(RandomID(t)); !errdefs.IsNotFound(err) {
 		t.Fatalf("Get missing: %v", err)
 	}
 	if _, err := b.Get("Not A Name"); !errdefs.IsNotFound(err) {
@@ -510,7 +511,7 @@ func TestFakeFleets(t *testing.T) {
 	}
 	t.Cleanup(func() { other.Close() })
 	sub := subscribe(t, other)
-	l := fullLease(randomID(t))
+	l := fullLease(RandomID(t))
 	if err := a.Put(l); err != nil {
 		t.Fatal(err)
 	}
