@@ -30,6 +30,7 @@ type fakeRuntime struct {
 	watchErr    error
 	watchers    []chan runtime.Event
 	watchCalls  int
+	listCalls   int
 	restartGate chan struct{} // when set, Restart waits for it to close
 	restartErr  error
 	restartIDs  []string         // containers Restart was called for
@@ -111,6 +112,7 @@ func (f *fakeRuntime) Get(ctx context.Context, id string) (runtime.Sandbox, erro
 func (f *fakeRuntime) List(ctx context.Context, sel runtime.Selector) ([]runtime.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.listCalls++
 	var out []runtime.Sandbox
 	for _, sb := range f.boxes {
 		ok := true

@@ -234,13 +234,28 @@ func TestReconcileResumesRestart(t *testing.T) {
 // TestRestartWaitsForEventStream: a died event followed by the end of the
 // event stream (an engine shutting down stops every container, then goes
 // away) does not restart anything until the stream is back.
+//
+// The kill waits for the watch loop's first resync (reconcile listed once
+// before it): a resync that lists the exited container restarts it at once,
+// as an exit whose event was missed, and on a loaded CI machine the first
+// one ran after the kill. The stream's end is read after the died event, so
+// the check also waits for the Manager to see the stream down, well within
+// RestartDelay.
 func TestRestartWaitsForEventStream(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.RestartDelay = 300 * time.Millisecond })
+	const delay = time.Second
+	h := newHarness(t, func(c *Config) { c.RestartDelay = delay })
 	l, _ := h.acquire("c")
+	eventually(t, 5*time.Second, "the first resync", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.listCalls >= 2
+	})
+	killed := time.Now()
 	h.rt.kill(l.ContainerID, 143, false)
 	h.rt.set(func(f *fakeRuntime) { f.watchErr = errdefs.Unavailable("engine restarting") })
 	h.rt.closeWatches()
-	time.Sleep(time.Second)
+	eventually(t, delay, "the Manager sees the stream down", func() bool { return h.m.watchDown.Load() })
+	time.Sleep(time.Until(killed.Add(delay + 700*time.Millisecond)))
 	if n, got := h.rt.restartCount(), h.get(l.ID); n != 0 || got.State != StatePending {
 		t.Fatalf("while the event stream is down: %d restarts tried, lease %s (%s)", n, got.State, got.Reason)
 	}
