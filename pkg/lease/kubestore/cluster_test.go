@@ -261,61 +261,6 @@ func TestClusterDelete(t *testing.T) {
 	}
 }
 
-// event is one call of a Subscribe callback.
-type event struct {
-	l       lease.Lease
-	deleted bool
-	at      time.Time
-}
-
-// subscriber collects the calls of s.Subscribe that are about ids,
-// until the test ends.
-func subscribe(t *testing.T, s *kubestore.Store, ids ...string) <-chan event {
-	t.Helper()
-	ch := make(chan event, 100)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		err := s.Subscribe(ctx, func(l lease.Lease, deleted bool) {
-			if slices.Contains(ids, l.ID) {
-				ch <- event{l, deleted, time.Now()}
-			}
-		})
-		if ctx.Err() == nil {
-			t.Errorf("Subscribe ended: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	return ch
-}
-
-// expect waits for the event of id (deleted or not), failing on any other.
-func expect(t *testing.T, who string, ch <-chan event, id string, deleted bool) event {
-	t.Helper()
-	select {
-	case ev := <-ch:
-		if ev.l.ID != id || ev.deleted != deleted {
-			t.Fatalf("%s got %s deleted=%v, want %s deleted=%v", who, ev.l.ID, ev.deleted, id, deleted)
-		}
-		return ev
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s: no event %s deleted=%v in 10s", who, id, deleted)
-	}
-	panic("unreachable")
-}
-
-// expectNone fails on any event within wait.
-func expectNone(t *testing.T, who string, ch <-chan event, wait time.Duration) {
-	t.Helper()
-	select {
-	case ev := <-ch:
-		t.Fatalf("%s got %s deleted=%v, want nothing (its own write)", who, ev.l.ID, ev.deleted)
-	case <-time.After(wait):
-	}
-}
-
 // TestClusterSubscribe runs two stores, instances a and b, on the
 // namespace: the replay of records on Subscribe, a's Put reaching b and
 // not a, b's Delete reaching a and not b.
@@ -332,9 +277,9 @@ func TestClusterSubscribe(t *testing.T) {
 	}
 	// The informer of b may see it a little later than the Put returns.
 	time.Sleep(500 * time.Millisecond)
-	subA, subB := subscribe(t, a, ids...), subscribe(t, b, ids...)
-	if ev := expect(t, "b (replay)", subB, old, false); !reflect.DeepEqual(ev.l, l0) {
-		t.Fatalf("replayed\n%+v\nwant\n%+v", ev.l, l0)
+	subA, subB := kubestore.Collect(t, a, ids...), kubestore.Collect(t, b, ids...)
+	if ev := kubestore.Expect(t, "b (replay)", subB, old, false); !reflect.DeepEqual(ev.L, l0) {
+		t.Fatalf("replayed\n%+v\nwant\n%+v", ev.L, l0)
 	}
 
 	l1 := record(id1)
@@ -342,38 +287,38 @@ func TestClusterSubscribe(t *testing.T) {
 	if err := a.Put(l1); err != nil {
 		t.Fatal(err)
 	}
-	ev := expect(t, "b", subB, id1, false)
-	t.Logf("a's Put reached b after %v", ev.at.Sub(start).Round(time.Millisecond))
-	if !reflect.DeepEqual(ev.l, l1) {
-		t.Fatalf("b got\n%+v\nwant\n%+v", ev.l, l1)
+	ev := kubestore.Expect(t, "b", subB, id1, false)
+	t.Logf("a's Put reached b after %v", ev.At.Sub(start).Round(time.Millisecond))
+	if !reflect.DeepEqual(ev.L, l1) {
+		t.Fatalf("b got\n%+v\nwant\n%+v", ev.L, l1)
 	}
 	l1.State = lease.StateReady
 	if err := a.Put(l1); err != nil {
 		t.Fatal(err)
 	}
-	if ev := expect(t, "b", subB, id1, false); ev.l.State != lease.StateReady {
-		t.Fatalf("b got state %s, want READY", ev.l.State)
+	if ev := kubestore.Expect(t, "b", subB, id1, false); ev.L.State != lease.StateReady {
+		t.Fatalf("b got state %s, want READY", ev.L.State)
 	}
 
 	start = time.Now()
 	if err := b.Delete(id1); err != nil {
 		t.Fatal(err)
 	}
-	ev = expect(t, "a", subA, id1, true)
-	t.Logf("b's Delete reached a after %v", ev.at.Sub(start).Round(time.Millisecond))
-	if ev.l.ID != id1 || ev.l.State != "" {
-		t.Fatalf("a's deletion event carries %+v, want only the id", ev.l)
+	ev = kubestore.Expect(t, "a", subA, id1, true)
+	t.Logf("b's Delete reached a after %v", ev.At.Sub(start).Round(time.Millisecond))
+	if ev.L.ID != id1 || ev.L.State != "" {
+		t.Fatalf("a's deletion event carries %+v, want only the id", ev.L)
 	}
 
 	// b writes: a sees it, b does not.
 	if err := b.Put(record(id2)); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, "a", subA, id2, false)
+	kubestore.Expect(t, "a", subA, id2, false)
 	// Nothing else reaches either: a's own writes, b's own write and
 	// deletion (give the watch a second to show them if it would).
-	expectNone(t, "a", subA, time.Second)
-	expectNone(t, "b", subB, 0)
+	kubestore.ExpectNone(t, "a", subA, time.Second)
+	kubestore.ExpectNone(t, "b", subB, 0)
 }
 
 // TestClusterLockConcurrent locks one fresh conversation from two stores
@@ -549,7 +494,7 @@ func TestClusterFleets(t *testing.T) {
 	c := needCluster(t)
 	a := c.store(t, "a")
 	other := c.storeWith(t, "b", "kubestore-other-"+c.tag, c.berth)
-	sub := subscribe(t, other)
+	sub := kubestore.Collect(t, other)
 	id := c.newID(t)
 	if err := a.Put(record(id)); err != nil {
 		t.Fatal(err)
@@ -589,7 +534,7 @@ func TestClusterFleets(t *testing.T) {
 	if _, err := c.kube.CoordinationV1().Leases(c.ns).Get(ctx, defaultLock, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the default fleet's lock is not LockName: %v", err)
 	}
-	expectNone(t, "the other fleet", sub, time.Second)
+	kubestore.ExpectNone(t, "the other fleet", sub, time.Second)
 }
 
 // TestClusterStaleWrite: a Put whose record has fewer transitions than the

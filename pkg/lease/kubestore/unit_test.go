@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -317,49 +318,60 @@ func TestNewNoCRD(t *testing.T) {
 	}
 }
 
-// event is one call of a Subscribe callback.
-type event struct {
-	l       lease.Lease
-	deleted bool
+// Event is one call of a Subscribe callback and when it came.
+type Event struct {
+	L       lease.Lease
+	Deleted bool
+	At      time.Time
 }
 
-// subscribe runs s.Subscribe until the test ends, sending its calls to the
-// returned channel.
-func subscribe(t *testing.T, s *Store) <-chan event {
+// Collect runs s.Subscribe until the test ends, sending its calls about ids
+// (every call, when no id is given) to the returned channel. Collect,
+// Expect and ExpectNone are exported to the cluster tests, like
+// FullLeaseAt.
+func Collect(t *testing.T, s *Store, ids ...string) <-chan Event {
 	t.Helper()
-	ch := make(chan event, 100)
+	ch := make(chan Event, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = s.Subscribe(ctx, func(l lease.Lease, deleted bool) { ch <- event{l, deleted} })
+		err := s.Subscribe(ctx, func(l lease.Lease, deleted bool) {
+			if len(ids) == 0 || slices.Contains(ids, l.ID) {
+				ch <- Event{l, deleted, time.Now()}
+			}
+		})
+		if ctx.Err() == nil {
+			t.Errorf("Subscribe ended: %v", err)
+		}
 	}()
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return ch
 }
 
-func expect(t *testing.T, ch <-chan event, id string, deleted bool) event {
-	t.Helper()
-	timeout := time.After(5 * time.Second)
-	for {
-		select {
-		case ev := <-ch:
-			if ev.l.ID == id && ev.deleted == deleted {
-				return ev
-			}
-			t.Fatalf("event %s deleted=%v, want %s deleted=%v", ev.l.ID, ev.deleted, id, deleted)
-		case <-timeout:
-			t.Fatalf("no event %s deleted=%v in 5s", id, deleted)
-		}
-	}
-}
-
-func expectNone(t *testing.T, ch <-chan event, wait time.Duration) {
+// Expect waits up to 10 s for the next event on ch and fails unless it is
+// id's (deleted or not). who names the subscriber in the failure.
+func Expect(t *testing.T, who string, ch <-chan Event, id string, deleted bool) Event {
 	t.Helper()
 	select {
 	case ev := <-ch:
-		t.Fatalf("unexpected event %s deleted=%v", ev.l.ID, ev.deleted)
+		if ev.L.ID != id || ev.Deleted != deleted {
+			t.Fatalf("%s got %s deleted=%v, want %s deleted=%v", who, ev.L.ID, ev.Deleted, id, deleted)
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no event %s deleted=%v in 10s", who, id, deleted)
+	}
+	panic("unreachable")
+}
+
+// ExpectNone fails on any event on ch within wait.
+func ExpectNone(t *testing.T, who string, ch <-chan Event, wait time.Duration) {
+	t.Helper()
+	select {
+	case ev := <-ch:
+		t.Fatalf("%s got %s deleted=%v, want nothing", who, ev.L.ID, ev.Deleted)
 	case <-time.After(wait):
 	}
 }
@@ -383,14 +395,14 @@ func TestFakeStore(t *testing.T) {
 	if _, err := b.Get("Not A Name"); !errdefs.IsNotFound(err) {
 		t.Fatalf("Get of an invalid name: %v", err)
 	}
-	subA, subB := subscribe(t, a), subscribe(t, b)
-	expect(t, subB, l1.ID, false) // the replay
+	subA, subB := Collect(t, a), Collect(t, b)
+	Expect(t, "b (replay)", subB, l1.ID, false)
 	l1.State = lease.StateReady
 	if err := a.Put(l1); err != nil {
 		t.Fatal(err)
 	}
-	if ev := expect(t, subB, l1.ID, false); ev.l.State != lease.StateReady {
-		t.Fatalf("update delivered state %s", ev.l.State)
+	if ev := Expect(t, "b", subB, l1.ID, false); ev.L.State != lease.StateReady {
+		t.Fatalf("update delivered state %s", ev.L.State)
 	}
 	// A record that does not decode is skipped.
 	bad := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "berth.dev/v1alpha1", "kind": Kind, "spec": map[string]any{"record": map[string]any{"ttl": "x"}}}}
@@ -403,9 +415,9 @@ func TestFakeStore(t *testing.T) {
 	if err := b.Delete(l1.ID, "missing", "Not A Name"); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, subA, l1.ID, true)
-	expectNone(t, subB, 300*time.Millisecond)
-	expectNone(t, subA, 0)
+	Expect(t, "a", subA, l1.ID, true)
+	ExpectNone(t, "b", subB, 300*time.Millisecond)
+	ExpectNone(t, "a", subA, 0)
 	if err := a.ForEach(func(lease.Lease) error { return nil }); !errdefs.IsInternal(err) {
 		t.Fatalf("ForEach over a record that does not decode: %v", err)
 	}
@@ -510,7 +522,7 @@ func TestFakeFleets(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { other.Close() })
-	sub := subscribe(t, other)
+	sub := Collect(t, other)
 	l := fullLease(RandomID(t))
 	if err := a.Put(l); err != nil {
 		t.Fatal(err)
@@ -522,7 +534,7 @@ func TestFakeFleets(t *testing.T) {
 	if err := other.ForEach(func(lease.Lease) error { n++; return nil }); err != nil || n != 0 {
 		t.Fatalf("another fleet's ForEach: %d records, %v", n, err)
 	}
-	expectNone(t, sub, 300*time.Millisecond)
+	ExpectNone(t, "the other fleet", sub, 300*time.Millisecond)
 	ctx := context.Background()
 	if h, err := a.LockConversation(ctx, "alice", "c1", "id1"); err != nil || h != "id1" {
 		t.Fatal(h, err)
