@@ -586,6 +586,7 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 		DNS:            m.sandboxDNS(),     // network.go
 	}
 	e.secrets = nil // in the container's environment now; not kept here
+	hostMounts := slices.Clone(e.l.Mounts)
 	c := e.claim
 	e.claim = nil
 	m.mu.Unlock()
@@ -612,7 +613,7 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 			how = "claimed from pool " + c.pool
 			err, netDone = nerr, true
 		}
-	} else {
+	} else if err = m.verifyHostMounts(id, hostMounts); err == nil { // volumes.go: unchanged since validate
 		sb, err = m.rt.Create(cctx, spec)
 	}
 	if err == nil && !netDone {

@@ -201,6 +201,9 @@ type Config struct {
 	// (AcquireRequest.Mounts), read-only or read-write per prefix. Default
 	// none: every host mount is refused.
 	HostMounts runtime.HostMountPolicy
+	// The symlinks of the prefixes themselves are resolved once, when the
+	// Manager starts; every host mount is checked again before each
+	// in-place restart and resume from hibernate (see volumes.go).
 	// VolumeRetention removes a workspace volume once it has been unused
 	// (no live lease; last used = its last lease's end) for longer than
 	// this. Default 0: volumes are kept until an operator removes them.
@@ -335,6 +338,10 @@ type Manager struct {
 	// shared is store when it is a SharedStore (several replicas, one
 	// fleet: replicas.go); nil otherwise.
 	shared SharedStore
+	// hostPolicy is Config.HostMounts with the prefixes resolved once
+	// (hostMountPolicy).
+	hostPolicyOnce sync.Once
+	hostPolicy     runtime.HostMountPolicy
 	// leading is set while this replica runs the reaper (always without
 	// Config.Elect).
 	leading atomic.Bool
@@ -478,6 +485,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.started = true
 	m.mu.Unlock()
 
+	m.hostMountPolicy() // volumes.go: resolve the prefixes now, before any sandbox runs
 	if err := m.load(); err != nil {
 		return err
 	}

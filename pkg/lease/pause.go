@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -340,14 +341,17 @@ func (m *Manager) Resume(ctx context.Context, id string) (Lease, error) {
 		}
 		op := &pauseOp{resume: true, done: make(chan struct{})}
 		e.pause = op
-		mode, cid := e.l.Paused, e.l.ContainerID
+		mode, cid, mounts := e.l.Paused, e.l.ContainerID, slices.Clone(e.l.Mounts)
 		m.mu.Unlock()
-		return m.resume(ctx, e, op, mode, cid)
+		return m.resume(ctx, e, op, mode, cid, mounts)
 	}
 }
 
-// resume runs the runtime side of a resume and records its outcome.
-func (m *Manager) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseMode, cid string) (Lease, error) {
+// resume runs the runtime side of a resume and records its outcome. A
+// hibernated sandbox's host mounts are checked before its container starts
+// again (restartSandbox); when one changed, the resume is refused
+// (FailedPrecondition) and the lease stays PAUSED.
+func (m *Manager) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseMode, cid string, mounts []runtime.Mount) (Lease, error) {
 	began := time.Now()
 	var (
 		sb  runtime.Sandbox
@@ -362,7 +366,8 @@ func (m *Manager) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseM
 		}
 	} else {
 		rctx, cancel := detached(ctx, m.cfg.ReadyTimeout+5*time.Second)
-		sb, err = m.rt.Restart(rctx, cid)
+		// volumes.go: the host mounts are checked first.
+		sb, err = m.restartSandbox(rctx, e.l.ID, cid, mounts)
 		if err == nil { // its address may have changed
 			err = m.enforceNetwork(rctx, e.l.ID, sb.Endpoint) // network.go
 		}

@@ -2,7 +2,9 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -158,7 +160,9 @@ func (m *Manager) settle(ctx context.Context, e *entry, cid string, began time.T
 }
 
 // restart starts j's container again in place (Runtime.Restart: files
-// kept, endpoint re-read) and records the outcome: PENDING → READY
+// kept, endpoint re-read) once its host mounts are checked
+// (restartSandbox: a host mount changed since the acquire fails the lease
+// without retrying) and records the outcome: PENDING → READY
 // "restarted after exit 137" with Lease.Restarts incremented, or FAILED with
 // the error (the container is then removed). While the runtime is
 // unreachable it retries with backoff (1s doubling to 5s) for up to
@@ -169,7 +173,7 @@ func (m *Manager) settle(ctx context.Context, e *entry, cid string, began time.T
 func (m *Manager) restart(ctx context.Context, j restartJob) {
 	e := j.e
 	m.mu.Lock()
-	id := e.l.ID
+	id, mounts := e.l.ID, slices.Clone(e.l.Mounts)
 	m.mu.Unlock()
 	log := m.log.With("lease_id", id, "container_id", j.cid)
 	began := time.Now()
@@ -186,14 +190,16 @@ func (m *Manager) restart(ctx context.Context, j restartJob) {
 		// Bounded by the runtime's ReadyTimeout; the extra grace lets its
 		// (more precise) timeout error win over ours.
 		rctx, cancel := detached(ctx, m.cfg.ReadyTimeout+5*time.Second)
-		sb, err = m.rt.Restart(rctx, j.cid)
+		// volumes.go: the host mounts are checked first.
+		sb, err = m.restartSandbox(rctx, id, j.cid, mounts)
 		if err == nil { // its address may have changed
 			err = m.enforceNetwork(rctx, id, sb.Endpoint) // network.go
 		}
 		cancel()
 		attempt++
 		switch {
-		case err == nil || ctx.Err() != nil || errdefs.IsNotFound(err):
+		case err == nil || ctx.Err() != nil || errdefs.IsNotFound(err), errors.Is(err, runtime.ErrHostPathChanged):
+			// A changed host mount does not change back by retrying.
 		case errdefs.IsUnavailable(err) && time.Since(began) < restartUnreachableFor:
 			retry = true
 		case !errdefs.IsUnavailable(err) && attempt < restartAttempts:

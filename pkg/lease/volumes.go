@@ -39,6 +39,9 @@ type HostMount struct {
 	Target string
 	// ReadOnly mounts it read-only; required under a read-only prefix.
 	ReadOnly bool
+	// pin is the identity of the resolved HostPath when validateMounts
+	// checked it (runtime.HostMountPolicy.Pin).
+	pin runtime.FileID
 }
 
 // validateMounts applies Config.PersistWorkspaces and checks req.Mounts
@@ -67,13 +70,13 @@ func (m *Manager) validateMounts(req AcquireRequest) (AcquireRequest, error) {
 		if err := runtime.ValidTarget(f+".target", hm.Target); err != nil {
 			return req, err
 		}
-		resolved, err := m.cfg.HostMounts.Resolve(f+".host_path", hm.HostPath, hm.ReadOnly)
+		resolved, pin, err := m.hostMountPolicy().Pin(f+".host_path", hm.HostPath, hm.ReadOnly)
 		if err != nil {
 			return req, err
 		}
-		hm.HostPath = resolved
+		hm.HostPath, hm.pin = resolved, pin
 		out = append(out, hm)
-		all = append(all, runtime.Mount{Type: runtime.MountBind, Source: resolved, Target: hm.Target, ReadOnly: hm.ReadOnly})
+		all = append(all, runtime.Mount{Type: runtime.MountBind, Source: resolved, Target: hm.Target, ReadOnly: hm.ReadOnly, Pin: pin})
 	}
 	if err := runtime.ValidateMounts("mounts", all); err != nil {
 		return req, err
@@ -103,9 +106,50 @@ func (m *Manager) volumeFor(req AcquireRequest) string {
 func (m *Manager) hostMounts(req AcquireRequest) []runtime.Mount {
 	var out []runtime.Mount
 	for _, hm := range req.Mounts {
-		out = append(out, runtime.Mount{Type: runtime.MountBind, Source: hm.HostPath, Target: hm.Target, ReadOnly: hm.ReadOnly})
+		out = append(out, runtime.Mount{Type: runtime.MountBind, Source: hm.HostPath, Target: hm.Target, ReadOnly: hm.ReadOnly, Pin: hm.pin})
 	}
 	return out
+}
+
+// hostMountPolicy is Config.HostMounts with the prefixes' own symlinks
+// resolved once (at Start, before any sandbox of this process runs): later
+// checks take them literally, so a sandbox that can write to a prefix's
+// parent (nested prefixes) cannot move the prefix.
+func (m *Manager) hostMountPolicy() runtime.HostMountPolicy {
+	m.hostPolicyOnce.Do(func() { m.hostPolicy = m.cfg.HostMounts.Resolved() })
+	return m.hostPolicy
+}
+
+// verifyHostMounts checks, right before the runtime binds them again
+// (Runtime.Create, or Runtime.Restart of an in-place restart or a resume
+// from hibernate: the engine binds the host path string on every start),
+// that the host mounts of lease id (its Lease.Mounts) are still what the acquire allowed
+// (runtime.HostMountPolicy.Verify): under a prefix allowed now, no symlink
+// in any component, the same directory or file. A sandbox that can write
+// to the parent of one of its mounts' sources could otherwise replace it
+// by a symlink to any host path, which the next start would bind. Errors
+// are errdefs.ErrFailedPrecondition and runtime.ErrHostPathChanged naming
+// the mount ("mounts[1].host_path"), indexed like the acquire's mounts.
+func (m *Manager) verifyHostMounts(id string, mounts []runtime.Mount) error {
+	policy := m.hostMountPolicy()
+	for i, hm := range mounts {
+		if err := policy.Verify(fmt.Sprintf("mounts[%d].host_path", i), hm); err != nil {
+			m.log.Warn("host mount changed since the acquire; not binding it again", "lease_id", id, "host_path", hm.Source, "target", hm.Target, "err", err)
+			return err
+		}
+	}
+	return nil
+}
+
+// restartSandbox starts lease id's stopped container cid again in place
+// (Runtime.Restart) once its host mounts (Lease.Mounts) passed
+// verifyHostMounts: every in-place restart and resume from hibernate goes
+// through it.
+func (m *Manager) restartSandbox(ctx context.Context, id, cid string, mounts []runtime.Mount) (runtime.Sandbox, error) {
+	if err := m.verifyHostMounts(id, mounts); err != nil {
+		return runtime.Sandbox{}, err
+	}
+	return m.rt.Restart(ctx, cid)
 }
 
 // specMounts is what the sandbox of l mounts: its workspace volume (with

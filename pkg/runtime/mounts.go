@@ -60,7 +60,22 @@ type Mount struct {
 	// backend creates it (LabelManaged=true is always added); an existing
 	// volume keeps its own. Ignored for MountBind.
 	VolumeLabels map[string]string `json:"volume_labels,omitempty"`
+	// Pin is the identity of the host file or directory a MountBind's
+	// Source named when HostMountPolicy.Pin checked it (at acquire):
+	// HostMountPolicy.Verify compares it before every later bind of Source
+	// (an in-place restart, a resume from hibernate). Zero when not
+	// recorded (a lease written by an older berth); backends ignore it.
+	Pin FileID `json:"pin,omitzero"`
 }
+
+// FileID identifies a host file: its device and inode numbers.
+type FileID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
+}
+
+// String is "dev:ino".
+func (id FileID) String() string { return fmt.Sprintf("%d:%d", id.Dev, id.Ino) }
 
 // volumeNameRE is the syntax of a volume name (Docker's, which containerd's
 // directory names also satisfy).
@@ -199,54 +214,12 @@ func (p HostMountPolicy) String() string {
 }
 
 // Resolve checks that hostPath may be mounted (read-only when readOnly) and
-// returns the path to bind: hostPath with every symlink and ".." resolved
-// (filepath.EvalSymlinks), so that a symlink under an allowed prefix cannot
-// lead out of it. The resolved path must equal an allowed prefix (itself
-// resolved) or lie under it; the longest such prefix decides whether a
-// read-write mount is allowed. field names the field in errors.
-//
-// Errors name the path: errdefs.ErrInvalidArgument for a relative path or
-// one that does not exist, errdefs.ErrPermissionDenied for a path outside
-// every prefix, or a read-write mount under a read-only prefix.
+// returns the path to bind: Pin with the prefixes' own symlinks resolved
+// first (Resolved), without the FileID. The lease manager uses Pin, with
+// the policy resolved once at its start, and Verify.
 func (p HostMountPolicy) Resolve(field, hostPath string, readOnly bool) (string, error) {
-	if hostPath == "" {
-		return "", errdefs.InvalidArgument(field, "required")
-	}
-	if !filepath.IsAbs(hostPath) {
-		return "", errdefs.InvalidArgument(field, "%q must be an absolute host path", hostPath)
-	}
-	if len(p) == 0 {
-		return "", errdefs.PermissionDenied("%s: host path %s may not be mounted: the operator allows no host mounts (allow-host-mount)", field, hostPath)
-	}
-	resolved, err := filepath.EvalSymlinks(filepath.Clean(hostPath))
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", errdefs.InvalidArgument(field, "host path %s does not exist", hostPath)
-		}
-		return "", errdefs.InvalidArgument(field, "host path %s: %v", hostPath, err)
-	}
-	var best *HostMountPrefix
-	bestLen := -1
-	for i := range p {
-		pre := p[i].Path
-		if r, err := filepath.EvalSymlinks(pre); err == nil {
-			pre = r
-		}
-		if under(resolved, pre) && len(pre) > bestLen {
-			best, bestLen = &p[i], len(pre)
-		}
-	}
-	shown := hostPath
-	if resolved != hostPath {
-		shown = fmt.Sprintf("%s (resolved: %s)", hostPath, resolved)
-	}
-	switch {
-	case best == nil:
-		return "", errdefs.PermissionDenied("%s: host path %s is not under a prefix the operator allows (%s)", field, shown, p)
-	case best.ReadOnly && !readOnly:
-		return "", errdefs.PermissionDenied("%s: host path %s is under %s, which the operator allows read-only; set read_only", field, shown, best.Path)
-	}
-	return resolved, nil
+	resolved, _, err := p.Resolved().Pin(field, hostPath, readOnly)
+	return resolved, err
 }
 
 // under reports whether path is dir or lies under it (both clean).
