@@ -12,7 +12,7 @@ import (
 // ErrHostPathChanged is the cause of HostMountPolicy.Verify's errors: a
 // host mount's source is no longer what was checked when it was allowed,
 // so it is not bound again. It comes with errdefs.ErrFailedPrecondition.
-var ErrHostPathChanged = errors.New("host path changed since it was allowed")
+var ErrHostPathChanged = errors.New("host mount changed")
 
 // SymlinkError is a path component that is a symbolic link where
 // HostMountPolicy.Pin and Verify accept none.
