@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -232,5 +233,64 @@ func TestHostMounts(t *testing.T) {
 	h2 := newHarness(t, nil)
 	if _, _, _, err := h2.m.Acquire(ctx, AcquireRequest{ConversationID: "x", Mounts: []HostMount{{HostPath: proj, Target: "/src"}}}); !errdefs.IsPermissionDenied(err) {
 		t.Errorf("default policy: %v", err)
+	}
+}
+
+// TestHostMountSwapRefused: a sandbox that can write to the parent of its
+// host mount's source replaces the source by a symlink out of the allowed
+// prefix. Neither a resume from hibernate nor an in-place restart binds it
+// again: the resume is refused (the lease stays PAUSED), the restart fails
+// the lease at once, and the runtime is never asked to start the container.
+func TestHostMountSwapRefused(t *testing.T) {
+	root, _ := filepath.EvalSymlinks(t.TempDir())
+	prefix, outside := filepath.Join(root, "prefix"), filepath.Join(root, "outside")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func(c *Config) { c.HostMounts = runtime.HostMountPolicy{{Path: prefix}} })
+	ctx := context.Background()
+	acquireSwapped := func(conv string) Lease {
+		t.Helper()
+		sub := filepath.Join(prefix, conv)
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		l, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: conv, Mounts: []HostMount{
+			{HostPath: prefix, Target: "/mnt/p"}, {HostPath: sub, Target: "/mnt/a"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Mounts[1].Pin == (runtime.FileID{}) {
+			t.Fatalf("mount not pinned: %+v", l.Mounts[1])
+		}
+		if err := os.Rename(sub, sub+".orig"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(outside, sub); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+
+	l := acquireSwapped("hib")
+	if _, err := h.m.Pause(ctx, l.ID, PauseHibernate); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.m.Resume(ctx, l.ID)
+	if !errdefs.IsFailedPrecondition(err) || !errors.Is(err, runtime.ErrHostPathChanged) || !strings.Contains(err.Error(), "mounts[1].host_path") {
+		t.Fatalf("resume after the swap: %v, want FailedPrecondition naming mounts[1].host_path", err)
+	}
+	if got := h.get(l.ID); got.State != StatePaused {
+		t.Fatalf("after the refused resume: %s (%s), want PAUSED", got.State, got.Reason)
+	}
+
+	l = acquireSwapped("rst")
+	h.rt.kill(l.ContainerID, 137, false)
+	eventually(t, 5*time.Second, "failed", func() bool { return h.get(l.ID).State == StateFailed })
+	if got := h.get(l.ID); !strings.Contains(got.Reason, "mounts[1].host_path") || !strings.Contains(got.Reason, "is a symlink") {
+		t.Fatalf("reason %q, want the changed host mount", got.Reason)
+	}
+	if n := h.rt.restartCount(); n != 0 {
+		t.Fatalf("the runtime was asked to restart %d times, want none", n)
 	}
 }
