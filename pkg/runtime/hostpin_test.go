@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -239,5 +240,23 @@ func TestStatNoFollow(t *testing.T) {
 	var se *SymlinkError
 	if _, err := statNoFollow(filepath.Join(link, "a")); !errors.As(err, &se) || se.Path != link {
 		t.Errorf("statNoFollow through a symlink: %v, want a SymlinkError naming %s", err, link)
+	}
+}
+
+func TestFileIDJSON(t *testing.T) {
+	m := Mount{Type: MountBind, Source: "/s", Target: "/t", Pin: FileID{Dev: 1<<64 - 1, Ino: 42}}
+	b, err := json.Marshal(m)
+	if err != nil || !strings.Contains(string(b), `"pin":"18446744073709551615:42"`) {
+		t.Fatalf("marshal: %s, %v", b, err)
+	}
+	var got Mount
+	if err := json.Unmarshal(b, &got); err != nil || got.Pin != m.Pin {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	if b, _ := json.Marshal(Mount{Type: MountBind}); strings.Contains(string(b), "pin") {
+		t.Errorf("zero pin written: %s", b)
+	}
+	if err := json.Unmarshal([]byte(`{"pin":"12"}`), &got); err == nil {
+		t.Error("a pin without an inode accepted")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -68,14 +69,31 @@ type Mount struct {
 	Pin FileID `json:"pin,omitzero"`
 }
 
-// FileID identifies a host file: its device and inode numbers.
+// FileID identifies a host file: its device and inode numbers. It is
+// written as the text "dev:ino" (JSON stores that hold numbers as int64 or
+// float64 keep it whole).
 type FileID struct {
-	Dev uint64 `json:"dev"`
-	Ino uint64 `json:"ino"`
+	Dev uint64
+	Ino uint64
 }
 
 // String is "dev:ino".
 func (id FileID) String() string { return fmt.Sprintf("%d:%d", id.Dev, id.Ino) }
+
+// MarshalText writes "dev:ino".
+func (id FileID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
+
+// UnmarshalText reads "dev:ino".
+func (id *FileID) UnmarshalText(b []byte) error {
+	dev, ino, ok := strings.Cut(string(b), ":")
+	var err1, err2 error
+	id.Dev, err1 = strconv.ParseUint(dev, 10, 64)
+	id.Ino, err2 = strconv.ParseUint(ino, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return fmt.Errorf("file id %q: want DEV:INO", b)
+	}
+	return nil
+}
 
 // volumeNameRE is the syntax of a volume name (Docker's, which containerd's
 // directory names also satisfy).
