@@ -181,3 +181,31 @@ func hostMountSwapRestart(t *testing.T, tgt swapTarget) {
 	}
 	requireOutsideUntouched(t, outside)
 }
+
+// TestHostMountSwapAcrossRestartDocker: the check survives an orchestrator
+// restart. The tenant swaps its mount's source for a symlink and the lease
+// is hibernated; a new orchestrator on the same data dir (the lease and
+// what its acquire checked read back from the store) refuses the resume.
+func TestHostMountSwapAcrossRestartDocker(t *testing.T) {
+	requireDocker(t)
+	requireImage(t, baseImage)
+	prefix := hostMountDir(t)
+	dir, _ := newDataDir(t)
+	allow := func(c *orchestrator.Config) { c.AllowHostMounts = prefix + ":rw" }
+	o := startOrch(t, dir, allow)
+	outside := outsideDir(t)
+	id, tok, _ := swapAttack(t, swapTarget{a: o.api, prefix: prefix, image: baseImage}, "hm-swap-orch-"+randHex(4), outside)
+	pauseCall(t, o.api, id, "hibernate")
+	o.stop(t)
+	o = startOrch(t, dir, allow)
+	code, _, b := o.mustCall(t, http.MethodPost, "/v1/leases/"+id+":resume", map[string]any{})
+	if code == http.StatusOK {
+		requireNotOutside(t, swapTarget{a: o.api}, id, tok, outside)
+		t.Fatalf("resume after the swap and an orchestrator restart: HTTP 200, want it refused: %s", b)
+	}
+	if msg := parseErr(t, b).Message; !strings.Contains(msg, "mounts[1].host_path") || !strings.Contains(msg, "symlink") {
+		t.Fatalf("resume after an orchestrator restart: HTTP %d %q, want it refused naming mounts[1].host_path", code, msg)
+	}
+	requireOutsideUntouched(t, outside)
+	o.mustRelease(t, id)
+}
