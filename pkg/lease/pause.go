@@ -301,7 +301,9 @@ func (m *Manager) endPause(e *entry, op *pauseOp, err error) (Lease, error) {
 // errdefs.ErrFailedPrecondition, an unknown id errdefs.ErrNotFound. The
 // resume counts as activity, and the TTL runs again from now (ExpiresAt is
 // at least now + TTL). If the container is gone the lease fails; another
-// runtime error leaves it PAUSED and is returned. The READY state is
+// runtime error leaves it PAUSED and is returned, as does a host mount
+// that changed since the acquire (errdefs.ErrFailedPrecondition and
+// runtime.ErrHostPathChanged: the container is not started). The READY state is
 // written after the runtime acted: a crash in between leaves the lease
 // PAUSED, and reconcile pauses the sandbox again.
 func (m *Manager) Resume(ctx context.Context, id string) (Lease, error) {
