@@ -164,7 +164,8 @@ type Config struct {
 	// place (same container, files kept) after its container exited
 	// unexpectedly, within RestartWindow; one more exit within the window
 	// fails the lease. Default 3; negative never restarts (the first exit
-	// fails the lease).
+	// fails the lease). At most MaxTransitions/2-1 (31): restarts are
+	// counted in the kept transitions; larger values are lowered to it.
 	RestartLimit int
 	// RestartWindow is the sliding window RestartLimit counts restarts in.
 	// Default 10m.
@@ -286,6 +287,7 @@ func (c *Config) setDefaults() error {
 	if c.RestartLimit == 0 {
 		c.RestartLimit = 3
 	}
+	c.RestartLimit = min(c.RestartLimit, MaxTransitions/2-1)
 	if c.RestartWindow < 0 || c.RestartDelay < 0 {
 		return errdefs.InvalidArgument("restart_window", "restart window and delay must not be negative")
 	}

@@ -438,5 +438,6 @@ func toLease(l lease.Lease) *orchv1.Lease {
 	for _, t := range l.Transitions {
 		out.Transitions = append(out.Transitions, toTransition(t))
 	}
+	out.TransitionsDropped = int64(l.TransitionsDropped)
 	return out
 }

@@ -79,7 +79,7 @@ func (s *leaseServer) Logs(req *orchv1.LogsRequest, stream grpc.ServerStreamingS
 		defer mu.Unlock()
 		return stream.Send(e)
 	}
-	seen := len(l.Transitions)
+	seen := l.TransitionCount()
 	for _, t := range l.Transitions {
 		if t.At.Before(since) {
 			continue
@@ -129,11 +129,11 @@ func (s *leaseServer) Logs(req *orchv1.LogsRequest, stream grpc.ServerStreamingS
 				continue
 			}
 			if seen > 0 { // the first events may repeat recorded transitions
-				if n := len(ev.Lease.Transitions); n > 0 && n <= seen {
+				if n := ev.Lease.TransitionCount(); n > 0 && n <= seen {
 					continue
 				}
 			}
-			seen = len(ev.Lease.Transitions)
+			seen = ev.Lease.TransitionCount()
 			if err := send(transitionEntry(*ev.Transition)); err != nil {
 				return err
 			}
