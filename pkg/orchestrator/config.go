@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/runtime"
+	"github.com/berth-dev/berth/pkg/streamlimit"
 )
 
 // Config is the orchestrator's configuration, the input of New. Start from
@@ -261,9 +262,11 @@ type Config struct {
 	// MaxEndedPerOwner bounds the ended lease records kept per owner; older
 	// ones are purged before Retention passes. Default 100.
 	MaxEndedPerOwner int
-	// MaxWatchesPerPrincipal bounds the concurrent watch streams of one
-	// caller (the operator, one client owner, or one lease token); more get
-	// RESOURCE_EXHAUSTED. Default 8.
+	// MaxWatchesPerPrincipal bounds the concurrent long-lived streams of
+	// one caller (the operator, one client owner, or one lease token):
+	// lease watches, log follows, and terminal attaches and file watches
+	// through the proxy, counted together; more get RESOURCE_EXHAUSTED
+	// (HTTP 429) naming the limit. Default 16 (streamlimit.DefaultMax).
 	MaxWatchesPerPrincipal int
 	// MaxConnections bounds the listener's open connections (gRPC and
 	// HTTP together); more wait in the kernel's accept queue. Default 1024.
@@ -376,7 +379,7 @@ func Defaults() Config {
 		MaxNetworkMode:         "open",
 		MaxLeasesPerOwner:      20,
 		MaxEndedPerOwner:       100,
-		MaxWatchesPerPrincipal: 8,
+		MaxWatchesPerPrincipal: streamlimit.DefaultMax,
 		MaxConnections:         1024,
 		ReadHeaderTimeout:      Duration(10 * time.Second),
 		IdleTimeout:            Duration(2 * time.Minute),

@@ -64,6 +64,13 @@ func (s *leaseServer) Logs(req *orchv1.LogsRequest, stream grpc.ServerStreamingS
 		if _, err := s.lookup(ctx, req.Id); err != nil {
 			return err
 		}
+		// A follow is a long-lived stream: it counts in the caller's
+		// stream limit (a plain read ends by itself).
+		done, err := s.streams.Acquire(streamCaller(principal(ctx)))
+		if err != nil {
+			return err
+		}
+		defer done()
 		events = s.m.Subscribe(fctx, lease.EventFilter{LeaseID: req.Id})
 	}
 	l, err := s.lookup(ctx, req.Id)
