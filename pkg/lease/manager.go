@@ -209,6 +209,12 @@ type Config struct {
 	// VolumeReapInterval is how often volumes are checked against
 	// VolumeRetention. Default 1m (at most VolumeRetention/2).
 	VolumeReapInterval time.Duration
+	// MaxVolumesPerOwner bounds one owner's workspace volumes (on this
+	// instance): a persisting acquire that would create one more gets
+	// errdefs.ErrResourceExhausted naming the limit; acquires that mount an
+	// existing volume, and NoOwnerLimit acquires, are not refused. Default
+	// 0: no limit.
+	MaxVolumesPerOwner int
 	// Egress enforces leases' network policies (internal/egress). Default
 	// nil: none, and an acquire may only ask for mode open without a deny
 	// list (network.go).
