@@ -145,9 +145,14 @@ type Config struct {
 	// ":rw" one. Default "": no host mounts.
 	AllowHostMounts string
 	// VolumeRetention removes a workspace volume unused (no live lease)
-	// for longer than this, counted from its last lease's end. Default 0:
-	// volumes stay until an operator removes them.
+	// for longer than this, counted from its last lease's end. Default
+	// 720h (30 days); 0 keeps volumes until an operator removes them.
 	VolumeRetention Duration
+	// MaxVolumesPerOwner bounds one owner's workspace volumes: a persisting
+	// acquire that would create one more gets RESOURCE_EXHAUSTED (HTTP
+	// 429) naming the limit; the operator's acquires are exempt. Default
+	// 50; 0: no limit.
+	MaxVolumesPerOwner int
 	// RestartLimit is how many times a sandbox whose container exited
 	// unexpectedly (agent crash, kill from outside, engine restart) is
 	// restarted in place, files kept, within RestartWindow; one more exit
@@ -379,6 +384,8 @@ func Defaults() Config {
 		MaxNetworkMode:         "open",
 		MaxLeasesPerOwner:      20,
 		MaxEndedPerOwner:       100,
+		MaxVolumesPerOwner:     50,
+		VolumeRetention:        Duration(30 * 24 * time.Hour),
 		MaxWatchesPerPrincipal: streamlimit.DefaultMax,
 		MaxConnections:         1024,
 		ReadHeaderTimeout:      Duration(10 * time.Second),

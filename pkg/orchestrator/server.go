@@ -167,6 +167,8 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		AgentConfigurer:   newAgentConfigurer(), // agentconfig.go
 		Elect:             electorOf(rt, instance),
 		Logger:            log.With("component", "lease"),
+
+		MaxVolumesPerOwner: cfg.MaxVolumesPerOwner, // volumes.go
 	})
 	if err != nil {
 		closeEgress(eg)
