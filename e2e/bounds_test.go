@@ -22,12 +22,27 @@ func TestVolumeLimitDocker(t *testing.T) {
 	requireImage(t, baseImage)
 	dir, instance := newDataDir(t)
 	o := startOrch(t, dir, func(c *orchestrator.Config) { c.Clients = persistClients; c.MaxVolumesPerOwner = 2 })
-	tgt := persistTarget{a: o.api, vm: dockerRT, reap: func() { removeContainers(runtime.LabelInstance + "=" + instance) }}
+	volumeLimitScenario(t, persistTarget{a: o.api, vm: dockerRT, reap: func() { removeContainers(runtime.LabelInstance + "=" + instance) }}, instance)
+}
+
+// TestVolumeLimitContainerd is TestVolumeLimitDocker on containerd.
+func TestVolumeLimitContainerd(t *testing.T) {
+	rt := requireContainerd(t)
+	requireCtrdImage(t, minimalImage)
+	env := newCtrdEnv(t)
+	o := startCtrdOrch(t, env, func(c *orchestrator.Config) { c.Clients = persistClients; c.MaxVolumesPerOwner = 2 })
+	volumeLimitScenario(t, persistTarget{a: o.api, vm: rt, reap: func() { o.reapAll(t); waitNoLive(t, o.api) }}, env.instance)
+}
+
+// volumeLimitScenario: with a limit of 2 volumes per owner, a client
+// token's third persisting acquire is 429 naming the limit and the engine
+// has no third volume; after the tenant removes one, the acquire passes.
+func volumeLimitScenario(t *testing.T, tgt persistTarget, instance string) {
 	tok := persistClients[0].Token
 	acquire := func(conv string) (int, []byte, *orchv1.AcquireResponse) {
 		t.Helper()
 		body := map[string]any{"conversationId": conv, "ttl": "600s", "workspace": map[string]any{"persist": true}}
-		code, _, b := o.mustCall(t, http.MethodPost, "/v1/leases", body, tok)
+		code, _, b := tgt.a.mustCall(t, http.MethodPost, "/v1/leases", body, tok)
 		if code != http.StatusOK {
 			return code, b, nil
 		}
@@ -54,14 +69,18 @@ func TestVolumeLimitDocker(t *testing.T) {
 	if e := parseErr(t, b); code != http.StatusTooManyRequests || !strings.Contains(e.Message, want) {
 		t.Fatalf("a third volume: HTTP %d: %s; want 429 %q", code, b, want)
 	}
-	if out := mustDocker(t, "volume", "ls", "-q", "--filter", "label="+runtime.LabelInstance+"="+instance); len(strings.Fields(out)) != 2 {
-		t.Fatalf("the engine has volumes %q, want 2", out)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if vols, err := tgt.vm.ListVolumes(ctx, runtime.Selector{runtime.LabelInstance: instance}); err != nil || len(vols) != 2 {
+		t.Fatalf("the engine has %d volumes of the instance (%v), want 2", len(vols), err)
 	}
 	// The tenant frees one: release its lease, remove its volume.
-	o.mustRelease(t, first.GetLease().GetId())
+	if code, _, b := tgt.a.mustCall(t, http.MethodDelete, "/v1/leases/"+first.GetLease().GetId(), nil, tok); code != http.StatusOK {
+		t.Fatalf("release: HTTP %d: %s", code, b)
+	}
 	vol := first.GetLease().GetWorkspace().GetVolume()
 	if !eventually(30*time.Second, 100*time.Millisecond, func() bool {
-		code, _, _ := o.mustCall(t, http.MethodDelete, "/v1/volumes/"+vol, nil, tok)
+		code, _, _ := tgt.a.mustCall(t, http.MethodDelete, "/v1/volumes/"+vol, nil, tok)
 		return code == http.StatusOK
 	}) {
 		t.Fatalf("could not remove volume %s", vol)
