@@ -21,6 +21,28 @@ func TestPauseResumeCyclesDocker(t *testing.T) {
 	o := startOrch(t, dir)
 	r := o.mustAcquire(t, "bounds-cycles-"+randHex(4), baseImage, "600s")
 	id, tok := r.GetLease().GetId(), r.GetToken()
+	check := pauseResumeCycles(t, o.api, id, tok)
+	check("GET", o.mustGet(t, id))
+	o.stop(t)
+	o2 := startOrch(t, dir)
+	check("GET after a restart", o2.mustGet(t, id))
+}
+
+// TestPauseResumeCyclesContainerd is TestPauseResumeCyclesDocker on
+// containerd (without the restart).
+func TestPauseResumeCyclesContainerd(t *testing.T) {
+	requireContainerd(t)
+	requireCtrdImage(t, minimalImage)
+	env := newCtrdEnv(t)
+	o := startCtrdOrch(t, env)
+	r := o.acq(t, "bounds-cycles-"+randHex(4), minimalImage, "600s")
+	check := pauseResumeCycles(t, o.api, r.GetLease().GetId(), r.GetToken())
+	check("GET", o.mustGet(t, r.GetLease().GetId()))
+}
+
+// pauseResumeCycles freezes and thaws lease id 150 times with its token
+// and returns the check of a lease read afterwards.
+func pauseResumeCycles(t *testing.T, a *api, id, tok string) func(where string, l *orchv1.Lease) {
 	const cycles = 150
 	for i := range cycles {
 		for _, op := range []string{":pause", ":resume"} {
@@ -28,7 +50,7 @@ func TestPauseResumeCyclesDocker(t *testing.T) {
 			if op == ":pause" {
 				body["mode"] = "freeze"
 			}
-			if code, _, b := o.mustCall(t, http.MethodPost, "/v1/leases/"+id+op, body, tok); code != http.StatusOK {
+			if code, _, b := a.mustCall(t, http.MethodPost, "/v1/leases/"+id+op, body, tok); code != http.StatusOK {
 				t.Fatalf("cycle %d %s: HTTP %d: %s", i, op, code, b)
 			}
 		}
@@ -44,8 +66,5 @@ func TestPauseResumeCyclesDocker(t *testing.T) {
 			t.Fatalf("%s: last transition %v", where, last)
 		}
 	}
-	check("GET", o.mustGet(t, id))
-	o.stop(t)
-	o2 := startOrch(t, dir)
-	check("GET after a restart", o2.mustGet(t, id))
+	return check
 }
