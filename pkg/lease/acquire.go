@@ -94,6 +94,10 @@ type AcquireRequest struct {
 	AnySnapshot bool
 
 	fork *Snapshot // the snapshot resolved by resolveFork
+	// ownerVolumes are the owner's workspace volumes the runtime had when
+	// the acquire began (listOwnerVolumes); nil when the volume limit does
+	// not apply.
+	ownerVolumes map[string]bool
 	// Persist keeps /workspace on the conversation's volume (VolumeName of
 	// owner and conversation), created at the first such acquire and
 	// mounted again by later ones, after release or expiry: the files
@@ -318,6 +322,9 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 	if err != nil {
 		return Lease{}, "", false, err
 	}
+	if req, err = m.listOwnerVolumes(ctx, req); err != nil { // volumes.go
+		return Lease{}, "", false, err
+	}
 	if err := ctx.Err(); err != nil {
 		return Lease{}, "", false, err
 	}
@@ -425,6 +432,10 @@ func (m *Manager) startCreateID(ctx context.Context, req AcquireRequest, id stri
 		return Lease{}, err
 	}
 	if err := m.volumeFreeLocked(req); err != nil { // volumes.go
+		m.mu.Unlock()
+		return Lease{}, err
+	}
+	if err := m.volumeLimitLocked(req); err != nil { // volumes.go
 		m.mu.Unlock()
 		return Lease{}, err
 	}

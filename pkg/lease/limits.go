@@ -18,6 +18,12 @@ const (
 	DefaultMaxEnvBytes = 64 << 10
 	// MaxReasonLen bounds a release or reap reason; longer ones are cut.
 	MaxReasonLen = 512
+	// MaxTransitions bounds the transitions a lease record keeps: the most
+	// recent ones; older ones are dropped and counted in
+	// Lease.TransitionsDropped. 64 holds a lease's creation and a long
+	// run of pauses, resumes and restarts (the restart budget looks back
+	// at most 2×RestartLimit transitions) while a record stays a few KiB.
+	MaxTransitions = 64
 )
 
 // AllowAllImages as an entry of Config.AllowedImages allows every image.

@@ -164,7 +164,8 @@ type Config struct {
 	// place (same container, files kept) after its container exited
 	// unexpectedly, within RestartWindow; one more exit within the window
 	// fails the lease. Default 3; negative never restarts (the first exit
-	// fails the lease).
+	// fails the lease). At most MaxTransitions/2-1 (31): restarts are
+	// counted in the kept transitions; larger values are lowered to it.
 	RestartLimit int
 	// RestartWindow is the sliding window RestartLimit counts restarts in.
 	// Default 10m.
@@ -211,6 +212,12 @@ type Config struct {
 	// VolumeReapInterval is how often volumes are checked against
 	// VolumeRetention. Default 1m (at most VolumeRetention/2).
 	VolumeReapInterval time.Duration
+	// MaxVolumesPerOwner bounds one owner's workspace volumes (on this
+	// instance): a persisting acquire that would create one more gets
+	// errdefs.ErrResourceExhausted naming the limit; acquires that mount an
+	// existing volume, and NoOwnerLimit acquires, are not refused. Default
+	// 0: no limit.
+	MaxVolumesPerOwner int
 	// Egress enforces leases' network policies (internal/egress). Default
 	// nil: none, and an acquire may only ask for mode open without a deny
 	// list (network.go).
@@ -289,6 +296,7 @@ func (c *Config) setDefaults() error {
 	if c.RestartLimit == 0 {
 		c.RestartLimit = 3
 	}
+	c.RestartLimit = min(c.RestartLimit, MaxTransitions/2-1)
 	if c.RestartWindow < 0 || c.RestartDelay < 0 {
 		return errdefs.InvalidArgument("restart_window", "restart window and delay must not be negative")
 	}

@@ -197,7 +197,7 @@ func (m *Manager) applyRemote(l Lease, deleted bool) {
 		// release from another replica meanwhile is seen at READY).
 		return
 	}
-	if len(l.Transitions) < len(e.l.Transitions) {
+	if l.TransitionCount() < e.l.TransitionCount() {
 		// Older than what we hold (histories only grow): a replica wrote
 		// a snapshot taken before our last transition reached it.
 		return

@@ -191,9 +191,15 @@ type Lease struct {
 	ContainerID string `json:"container_id,omitempty"`
 	// Endpoint is the agent's host:port, reachable from the orchestrator's host.
 	Endpoint string `json:"endpoint,omitempty"`
-	// Transitions is the history, oldest first; the first is the creation
-	// (From StateUnspecified, To StatePending).
+	// Transitions is the history, oldest first: at most MaxTransitions,
+	// the most recent ones. The first is the creation (From
+	// StateUnspecified, To StatePending) until older transitions are
+	// dropped; TransitionsDropped counts those.
 	Transitions []Transition `json:"transitions"`
+	// TransitionsDropped counts the oldest transitions dropped from
+	// Transitions to keep it at MaxTransitions (a lease paused and resumed
+	// without end would otherwise grow its record without bound).
+	TransitionsDropped int `json:"transitions_dropped,omitempty"`
 	// EndedAt is when the lease reached an ended state; zero while live.
 	EndedAt time.Time `json:"ended_at,omitzero"`
 	// Restarts counts the in-place restarts of the sandbox after its
@@ -243,6 +249,11 @@ func (l Lease) Clone() Lease {
 	return l
 }
 
+// TransitionCount returns how many transitions l has made: those kept in
+// Transitions and those dropped. It only grows, so of two records of one
+// lease the one with the larger count is the newer.
+func (l Lease) TransitionCount() int { return l.TransitionsDropped + len(l.Transitions) }
+
 // Transition moves l to state to, recording a Transition with reason at time
 // at and updating State, Reason, UpdatedAt (and EndedAt for an ended state).
 // An illegal transition leaves l unchanged and returns an error wrapping
@@ -253,6 +264,11 @@ func (l *Lease) Transition(to State, reason string, at time.Time) (Transition, e
 	}
 	t := Transition{From: l.State, To: to, Reason: reason, At: at}
 	l.Transitions = append(l.Transitions, t)
+	if drop := len(l.Transitions) - MaxTransitions; drop > 0 {
+		// A fresh array: copies of l (Lease values) may share the old one.
+		l.Transitions = slices.Clone(l.Transitions[drop:])
+		l.TransitionsDropped += drop
+	}
 	l.State, l.Reason, l.UpdatedAt = to, reason, at
 	if to.Ended() {
 		l.EndedAt = at

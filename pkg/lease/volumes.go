@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -220,6 +221,52 @@ func (m *Manager) volumeFreeLocked(req AcquireRequest) error {
 		return errdefs.Unavailable("workspace volume %s of conversation %q is being removed; retry", v, req.ConversationID)
 	}
 	return nil
+}
+
+// listOwnerVolumes sets req.ownerVolumes for a persisting acquire the
+// volume limit (Config.MaxVolumesPerOwner) applies to: the names of the
+// owner's volumes the runtime has now. The runtime is asked before m.mu
+// is taken; volumeLimitLocked adds the volumes of the leases in memory,
+// so that concurrent acquires see each other's new volumes.
+func (m *Manager) listOwnerVolumes(ctx context.Context, req AcquireRequest) (AcquireRequest, error) {
+	if m.cfg.MaxVolumesPerOwner <= 0 || !req.Persist || req.NoOwnerLimit {
+		return req, nil
+	}
+	vols, err := m.ListVolumes(ctx, VolumeFilter{Owner: req.Owner})
+	if err != nil {
+		return req, fmt.Errorf("volume limit: %w", err)
+	}
+	req.ownerVolumes = map[string]bool{}
+	for _, v := range vols {
+		if v.Owner == req.Owner {
+			req.ownerVolumes[v.Name] = true
+		}
+	}
+	return req, nil
+}
+
+// volumeLimitLocked refuses an acquire that would create a workspace
+// volume past Config.MaxVolumesPerOwner: the owner's volumes are those
+// the runtime listed (req.ownerVolumes) and those of its leases in memory
+// (live, or ended with the container not yet removed: their volumes may
+// be being created). Mounting an existing volume is never refused. Called
+// with m.mu held.
+func (m *Manager) volumeLimitLocked(req AcquireRequest) error {
+	name := m.volumeFor(req)
+	if req.ownerVolumes == nil || name == "" || req.ownerVolumes[name] {
+		return nil
+	}
+	have := maps.Clone(req.ownerVolumes)
+	for _, e := range m.leases {
+		if e.l.Owner == req.Owner && e.l.Volume != "" && !(e.l.State.Ended() && e.l.Cleaned) {
+			have[e.l.Volume] = true
+		}
+	}
+	if have[name] || len(have) < m.cfg.MaxVolumesPerOwner {
+		return nil
+	}
+	return errdefs.ResourceExhausted("volume limit: owner %q has %d workspace volumes, at most %d per owner; remove unused ones (DELETE /v1/volumes/NAME) or let the volume retention remove them",
+		req.Owner, len(have), m.cfg.MaxVolumesPerOwner)
 }
 
 // volumeLeaseLocked returns a lease whose sandbox mounts (or may still

@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/runtime"
+	"github.com/berth-dev/berth/pkg/streamlimit"
 )
 
 // Config is the orchestrator's configuration, the input of New. Start from
@@ -144,9 +145,14 @@ type Config struct {
 	// ":rw" one. Default "": no host mounts.
 	AllowHostMounts string
 	// VolumeRetention removes a workspace volume unused (no live lease)
-	// for longer than this, counted from its last lease's end. Default 0:
-	// volumes stay until an operator removes them.
+	// for longer than this, counted from its last lease's end. Default
+	// 720h (30 days); 0 keeps volumes until an operator removes them.
 	VolumeRetention Duration
+	// MaxVolumesPerOwner bounds one owner's workspace volumes: a persisting
+	// acquire that would create one more gets RESOURCE_EXHAUSTED (HTTP
+	// 429) naming the limit; the operator's acquires are exempt. Default
+	// 50; 0: no limit.
+	MaxVolumesPerOwner int
 	// RestartLimit is how many times a sandbox whose container exited
 	// unexpectedly (agent crash, kill from outside, engine restart) is
 	// restarted in place, files kept, within RestartWindow; one more exit
@@ -261,9 +267,11 @@ type Config struct {
 	// MaxEndedPerOwner bounds the ended lease records kept per owner; older
 	// ones are purged before Retention passes. Default 100.
 	MaxEndedPerOwner int
-	// MaxWatchesPerPrincipal bounds the concurrent watch streams of one
-	// caller (the operator, one client owner, or one lease token); more get
-	// RESOURCE_EXHAUSTED. Default 8.
+	// MaxWatchesPerPrincipal bounds the concurrent long-lived streams of
+	// one caller (the operator, one client owner, or one lease token):
+	// lease watches, log follows, and terminal attaches and file watches
+	// through the proxy, counted together; more get RESOURCE_EXHAUSTED
+	// (HTTP 429) naming the limit. Default 16 (streamlimit.DefaultMax).
 	MaxWatchesPerPrincipal int
 	// MaxConnections bounds the listener's open connections (gRPC and
 	// HTTP together); more wait in the kernel's accept queue. Default 1024.
@@ -376,7 +384,9 @@ func Defaults() Config {
 		MaxNetworkMode:         "open",
 		MaxLeasesPerOwner:      20,
 		MaxEndedPerOwner:       100,
-		MaxWatchesPerPrincipal: 8,
+		MaxVolumesPerOwner:     50,
+		VolumeRetention:        Duration(30 * 24 * time.Hour),
+		MaxWatchesPerPrincipal: streamlimit.DefaultMax,
 		MaxConnections:         1024,
 		ReadHeaderTimeout:      Duration(10 * time.Second),
 		IdleTimeout:            Duration(2 * time.Minute),

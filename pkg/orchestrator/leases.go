@@ -4,13 +4,13 @@ import (
 	"context"
 	"math"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/runtime"
+	"github.com/berth-dev/berth/pkg/streamlimit"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -27,40 +27,25 @@ import (
 // gRPC statuses (grpcErr).
 type leaseServer struct {
 	orchv1.UnimplementedLeaseServiceServer
-	m       *lease.Manager
-	watches *watchLimiter
+	m *lease.Manager
+	// streams bounds each caller's open watches and log follows, together
+	// with the proxy's terminal attaches and file watches.
+	streams *streamlimit.Limiter
 	// usage fills Get's live figures (usage.go); logs serves Logs (logs.go).
 	usage *usageTracker
 	logs  *logSource
 }
 
-// watchLimiter counts open watch streams per principal (a Principal is its
-// own key: the operator, one client owner, or one lease).
-type watchLimiter struct {
-	max  int
-	mu   sync.Mutex
-	open map[Principal]int
-}
-
-func newWatchLimiter(max int) *watchLimiter {
-	return &watchLimiter{max: max, open: map[Principal]int{}}
-}
-
-// acquire takes a watch slot of key; release gives it back.
-func (w *watchLimiter) acquire(key Principal) (release func(), err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.max > 0 && w.open[key] >= w.max {
-		return nil, errdefs.Newf(errdefs.ErrResourceExhausted, "%d watch streams are open for this token, the maximum is %d; close one first", w.open[key], w.max)
+// streamCaller is p's key in the stream limiter: its token (the
+// operator, one client owner, or one lease).
+func streamCaller(p Principal) string {
+	switch p.Role {
+	case RoleOperator:
+		return streamlimit.Operator
+	case RoleClient:
+		return streamlimit.Client(p.Owner)
 	}
-	w.open[key]++
-	return func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.open[key]--; w.open[key] <= 0 {
-			delete(w.open, key)
-		}
-	}, nil
+	return streamlimit.Lease(p.LeaseID)
 }
 
 func principal(ctx context.Context) Principal {
@@ -306,13 +291,11 @@ func (s *leaseServer) Watch(req *orchv1.WatchRequest, stream grpc.ServerStreamin
 	default:
 		return errDenied
 	}
-	if s.watches != nil {
-		done, err := s.watches.acquire(p)
-		if err != nil {
-			return err
-		}
-		defer done()
+	done, err := s.streams.Acquire(streamCaller(p))
+	if err != nil {
+		return err
 	}
+	defer done()
 	// Send headers now so REST clients see the stream open.
 	if err := stream.SendHeader(nil); err != nil {
 		return err
@@ -438,5 +421,6 @@ func toLease(l lease.Lease) *orchv1.Lease {
 	for _, t := range l.Transitions {
 		out.Transitions = append(out.Transitions, toTransition(t))
 	}
+	out.TransitionsDropped = int64(l.TransitionsDropped)
 	return out
 }

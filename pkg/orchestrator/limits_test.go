@@ -333,7 +333,7 @@ func TestWatchStreamsPerPrincipal(t *testing.T) {
 func TestLimitsConfig(t *testing.T) {
 	d := orchestrator.Defaults()
 	if d.MaxCPUs != 4 || d.MaxMemoryBytes != 8<<30 || d.MaxPids != 4096 || d.MaxDiskBytes != 100<<30 || d.MaxEnvBytes != 64<<10 ||
-		d.MaxLabels != 64 || d.MaxLeasesPerOwner != 20 || d.MaxEndedPerOwner != 100 || d.MaxWatchesPerPrincipal != 8 ||
+		d.MaxLabels != 64 || d.MaxLeasesPerOwner != 20 || d.MaxEndedPerOwner != 100 || d.MaxWatchesPerPrincipal != 16 ||
 		len(d.AllowedImages) != 1 || d.AllowedImages[0] != "berth/" {
 		t.Fatalf("defaults: %+v", d)
 	}

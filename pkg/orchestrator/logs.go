@@ -64,6 +64,13 @@ func (s *leaseServer) Logs(req *orchv1.LogsRequest, stream grpc.ServerStreamingS
 		if _, err := s.lookup(ctx, req.Id); err != nil {
 			return err
 		}
+		// A follow is a long-lived stream: it counts in the caller's
+		// stream limit (a plain read ends by itself).
+		done, err := s.streams.Acquire(streamCaller(principal(ctx)))
+		if err != nil {
+			return err
+		}
+		defer done()
 		events = s.m.Subscribe(fctx, lease.EventFilter{LeaseID: req.Id})
 	}
 	l, err := s.lookup(ctx, req.Id)
@@ -79,7 +86,7 @@ func (s *leaseServer) Logs(req *orchv1.LogsRequest, stream grpc.ServerStreamingS
 		defer mu.Unlock()
 		return stream.Send(e)
 	}
-	seen := len(l.Transitions)
+	seen := l.TransitionCount()
 	for _, t := range l.Transitions {
 		if t.At.Before(since) {
 			continue
@@ -129,11 +136,11 @@ func (s *leaseServer) Logs(req *orchv1.LogsRequest, stream grpc.ServerStreamingS
 				continue
 			}
 			if seen > 0 { // the first events may repeat recorded transitions
-				if n := len(ev.Lease.Transitions); n > 0 && n <= seen {
+				if n := ev.Lease.TransitionCount(); n > 0 && n <= seen {
 					continue
 				}
 			}
-			seen = len(ev.Lease.Transitions)
+			seen = ev.Lease.TransitionCount()
 			if err := send(transitionEntry(*ev.Transition)); err != nil {
 				return err
 			}

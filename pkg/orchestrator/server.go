@@ -28,6 +28,7 @@ import (
 	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/proxy"
 	"github.com/berth-dev/berth/pkg/runtime"
+	"github.com/berth-dev/berth/pkg/streamlimit"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 	gwruntime "github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -60,6 +61,10 @@ type Server struct {
 	handler  http.Handler
 	cancel   context.CancelFunc
 	proxy    *proxy.Proxy
+	// streams bounds each caller's concurrent long-lived streams (lease
+	// watches, log follows, and the proxy's terminal attaches and file
+	// watches): Config.MaxWatchesPerPrincipal.
+	streams *streamlimit.Limiter
 	// usage samples the sandboxes' live figures (usage.go).
 	usage *usageTracker
 	// logs reads leases' logs (logs.go).
@@ -162,6 +167,8 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		AgentConfigurer:   newAgentConfigurer(), // agentconfig.go
 		Elect:             electorOf(rt, instance),
 		Logger:            log.With("component", "lease"),
+
+		MaxVolumesPerOwner: cfg.MaxVolumesPerOwner, // volumes.go
 	})
 	if err != nil {
 		closeEgress(eg)
@@ -200,9 +207,11 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) buildAPI() error {
 	rec := edge.Recoverer{Log: s.log}
+	s.streams = streamlimit.New(s.cfg.MaxWatchesPerPrincipal)
 	px, err := proxy.New(proxy.Config{
 		Leases: s.manager, Operator: s.operator, Domain: s.cfg.PreviewDomain,
-		Logger: s.log.With("component", "proxy"),
+		Streams: s.streams, // shared with the lease service's watches and log follows
+		Logger:  s.log.With("component", "proxy"),
 	})
 	if err != nil {
 		return fmt.Errorf("orchestrator: proxy: %w", err)
@@ -228,7 +237,7 @@ func (s *Server) buildAPI() error {
 		grpc.ForceServerCodecV2(px.Codec()),
 	)...)
 	orchv1.RegisterVolumeServiceServer(s.grpc, &volumeServer{m: s.manager}) // volumes.go
-	orchv1.RegisterLeaseServiceServer(s.grpc, &leaseServer{m: s.manager, watches: newWatchLimiter(s.cfg.MaxWatchesPerPrincipal), usage: s.usage, logs: s.logs})
+	orchv1.RegisterLeaseServiceServer(s.grpc, &leaseServer{m: s.manager, streams: s.streams, usage: s.usage, logs: s.logs})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

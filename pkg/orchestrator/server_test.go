@@ -372,5 +372,5 @@ func TestOwnErrorMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("second watch", recv(opToken, &orchv1.WatchRequest{}),
-		codes.ResourceExhausted, "1 watch streams are open for this token, the maximum is 1; close one first")
+		codes.ResourceExhausted, "stream limit: at most 1 concurrent streams per caller (lease watches, log follows, terminal attaches and file watches together); 1 are open for this token, close one first")
 }

@@ -132,6 +132,9 @@ func hostMountPolicy(c Config) runtime.HostMountPolicy {
 
 // validateVolumes checks the volume and host mount settings.
 func (c Config) validateVolumes() error {
+	if c.MaxVolumesPerOwner < 0 {
+		return fmt.Errorf("max volumes per owner must not be negative (0: no limit), got %d", c.MaxVolumesPerOwner)
+	}
 	if c.VolumeRetention < 0 {
 		return fmt.Errorf("volume retention must not be negative (0 keeps volumes), got %s", time.Duration(c.VolumeRetention))
 	}

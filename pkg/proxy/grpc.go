@@ -128,6 +128,7 @@ type grpcCall struct {
 	md         metadata.MD // the caller's metadata
 	rt         lease.Route
 	budget     *grpcUploadBudget // an upload held to the lease's disk limit
+	release    func()            // gives back the call's stream slot (streams.go)
 }
 
 // resolveGRPC finds the lease a call names (metadata x-berth-lease, or the
@@ -171,7 +172,11 @@ func (p *Proxy) resolveGRPC(ctx context.Context, method string) (*grpcCall, erro
 		p.log.Info("upload refused: disk limit", "lease_id", id, "method", method)
 		return nil, berr
 	}
-	return &grpcCall{id: id, method: method, md: md, rt: op.rt, budget: budget}, nil
+	release, rerr := p.acquireStream(id, op.acc, method) // streams.go
+	if rerr != nil {
+		return nil, rerr
+	}
+	return &grpcCall{id: id, method: method, md: md, rt: op.rt, budget: budget, release: release}, nil
 }
 
 // relayGRPC calls c's agent with the caller's metadata (its token swapped
@@ -180,6 +185,7 @@ func (p *Proxy) resolveGRPC(ctx context.Context, method string) (*grpcCall, erro
 func (p *Proxy) relayGRPC(ss grpc.ServerStream, c *grpcCall) (err error) {
 	ctx := ss.Context()
 	id, method, budget := c.id, c.method, c.budget
+	defer c.release()
 	stop := p.track(id)
 	p.metrics.inFlight.Add(1)
 	defer func() {

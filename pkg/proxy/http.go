@@ -94,6 +94,12 @@ func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath s
 		p.fail(w, r, false, id, rerr)
 		return
 	}
+	release, rerr := p.acquireStream(id, op.acc, path) // streams.go
+	if rerr != nil {
+		p.fail(w, r, false, id, rerr)
+		return
+	}
+	defer release()
 	t := &target{
 		leaseID: id, host: rt.Endpoint, path: path, rawPath: rawPath, rawQuery: r.URL.RawQuery,
 		agentToken: p.leases.AgentToken(id), stripAuth: true,

@@ -16,6 +16,7 @@ import (
 	"github.com/berth-dev/berth/internal/edge"
 	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/lease"
+	"github.com/berth-dev/berth/pkg/streamlimit"
 )
 
 // LeaseRouter is what the proxy needs from the lease manager;
@@ -88,6 +89,12 @@ type Config struct {
 	// ConnIdleTimeout closes a cached gRPC connection to an agent after it
 	// carried no call for this long. Default 5m.
 	ConnIdleTimeout time.Duration
+	// Streams bounds each caller's concurrent terminal attaches and file
+	// watches (gRPC and REST/WebSocket alike): a lease token is one
+	// caller, the operator token another. The orchestrator passes the
+	// limiter its lease watches and log follows count in, so every kind
+	// of long-lived stream shares one limit. Nil (default): no limit.
+	Streams *streamlimit.Limiter
 	// Logger receives operator accesses, clients that went away and
 	// upstream failures (keys lease_id, method, path, status). Default
 	// slog.Default().

@@ -303,20 +303,40 @@ func (s *Store) put(ctx context.Context, l lease.Lease) error {
 	}
 }
 
-// stale reports whether the record l is older than the stored cur: cur's
-// history has more transitions (histories only grow). Writing l would
-// move the lease back (a replica's activity write, snapshotted before the
-// release another replica wrote reached it); it is dropped instead, and
-// the writer's memory catches up through Subscribe. Records with as many
-// transitions are last-writer-wins.
+// stale reports whether the record l is older than the stored cur: cur
+// has made more transitions (kept and dropped; the count only grows).
+// Writing l would move the lease back (a replica's activity write,
+// snapshotted before the release another replica wrote reached it); it is
+// dropped instead, and the writer's memory catches up through Subscribe.
+// Records with as many transitions are last-writer-wins.
 func (s *Store) stale(l lease.Lease, cur *unstructured.Unstructured) bool {
 	ts, found, err := unstructured.NestedSlice(cur.Object, "spec", "record", "transitions")
-	if err != nil || !found || len(ts) <= len(l.Transitions) {
+	if err != nil || !found {
+		return false
+	}
+	stored := len(ts) + storedDropped(cur)
+	if stored <= l.TransitionCount() {
 		return false
 	}
 	s.log.Debug("dropping a stale write: the stored record has moved on", "lease_id", l.ID,
-		"state", string(l.State), "transitions", len(l.Transitions), "stored_transitions", len(ts))
+		"state", string(l.State), "transitions", l.TransitionCount(), "stored_transitions", stored)
 	return true
+}
+
+// storedDropped returns the stored record's transitions_dropped (0 when
+// absent). JSON numbers decode as int64, or float64 from some decoders.
+func storedDropped(cur *unstructured.Unstructured) int {
+	v, found, err := unstructured.NestedFieldNoCopy(cur.Object, "spec", "record", "transitions_dropped")
+	if err != nil || !found {
+		return 0
+	}
+	switch n := v.(type) {
+	case int64:
+		return int(n)
+	case float64:
+		return int(n)
+	}
+	return 0
 }
 
 // cached returns the informer's copy of BerthLease id, nil when it has none.

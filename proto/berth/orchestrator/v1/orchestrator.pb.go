@@ -405,9 +405,13 @@ type Lease struct {
 	IdleTimeout    *durationpb.Duration   `protobuf:"bytes,14,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
 	ContainerId    string                 `protobuf:"bytes,15,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
 	// endpoint is the agent's host:port (reachable from the orchestrator host).
-	Endpoint    string                 `protobuf:"bytes,16,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Transitions []*Transition          `protobuf:"bytes,17,rep,name=transitions,proto3" json:"transitions,omitempty"`
-	EndedAt     *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	Endpoint string `protobuf:"bytes,16,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// transitions are the most recent state changes, oldest first: at most
+	// 64; older ones are dropped and counted in transitions_dropped.
+	Transitions []*Transition `protobuf:"bytes,17,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	// transitions_dropped counts the oldest transitions no longer kept.
+	TransitionsDropped int64                  `protobuf:"varint,32,opt,name=transitions_dropped,json=transitionsDropped,proto3" json:"transitions_dropped,omitempty"`
+	EndedAt            *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
 	// public_ports are preview ports served without a token.
 	PublicPorts []int32 `protobuf:"varint,19,rep,packed,name=public_ports,json=publicPorts,proto3" json:"public_ports,omitempty"`
 	// user is the user that the sandbox's commands run as.
@@ -594,6 +598,13 @@ func (x *Lease) GetTransitions() []*Transition {
 		return x.Transitions
 	}
 	return nil
+}
+
+func (x *Lease) GetTransitionsDropped() int64 {
+	if x != nil {
+		return x.TransitionsDropped
+	}
+	return 0
 }
 
 func (x *Lease) GetEndedAt() *timestamppb.Timestamp {
@@ -2899,7 +2910,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x9d\v\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xce\v\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x14\n" +
@@ -2921,7 +2932,8 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\fidle_timeout\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12!\n" +
 	"\fcontainer_id\x18\x0f \x01(\tR\vcontainerId\x12\x1a\n" +
 	"\bendpoint\x18\x10 \x01(\tR\bendpoint\x12C\n" +
-	"\vtransitions\x18\x11 \x03(\v2!.berth.orchestrator.v1.TransitionR\vtransitions\x125\n" +
+	"\vtransitions\x18\x11 \x03(\v2!.berth.orchestrator.v1.TransitionR\vtransitions\x12/\n" +
+	"\x13transitions_dropped\x18  \x01(\x03R\x12transitionsDropped\x125\n" +
 	"\bended_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12!\n" +
 	"\fpublic_ports\x18\x13 \x03(\x05R\vpublicPorts\x12\x12\n" +
 	"\x04user\x18\x14 \x01(\tR\x04user\x122\n" +
