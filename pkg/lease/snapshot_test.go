@@ -17,22 +17,32 @@ import (
 type snapRuntime struct {
 	*fakeRuntime
 	smu   sync.Mutex
-	snaps map[string]runtime.SnapshotImage
-	of    map[string]string // snapshot name → container id it was taken of
+	snaps map[string]runtime.SnapshotImage // by tag
+	of    map[string]string                // snapshot tag → container id it was taken of
+	size  int64                            // of each snapshot (default 42)
+}
+
+func newSnapRuntime() *snapRuntime {
+	return &snapRuntime{fakeRuntime: newFakeRuntime(), snaps: map[string]runtime.SnapshotImage{}, of: map[string]string{}}
 }
 
 func (s *snapRuntime) Snapshot(_ context.Context, id string, opts runtime.SnapshotOptions) (runtime.SnapshotImage, error) {
-	if err := runtime.ValidSnapshotName("name", opts.Name); err != nil {
+	if err := runtime.ValidSnapshotOptions(opts); err != nil {
 		return runtime.SnapshotImage{}, err
 	}
 	s.smu.Lock()
 	defer s.smu.Unlock()
-	if _, ok := s.snaps[opts.Name]; ok {
-		return runtime.SnapshotImage{}, errdefs.AlreadyExists("snapshot %s", opts.Name)
+	tag := opts.Tagged()
+	if _, ok := s.snaps[tag]; ok {
+		return runtime.SnapshotImage{}, errdefs.AlreadyExists("snapshot %s", tag)
 	}
-	img := runtime.SnapshotImage{Name: opts.Name, Ref: runtime.SnapshotRef(opts.Name), ID: "sha256:" + opts.Name,
-		Size: 42, CreatedAt: time.Now(), Labels: runtime.SnapshotLabels(opts, "")}
-	s.snaps[opts.Name], s.of[opts.Name] = img, id
+	size := s.size
+	if size == 0 {
+		size = 42
+	}
+	img := runtime.SnapshotImage{Name: opts.Name, Tag: tag, Ref: runtime.SnapshotRef(tag), ID: "sha256:" + tag,
+		Size: size, CreatedAt: time.Now(), Labels: runtime.SnapshotLabels(opts, "")}
+	s.snaps[tag], s.of[tag] = img, id
 	return img, nil
 }
 
@@ -48,13 +58,13 @@ func (s *snapRuntime) Snapshots(_ context.Context, sel runtime.Selector) ([]runt
 	return out, nil
 }
 
-func (s *snapRuntime) RemoveSnapshot(_ context.Context, name string) error {
+func (s *snapRuntime) RemoveSnapshot(_ context.Context, tag string) error {
 	s.smu.Lock()
 	defer s.smu.Unlock()
-	if _, ok := s.snaps[name]; !ok {
-		return errdefs.NotFound("snapshot %s", name)
+	if _, ok := s.snaps[tag]; !ok {
+		return errdefs.NotFound("snapshot %s", tag)
 	}
-	delete(s.snaps, name)
+	delete(s.snaps, tag)
 	return nil
 }
 
@@ -79,7 +89,7 @@ func startSnapManager(t *testing.T, rt Runtime, tweak func(*Config)) *Manager {
 }
 
 func TestSnapshotAndFork(t *testing.T) {
-	rt := &snapRuntime{fakeRuntime: newFakeRuntime(), snaps: map[string]runtime.SnapshotImage{}, of: map[string]string{}}
+	rt := newSnapRuntime()
 	m := startSnapManager(t, rt, func(c *Config) { c.AllowedImages = []string{"berth/"}; c.DefaultImage = "berth/base" })
 	ctx := context.Background()
 	src, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c-1", Owner: "alice", Image: "berth/base", User: "1000:1000"})
@@ -101,11 +111,11 @@ func TestSnapshotAndFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Owner != "alice" || s.LeaseID != src.ID || s.ConversationID != "c-1" || s.Image != "berth/base" || s.User != "1000:1000" || s.Ref != "berth/snapshot:s1" {
+	if s.Owner != "alice" || s.LeaseID != src.ID || s.ConversationID != "c-1" || s.Image != "berth/base" || s.User != "1000:1000" || s.Ref != runtime.SnapshotRef(runtime.SnapshotTag("test", "alice", "s1")) {
 		t.Errorf("snapshot = %+v", s)
 	}
-	if rt.of["s1"] != src.ContainerID {
-		t.Errorf("snapshot of container %q, want %q", rt.of["s1"], src.ContainerID)
+	if rt.of[s.Tag] != src.ContainerID {
+		t.Errorf("snapshot of container %q, want %q", rt.of[s.Tag], src.ContainerID)
 	}
 	if _, err := m.Snapshot(ctx, src.ID, "s1"); !errdefs.IsAlreadyExists(err) {
 		t.Errorf("taken name: %v", err)
@@ -135,7 +145,7 @@ func TestSnapshotAndFork(t *testing.T) {
 	if err != nil || !created {
 		t.Fatalf("fork: %v", err)
 	}
-	if fork.Image != "berth/snapshot:s1" || fork.User != "1000:1000" || !strings.Contains(fork.Transitions[0].Reason, "fork of snapshot s1") {
+	if fork.Image != s.Ref || fork.User != "1000:1000" || !strings.Contains(fork.Transitions[0].Reason, "fork of snapshot s1") {
 		t.Errorf("fork = image %q user %q first reason %q", fork.Image, fork.User, fork.Transitions[0].Reason)
 	}
 	// image=berth/snapshot:NAME is the same request (allowed although
@@ -159,7 +169,7 @@ func TestSnapshotAndFork(t *testing.T) {
 }
 
 func TestSnapshotOtherImagesAllowedAndRuntimeWithout(t *testing.T) {
-	rt := &snapRuntime{fakeRuntime: newFakeRuntime(), snaps: map[string]runtime.SnapshotImage{}, of: map[string]string{}}
+	rt := newSnapRuntime()
 	// Only python is allowed besides the default: a fork of a python
 	// lease runs although berth/snapshot is not in the list, and its
 	// user defaults follow python (the image's own user), not berth's.
