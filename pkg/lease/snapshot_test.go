@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -40,7 +42,7 @@ func (s *snapRuntime) Snapshot(_ context.Context, id string, opts runtime.Snapsh
 	if size == 0 {
 		size = 42
 	}
-	img := runtime.SnapshotImage{Name: opts.Name, Tag: tag, Ref: runtime.SnapshotRef(tag), ID: "sha256:" + tag,
+	img := runtime.SnapshotImage{Name: opts.Name, Tag: tag, Ref: runtime.SnapshotRef(tag), ID: fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(tag))),
 		Size: size, CreatedAt: time.Now(), Labels: runtime.SnapshotLabels(opts, "")}
 	s.snaps[tag], s.of[tag] = img, id
 	return img, nil
@@ -200,5 +202,168 @@ func TestSnapshotOtherImagesAllowedAndRuntimeWithout(t *testing.T) {
 	}
 	if _, _, _, err := plain.Acquire(ctx, AcquireRequest{ConversationID: "c-2", Snapshot: "x"}); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("fork on a runtime without Snapshotter: %v, want FailedPrecondition", err)
+	}
+}
+
+// TestForkSpellings: bob asks for alice's snapshot by every spelling of its
+// reference and never forks it (NotFound like a missing one, or
+// InvalidArgument naming the field for ids and digests); alice forks hers
+// by every spelling of the snapshot repository.
+func TestForkSpellings(t *testing.T) {
+	rt := newSnapRuntime()
+	m := startSnapManager(t, rt, func(c *Config) { c.AllowedImages = []string{AllowAllImages} })
+	ctx := context.Background()
+	src, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c-src", Owner: "alice", Image: "berth/base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.Snapshot(ctx, src.ID, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Snapshot(ctx, src.ID, "latest"); err != nil {
+		t.Fatal(err)
+	}
+	hexID := strings.TrimPrefix(s.ID, "sha256:")
+	for i, tc := range []struct {
+		image, snapshot string
+		want            func(error) bool
+		field           string
+	}{
+		{image: "berth/snapshot:base", want: errdefs.IsNotFound, field: "image"},
+		{image: "docker.io/berth/snapshot:base", want: errdefs.IsNotFound, field: "image"},
+		{image: "index.docker.io/berth/snapshot:base", want: errdefs.IsNotFound, field: "image"},
+		{image: "berth/snapshot", want: errdefs.IsNotFound, field: "image"},
+		{image: s.Ref, want: errdefs.IsNotFound, field: "image"},
+		{image: "docker.io/" + s.Ref, want: errdefs.IsNotFound, field: "image"},
+		{snapshot: "base", want: errdefs.IsNotFound, field: "snapshot"},
+		{snapshot: s.Tag, want: errdefs.IsNotFound, field: "snapshot"},
+		{snapshot: "index.docker.io/berth/snapshot:base", want: errdefs.IsNotFound, field: "snapshot"},
+		{image: "berth/snapshot@sha256:" + hexID, want: errdefs.IsInvalidArgument, field: "image"},
+		{image: s.ID, want: errdefs.IsInvalidArgument, field: "image"},
+		{image: hexID, want: errdefs.IsInvalidArgument, field: "image"},
+		{image: hexID[:12], want: errdefs.IsInvalidArgument, field: "image"},
+		{image: "sha256:" + hexID[:6], want: errdefs.IsInvalidArgument, field: "image"},
+		{snapshot: "berth/snapshot@sha256:" + hexID, want: errdefs.IsInvalidArgument, field: "snapshot"},
+	} {
+		l, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: fmt.Sprintf("c-bob-%d", i), Owner: "bob", Image: tc.image, Snapshot: tc.snapshot})
+		if err == nil {
+			t.Errorf("bob acquires image %q snapshot %q: forked %s", tc.image, tc.snapshot, l.Image)
+			continue
+		}
+		if !tc.want(err) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("bob acquires image %q snapshot %q: %v, want the category naming %s", tc.image, tc.snapshot, err, tc.field)
+		}
+	}
+	for i, image := range []string{"berth/snapshot:base", "docker.io/berth/snapshot:base", "index.docker.io/berth/snapshot:base", "berth/snapshot"} {
+		l, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: fmt.Sprintf("c-alice-%d", i), Owner: "alice", Image: image})
+		if err != nil || !strings.HasPrefix(l.Image, "berth/snapshot:") {
+			t.Errorf("alice forks %q: %s %v", image, l.Image, err)
+		}
+	}
+	if len(rt.snaps) != 2 {
+		t.Errorf("snapshots: %v", rt.snaps)
+	}
+}
+
+// TestSnapshotNamesPerOwner: alice and bob each have a snapshot named base;
+// bob's name does not collide with (nor reveal) alice's; each forks and
+// removes their own; the operator lists both and must say whose.
+func TestSnapshotNamesPerOwner(t *testing.T) {
+	rt := newSnapRuntime()
+	m := startSnapManager(t, rt, nil)
+	ctx := context.Background()
+	var srcs = map[string]Lease{}
+	for _, owner := range []string{"alice", "bob"} {
+		l, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs[owner] = l
+		if _, err := m.Snapshot(ctx, l.ID, "base"); err != nil {
+			t.Fatalf("%s's snapshot base: %v", owner, err)
+		}
+	}
+	a, err := m.GetSnapshot(ctx, "base", "alice", false)
+	if err != nil || a.Owner != "alice" || a.LeaseID != srcs["alice"].ID {
+		t.Fatalf("alice's base: %+v %v", a, err)
+	}
+	b, err := m.GetSnapshot(ctx, "base", "bob", false)
+	if err != nil || b.Owner != "bob" || b.LeaseID != srcs["bob"].ID || b.Tag == a.Tag {
+		t.Fatalf("bob's base: %+v %v (alice's tag %s)", b, err, a.Tag)
+	}
+	if _, err := m.GetSnapshot(ctx, "base", "carol", false); !errdefs.IsNotFound(err) {
+		t.Errorf("carol's base: %v, want NotFound", err)
+	}
+	fork, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c-fork", Owner: "bob", Snapshot: "base"})
+	if err != nil || fork.Image != b.Ref || rt.of[b.Tag] != srcs["bob"].ContainerID {
+		t.Errorf("bob's fork of base: %s %v, want %s", fork.Image, err, b.Ref)
+	}
+	// The operator: every owner's; a shared name needs the owner or the tag.
+	if list, _ := m.Snapshots(ctx, SnapshotFilter{AnyOwner: true}); len(list) != 2 {
+		t.Errorf("operator lists %v", list)
+	}
+	if _, err := m.GetSnapshot(ctx, "base", "", true); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), a.Tag) {
+		t.Errorf("operator gets the shared name: %v, want InvalidArgument listing the tags", err)
+	}
+	if got, err := m.GetSnapshot(ctx, "base", "bob", true); err != nil || got.Tag != b.Tag {
+		t.Errorf("operator gets bob's base: %+v %v", got, err)
+	}
+	if err := m.RemoveSnapshot(ctx, a.Tag, "", true); err != nil {
+		t.Errorf("operator removes alice's base by its tag: %v", err)
+	}
+	if _, err := m.GetSnapshot(ctx, "base", "alice", false); !errdefs.IsNotFound(err) {
+		t.Errorf("alice's base after its removal: %v", err)
+	}
+	if _, err := m.GetSnapshot(ctx, "base", "bob", false); err != nil {
+		t.Errorf("bob's base after alice's removal: %v", err)
+	}
+}
+
+// TestSnapshotLimits: an owner's snapshots beyond MaxSnapshotsPerOwner, or
+// adding more than MaxSnapshotBytesPerOwner bytes, are RESOURCE_EXHAUSTED
+// naming the limit; other owners are not affected; one over the bytes
+// limit is not kept.
+func TestSnapshotLimits(t *testing.T) {
+	rt := newSnapRuntime()
+	m := startSnapManager(t, rt, func(c *Config) { c.MaxSnapshotsPerOwner = 2 })
+	ctx := context.Background()
+	l, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"s1", "s2"} {
+		if _, err := m.Snapshot(ctx, l.ID, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.Snapshot(ctx, l.ID, "s3"); !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "max_snapshots_per_owner") {
+		t.Errorf("third snapshot: %v, want ResourceExhausted naming max_snapshots_per_owner", err)
+	}
+	bl, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Snapshot(ctx, bl.ID, "s1"); err != nil {
+		t.Errorf("bob's first snapshot: %v", err)
+	}
+
+	rt2 := newSnapRuntime()
+	rt2.size = 40
+	m2 := startSnapManager(t, rt2, func(c *Config) { c.MaxSnapshotBytesPerOwner = 100 })
+	l2, _, _, err := m2.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"s1", "s2"} {
+		if _, err := m2.Snapshot(ctx, l2.ID, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m2.Snapshot(ctx, l2.ID, "s3"); !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "max_snapshot_bytes_per_owner") {
+		t.Errorf("snapshot over the bytes limit: %v, want ResourceExhausted naming max_snapshot_bytes_per_owner", err)
+	}
+	if list, _ := m2.Snapshots(ctx, SnapshotFilter{Owner: "alice"}); len(list) != 2 {
+		t.Errorf("alice's snapshots after the refused one: %v", list)
 	}
 }
