@@ -116,6 +116,13 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (Snapshot, erro
 	if err := m.checkSnapshotLimits(l.Owner, used, 0); err != nil {
 		return Snapshot{}, err
 	}
+	// The owner's name is taken whatever tag holds it (a snapshot of an
+	// older version is stored under its bare name).
+	if _, err := m.findSnapshot(ctx, sn, "name", name, l.Owner, false); err == nil {
+		return Snapshot{}, errdefs.AlreadyExists("name: snapshot %s exists", name)
+	} else if !errdefs.IsNotFound(err) {
+		return Snapshot{}, err
+	}
 	image := l.Image
 	if _, ok := runtime.SnapshotTagOf(image); ok {
 		// A fork's snapshot names the image its source ran.

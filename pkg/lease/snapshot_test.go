@@ -367,3 +367,33 @@ func TestSnapshotLimits(t *testing.T) {
 		t.Errorf("alice's snapshots after the refused one: %v", list)
 	}
 }
+
+// TestSnapshotOldTag: a snapshot an older version stored under its bare
+// name is found by its labels: its owner forks and removes it, another
+// owner does not see it, and the owner cannot take the name again.
+func TestSnapshotOldTag(t *testing.T) {
+	rt := newSnapRuntime()
+	m := startSnapManager(t, rt, nil)
+	ctx := context.Background()
+	l, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := rt.Snapshot(ctx, l.ContainerID, runtime.SnapshotOptions{Name: "old", Labels: map[string]string{
+		runtime.LabelSnapshotOwner: "alice", runtime.LabelInstance: "test"}})
+	if err != nil || old.Ref != "berth/snapshot:old" {
+		t.Fatalf("old-style snapshot: %+v %v", old, err)
+	}
+	if _, err := m.Snapshot(ctx, l.ID, "old"); !errdefs.IsAlreadyExists(err) {
+		t.Errorf("alice takes the name of her old snapshot: %v, want AlreadyExists", err)
+	}
+	if _, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c-bob", Owner: "bob", Image: "berth/snapshot:old"}); !errdefs.IsNotFound(err) {
+		t.Errorf("bob forks alice's old snapshot: %v, want NotFound", err)
+	}
+	if f, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c-fork", Owner: "alice", Snapshot: "old"}); err != nil || f.Image != old.Ref {
+		t.Errorf("alice forks her old snapshot: %s %v", f.Image, err)
+	}
+	if err := m.RemoveSnapshot(ctx, "old", "alice", false); err != nil {
+		t.Errorf("alice removes her old snapshot: %v", err)
+	}
+}
