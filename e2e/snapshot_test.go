@@ -100,7 +100,7 @@ func snapshotFork(t *testing.T, a *api, image string, gone func(cid string) bool
 	snap := snapshotCall(t, a, sid, name, aliceToken)
 	t.Logf("snapshot %s of %s: %d bytes in %s (server: %s)", snap.GetName(), image, snap.GetSizeBytes(),
 		time.Since(began).Round(time.Millisecond), snap.GetDuration().AsDuration().Round(time.Millisecond))
-	if snap.GetRef() != runtime.SnapshotRef(name) || snap.GetOwner() != "alice" || snap.GetLeaseId() != sid || snap.GetSizeBytes() <= 0 {
+	if !strings.HasPrefix(snap.GetRef(), runtime.SnapshotRef(name)+"-") || snap.GetOwner() != "alice" || snap.GetLeaseId() != sid || snap.GetSizeBytes() <= 0 {
 		t.Fatalf("snapshot = %v", snap)
 	}
 	code, _, b = a.mustCall(t, http.MethodPost, "/v1/leases/"+sid+":snapshot", map[string]any{"name": name}, aliceToken)
@@ -151,7 +151,7 @@ func snapshotFork(t *testing.T, a *api, image string, gone func(cid string) bool
 	}
 	fl := fork.GetLease()
 	fid, ftok := fl.GetId(), fork.GetToken()
-	if fl.GetImage() != runtime.SnapshotRef(name) || fl.GetUser() != src.GetLease().GetUser() ||
+	if fl.GetImage() != snap.GetRef() || fl.GetUser() != src.GetLease().GetUser() ||
 		!strings.Contains(fl.GetTransitions()[0].GetReason(), "fork of snapshot "+name) {
 		t.Errorf("fork lease: image %q user %q (source %q) first reason %q", fl.GetImage(), fl.GetUser(), src.GetLease().GetUser(), fl.GetTransitions()[0].GetReason())
 	}
@@ -238,7 +238,7 @@ func removeCtrdSnapshots(tb testing.TB, env *ctrdEnv) {
 		}
 		for _, s := range left {
 			tb.Errorf("cleanup: snapshot %s was left behind; removing it", s.Name)
-			if err := rt.RemoveSnapshot(ctx, s.Name); err != nil {
+			if err := rt.RemoveSnapshot(ctx, s.Tag); err != nil {
 				tb.Errorf("cleanup: %v", err)
 			}
 		}
@@ -358,7 +358,7 @@ func TestSnapshotCLI(t *testing.T) {
 		SizeBytes string `json:"sizeBytes"`
 		Duration  string `json:"duration"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &snap) != nil || snap.Name != name || snap.Ref != runtime.SnapshotRef(name) || snap.Duration == "" {
+	if code != 0 || json.Unmarshal([]byte(out), &snap) != nil || snap.Name != name || !strings.HasPrefix(snap.Ref, runtime.SnapshotRef(name)+"-") || snap.Duration == "" {
 		t.Fatalf("lease snapshot -o json: exit %d %q %s", code, out, errs)
 	}
 	if _, errs, code := cliRun(t, addr, "lease", "snapshot", src, "--name", name); code != 1 || !strings.Contains(errs, "already exists") {
@@ -372,7 +372,7 @@ func TestSnapshotCLI(t *testing.T) {
 		t.Fatalf("acquire --snapshot: exit %d: %s", code, errs)
 	}
 	fork, image := leaseOf(out)
-	if image != runtime.SnapshotRef(name) {
+	if image != snap.Ref {
 		t.Errorf("fork image %q", image)
 	}
 	if _, errs, code := cliRun(t, addr, "snapshot", "rm", name); code != 1 || !strings.Contains(errs, "in use") {

@@ -83,11 +83,13 @@ type AcquireRequest struct {
 	// NoOwnerLimit exempts this acquire from Config.MaxLivePerOwner (the
 	// edge sets it for the operator). Config.MaxLive still applies.
 	NoOwnerLimit bool
-	// Snapshot starts the sandbox from snapshot NAME (Manager.Snapshot):
-	// a fork, with the snapshotted sandbox's files. Image must then be
-	// empty; an Image naming berth/snapshot:NAME is the same request. Only
-	// the snapshot's owner may fork it (NotFound for anyone else's) unless
-	// AnySnapshot. The user defaults to the snapshotted lease's.
+	// Snapshot starts the sandbox from snapshot NAME of Owner
+	// (Manager.Snapshot): a fork, with the snapshotted sandbox's files.
+	// Image must then be empty; an Image into the snapshot repository
+	// (berth/snapshot:NAME in any spelling) is the same request, and image
+	// ids and digests into it are refused (runtime.ParseImageRef). Another
+	// owner's snapshot is NotFound like a missing one, unless AnySnapshot.
+	// The user defaults to the snapshotted lease's.
 	Snapshot string
 	// AnySnapshot lets this acquire fork any owner's snapshot (the edge
 	// sets it for the operator).
@@ -201,8 +203,19 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 		// A snapshot was made of an allowed image; its user defaults
 		// follow the image the snapshotted lease ran.
 		userImage = req.fork.Image
-	} else if err := m.checkImage(req.Image); err != nil {
-		return req, err
+	} else {
+		// The engine opens the normalised reference that is checked here.
+		ir, err := runtime.ParseImageRef("image", req.Image)
+		if err != nil {
+			return req, err
+		}
+		if ir.Snapshot {
+			return req, errdefs.InvalidArgument("image", "%q is a snapshot; fork it with snapshot NAME", req.Image)
+		}
+		req.Image, userImage = ir.Ref, ir.Ref
+		if err := m.checkImage(req.Image); err != nil {
+			return req, err
+		}
 	}
 	user, err := m.leaseUser(userImage, req.User)
 	if err != nil {

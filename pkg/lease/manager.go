@@ -110,6 +110,13 @@ type Config struct {
 	// reaper purges the oldest beyond it even before Retention passes.
 	// Default 0: no bound (Retention alone).
 	MaxEndedPerOwner int
+	// MaxSnapshotsPerOwner and MaxSnapshotBytesPerOwner bound one owner's
+	// snapshots: their number, and the bytes they add together
+	// (Snapshot.Size); a snapshot beyond either is
+	// errdefs.ErrResourceExhausted naming the limit (snapshot.go). Default
+	// 0: no limit.
+	MaxSnapshotsPerOwner     int
+	MaxSnapshotBytesPerOwner int64
 	// Retention is how long ended lease records are kept (for Get, List and
 	// debugging) before they are purged. Default 1h; negative keeps them
 	// forever.
@@ -353,6 +360,9 @@ type Manager struct {
 	// leading is set while this replica runs the reaper (always without
 	// Config.Elect).
 	leading atomic.Bool
+	// snapMu makes one Snapshot at a time: its owner's limits are checked,
+	// then the snapshot is taken (snapshot.go).
+	snapMu sync.Mutex
 
 	mu     sync.Mutex
 	leases map[string]*entry // every record, live and ended

@@ -168,7 +168,9 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		Elect:             electorOf(rt, instance),
 		Logger:            log.With("component", "lease"),
 
-		MaxVolumesPerOwner: cfg.MaxVolumesPerOwner, // volumes.go
+		MaxVolumesPerOwner:       cfg.MaxVolumesPerOwner, // volumes.go
+		MaxSnapshotsPerOwner:     cfg.MaxSnapshotsPerOwner,
+		MaxSnapshotBytesPerOwner: cfg.MaxSnapshotBytesPerOwner,
 	})
 	if err != nil {
 		closeEgress(eg)

@@ -31,13 +31,14 @@ func (s *suite) testSnapshot(t *testing.T) {
 	s.sh(t, src, spec.AgentToken, `mkdir -p snapdir && echo forked-file > snapdir/a.txt`)
 
 	name := fmt.Sprintf("conf-%s-%d", s.runID, s.seq.Add(1))
+	tag := runtime.SnapshotTag(s.instance, "conformance", name) // stored under a tag of its own
 	t.Cleanup(func() {
-		if err := sn.RemoveSnapshot(context.Background(), name); err != nil && !errdefs.IsNotFound(err) {
-			t.Errorf("cleanup: RemoveSnapshot %s: %v", name, err)
+		if err := sn.RemoveSnapshot(context.Background(), tag); err != nil && !errdefs.IsNotFound(err) {
+			t.Errorf("cleanup: RemoveSnapshot %s: %v", tag, err)
 		}
 	})
 	began := time.Now()
-	img, err := sn.Snapshot(ctx, src.ID, runtime.SnapshotOptions{Name: name,
+	img, err := sn.Snapshot(ctx, src.ID, runtime.SnapshotOptions{Name: name, Tag: tag,
 		Labels: map[string]string{runtime.LabelSnapshotLease: spec.LeaseID, runtime.LabelInstance: s.instance}})
 	if errdefs.IsFailedPrecondition(err) {
 		// A configuration that cannot snapshot (containerd with user
@@ -48,15 +49,15 @@ func (s *suite) testSnapshot(t *testing.T) {
 		t.Fatalf("Snapshot: %v", err)
 	}
 	t.Logf("Snapshot = %s (%s, %d bytes) in %s", img.Ref, shortID(img.ID), img.Size, time.Since(began).Round(time.Millisecond))
-	if img.Name != name || img.Ref != runtime.SnapshotRef(name) || img.ID == "" {
+	if img.Name != name || img.Tag != tag || img.Ref != runtime.SnapshotRef(tag) || img.ID == "" {
 		t.Errorf("Snapshot = %+v", img)
 	}
 	// The agent (megabytes) is not in it: only the few files written.
 	if img.Size <= 0 || img.Size > 1<<20 {
 		t.Errorf("snapshot size %d bytes, want > 0 and < 1 MiB (no agent binary)", img.Size)
 	}
-	if _, err := sn.Snapshot(ctx, src.ID, runtime.SnapshotOptions{Name: name}); !errdefs.IsAlreadyExists(err) {
-		t.Errorf("Snapshot with a taken name: %v, want ErrAlreadyExists", err)
+	if _, err := sn.Snapshot(ctx, src.ID, runtime.SnapshotOptions{Name: name + "-other", Tag: tag}); !errdefs.IsAlreadyExists(err) {
+		t.Errorf("Snapshot with a taken tag: %v, want ErrAlreadyExists", err)
 	}
 	if _, err := sn.Snapshot(ctx, "berth-no-such-sandbox", runtime.SnapshotOptions{Name: name + "-x"}); !errdefs.IsNotFound(err) {
 		t.Errorf("Snapshot of a missing sandbox: %v, want ErrNotFound", err)
@@ -74,7 +75,7 @@ func (s *suite) testSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Snapshots: %v", err)
 	}
-	if len(list) != 1 || list[0].Name != name || list[0].Size != img.Size {
+	if len(list) != 1 || list[0].Name != name || list[0].Tag != tag || list[0].Ref != img.Ref || list[0].Size != img.Size {
 		t.Errorf("Snapshots = %+v, want just %s", list, name)
 	}
 
@@ -89,16 +90,16 @@ func (s *suite) testSnapshot(t *testing.T) {
 			t.Errorf("the fork's environment holds the source's value %q:\n%s", leak, out)
 		}
 	}
-	if err := sn.RemoveSnapshot(ctx, name); !errdefs.IsFailedPrecondition(err) {
+	if err := sn.RemoveSnapshot(ctx, tag); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("RemoveSnapshot while a fork exists: %v, want ErrFailedPrecondition", err)
 	}
 	if err := s.rt.Remove(ctx, fsb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := sn.RemoveSnapshot(ctx, name); err != nil {
+	if err := sn.RemoveSnapshot(ctx, tag); err != nil {
 		t.Errorf("RemoveSnapshot: %v", err)
 	}
-	if err := sn.RemoveSnapshot(ctx, name); !errdefs.IsNotFound(err) {
+	if err := sn.RemoveSnapshot(ctx, tag); !errdefs.IsNotFound(err) {
 		t.Errorf("RemoveSnapshot of a removed snapshot: %v, want ErrNotFound", err)
 	}
 	if list, _ := sn.Snapshots(ctx, runtime.Selector{runtime.LabelSnapshotLease: spec.LeaseID}); len(list) != 0 {

@@ -33,7 +33,7 @@ var _ runtime.Snapshotter = (*Runtime)(nil)
 var snapMu sync.Mutex
 
 // Snapshot stores sandbox id's files as the image
-// runtime.SnapshotRef(opts.Name): the diff service compares the sandbox's
+// runtime.SnapshotRef(opts.Tagged()): the diff service compares the sandbox's
 // active snapshot with its parent (the image's files) into a new layer in
 // the content store; a configuration (the image's, with the layer and the
 // snapshot's labels added) and a manifest (the image's layers plus the new
@@ -46,13 +46,14 @@ var snapMu sync.Mutex
 // user namespaces (files owned by remapped ids) are FailedPrecondition.
 func (r *Runtime) Snapshot(ctx context.Context, id string, opts runtime.SnapshotOptions) (runtime.SnapshotImage, error) {
 	ctx = r.withNS(ctx)
-	if err := runtime.ValidSnapshotName("name", opts.Name); err != nil {
+	if err := runtime.ValidSnapshotOptions(opts); err != nil {
 		return runtime.SnapshotImage{}, err
 	}
+	tag := opts.Tagged()
 	if r.cfg.UserNamespaces {
 		return runtime.SnapshotImage{}, errdefs.FailedPrecondition("containerd: snapshots are not supported with user namespaces (the sandbox's files are owned by remapped ids)")
 	}
-	ref := runtime.SnapshotRef(opts.Name)
+	ref := runtime.SnapshotRef(tag)
 	name, err := normalizeRef(ref)
 	if err != nil {
 		return runtime.SnapshotImage{}, err
@@ -64,7 +65,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id string, opts runtime.Snapshot
 		return runtime.SnapshotImage{}, err
 	}
 	if _, err := r.cli.ImageService().Get(ctx, name); err == nil {
-		return runtime.SnapshotImage{}, errdefs.AlreadyExists("snapshot %s", opts.Name)
+		return runtime.SnapshotImage{}, errdefs.AlreadyExists("snapshot %s (tag %s)", opts.Name, tag)
 	} else if mapped := r.mapErr(err, "get image", name); !errdefs.IsNotFound(mapped) {
 		return runtime.SnapshotImage{}, mapped
 	}
@@ -113,7 +114,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id string, opts runtime.Snapshot
 	for k, v := range labels {
 		cfg.Config.Labels[k] = v
 	}
-	cfgDesc, err := writeJSON(lctx, cs, ocispec.MediaTypeImageConfig, "berth-snapshot-config-"+opts.Name, cfg, nil)
+	cfgDesc, err := writeJSON(lctx, cs, ocispec.MediaTypeImageConfig, "berth-snapshot-config-"+tag, cfg, nil)
 	if err != nil {
 		return runtime.SnapshotImage{}, r.mapErr(err, "write configuration of snapshot", opts.Name)
 	}
@@ -127,7 +128,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id string, opts runtime.Snapshot
 	for i, l := range newMf.Layers {
 		gc[fmt.Sprintf("containerd.io/gc.ref.content.l.%d", i)] = l.Digest.String()
 	}
-	mfDesc, err := writeJSON(lctx, cs, ocispec.MediaTypeImageManifest, "berth-snapshot-manifest-"+opts.Name, newMf, gc)
+	mfDesc, err := writeJSON(lctx, cs, ocispec.MediaTypeImageManifest, "berth-snapshot-manifest-"+tag, newMf, gc)
 	if err != nil {
 		return runtime.SnapshotImage{}, r.mapErr(err, "write manifest of snapshot", opts.Name)
 	}
@@ -141,7 +142,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id string, opts runtime.Snapshot
 		_ = r.cli.ImageService().Delete(cctx, name)
 		return runtime.SnapshotImage{}, r.mapErr(err, "unpack snapshot", opts.Name)
 	}
-	return runtime.SnapshotImage{Name: opts.Name, Ref: ref, ID: cfgDesc.Digest.String(), Size: layer.Size, CreatedAt: now, Labels: labels}, nil
+	return runtime.SnapshotImage{Name: opts.Name, Tag: tag, Ref: ref, ID: cfgDesc.Digest.String(), Size: layer.Size, CreatedAt: now, Labels: labels}, nil
 }
 
 // diffSandbox writes the difference between container c's files and its
@@ -201,11 +202,11 @@ func (r *Runtime) Snapshots(ctx context.Context, sel runtime.Selector) ([]runtim
 	cs := r.cli.ContentStore()
 	var out []runtime.SnapshotImage
 	for _, m := range list {
-		name := m.Labels[runtime.LabelSnapshot]
-		if !runtime.IsManaged(m.Labels) || !sel.Matches(m.Labels) || familiar(m.Name) != runtime.SnapshotRef(name) {
+		tag, ok := runtime.SnapshotTagOf(m.Name)
+		if !runtime.IsManaged(m.Labels) || !sel.Matches(m.Labels) || !ok {
 			continue
 		}
-		s := runtime.SnapshotImage{Name: name, Ref: runtime.SnapshotRef(name), CreatedAt: m.CreatedAt, Labels: m.Labels}
+		s := runtime.SnapshotImage{Name: m.Labels[runtime.LabelSnapshot], Tag: tag, Ref: runtime.SnapshotRef(tag), CreatedAt: m.CreatedAt, Labels: m.Labels}
 		if mf, err := images.Manifest(ctx, cs, m.Target, platforms.Default()); err == nil {
 			s.ID = mf.Config.Digest.String()
 			if n := len(mf.Layers); n > 0 {
@@ -218,15 +219,16 @@ func (r *Runtime) Snapshots(ctx context.Context, sel runtime.Selector) ([]runtim
 	return out, nil
 }
 
-// RemoveSnapshot removes snapshot name's image (its content and snapshots
-// are garbage-collected once nothing uses them). While a sandbox created
-// from it exists it is FailedPrecondition.
-func (r *Runtime) RemoveSnapshot(ctx context.Context, name string) error {
+// RemoveSnapshot removes the snapshot image stored under tag (its content
+// and snapshots are garbage-collected once nothing uses them). While a
+// sandbox created from it exists it is FailedPrecondition.
+func (r *Runtime) RemoveSnapshot(ctx context.Context, tag string) error {
 	ctx = r.withNS(ctx)
-	if err := runtime.ValidSnapshotName("name", name); err != nil {
+	if err := runtime.ValidSnapshotName("tag", tag); err != nil {
 		return err
 	}
-	full, err := normalizeRef(runtime.SnapshotRef(name))
+	name := tag
+	full, err := normalizeRef(runtime.SnapshotRef(tag))
 	if err != nil {
 		return err
 	}
@@ -237,7 +239,7 @@ func (r *Runtime) RemoveSnapshot(ctx context.Context, name string) error {
 		}
 		return errdefs.NotFound("snapshot %s", name)
 	}
-	if !runtime.IsManaged(m.Labels) || m.Labels[runtime.LabelSnapshot] != name {
+	if !runtime.IsManaged(m.Labels) || m.Labels[runtime.LabelSnapshot] == "" {
 		return errdefs.NotFound("snapshot %s", name)
 	}
 	users, err := r.cli.ContainerService().List(ctx, "image=="+full)

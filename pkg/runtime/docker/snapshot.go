@@ -22,7 +22,7 @@ import (
 var _ runtime.Snapshotter = (*Runtime)(nil)
 
 // Snapshot commits sandbox id's files into the local image
-// runtime.SnapshotRef(opts.Name) (docker commit). The image's
+// runtime.SnapshotRef(opts.Tagged()) (docker commit). The image's
 // configuration is the one of the image the sandbox ran: the sandbox's
 // entrypoint (the agent), its user (root), its labels and its environment
 // (token, lease env, secrets) are not carried over — Docker merges the
@@ -34,10 +34,11 @@ var _ runtime.Snapshotter = (*Runtime)(nil)
 // A running sandbox is frozen during the commit and thawed after.
 func (r *Runtime) Snapshot(ctx context.Context, id string, opts runtime.SnapshotOptions) (runtime.SnapshotImage, error) {
 	r.negotiate(ctx)
-	if err := runtime.ValidSnapshotName("name", opts.Name); err != nil {
+	if err := runtime.ValidSnapshotOptions(opts); err != nil {
 		return runtime.SnapshotImage{}, err
 	}
-	ref := runtime.SnapshotRef(opts.Name)
+	tag := opts.Tagged()
+	ref := runtime.SnapshotRef(tag)
 	r.snapMu.Lock()
 	defer r.snapMu.Unlock()
 	ins, err := r.inspectManaged(ctx, id)
@@ -45,7 +46,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id string, opts runtime.Snapshot
 		return runtime.SnapshotImage{}, err
 	}
 	if _, err := r.cli.ImageInspect(ctx, ref); err == nil {
-		return runtime.SnapshotImage{}, errdefs.AlreadyExists("snapshot %s", opts.Name)
+		return runtime.SnapshotImage{}, errdefs.AlreadyExists("snapshot %s (tag %s)", opts.Name, tag)
 	} else if mapped := r.mapErr(err, "inspect image", ref); !errdefs.IsNotFound(mapped) {
 		return runtime.SnapshotImage{}, mapped
 	}
@@ -86,7 +87,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id string, opts runtime.Snapshot
 	if err != nil {
 		return runtime.SnapshotImage{}, r.mapErr(err, "commit container", id)
 	}
-	snap := runtime.SnapshotImage{Name: opts.Name, Ref: ref, ID: resp.ID, CreatedAt: time.Now(), Labels: cfg.Labels}
+	snap := runtime.SnapshotImage{Name: opts.Name, Tag: tag, Ref: ref, ID: resp.ID, CreatedAt: time.Now(), Labels: cfg.Labels}
 	snap.Size = r.layerSize(ctx, resp.ID)
 	r.log.Debug("sandbox snapshotted", "container_id", id, "snapshot", opts.Name, "commit", time.Since(t0), "size_bytes", snap.Size)
 	return snap, nil
@@ -221,35 +222,37 @@ func (r *Runtime) Snapshots(ctx context.Context, sel runtime.Selector) ([]runtim
 	}
 	var out []runtime.SnapshotImage
 	for _, s := range list {
-		name := s.Labels[runtime.LabelSnapshot]
-		ref := runtime.SnapshotRef(name)
-		if !sel.Matches(s.Labels) || !hasTag(s.RepoTags, ref) {
+		tag, ok := snapshotTag(s.RepoTags)
+		if !sel.Matches(s.Labels) || !ok {
 			continue
 		}
-		out = append(out, runtime.SnapshotImage{Name: name, Ref: ref, ID: s.ID, CreatedAt: time.Unix(s.Created, 0),
+		out = append(out, runtime.SnapshotImage{Name: s.Labels[runtime.LabelSnapshot], Tag: tag, Ref: runtime.SnapshotRef(tag), ID: s.ID, CreatedAt: time.Unix(s.Created, 0),
 			Labels: s.Labels, Size: r.layerSize(ctx, s.ID)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
-func hasTag(tags []string, ref string) bool {
-	for _, t := range tags {
-		if t == ref || t == ref+":latest" {
-			return true
+// snapshotTag returns the tag of the first of an image's repository tags
+// that is in runtime.SnapshotRepository.
+func snapshotTag(repoTags []string) (string, bool) {
+	for _, t := range repoTags {
+		if tag, ok := runtime.SnapshotTagOf(t); ok {
+			return tag, true
 		}
 	}
-	return false
+	return "", false
 }
 
-// RemoveSnapshot removes snapshot name's image. A container created from
-// it (or an image built on it) keeps it: FailedPrecondition.
-func (r *Runtime) RemoveSnapshot(ctx context.Context, name string) error {
+// RemoveSnapshot removes the snapshot image stored under tag. A container
+// created from it (or an image built on it) keeps it: FailedPrecondition.
+func (r *Runtime) RemoveSnapshot(ctx context.Context, tag string) error {
 	r.negotiate(ctx)
-	if err := runtime.ValidSnapshotName("name", name); err != nil {
+	if err := runtime.ValidSnapshotName("tag", tag); err != nil {
 		return err
 	}
-	ref := runtime.SnapshotRef(name)
+	name := tag
+	ref := runtime.SnapshotRef(tag)
 	img, err := r.cli.ImageInspect(ctx, ref)
 	if err != nil {
 		if mapped := r.mapErr(err, "inspect image", ref); !errdefs.IsNotFound(mapped) {
@@ -257,7 +260,7 @@ func (r *Runtime) RemoveSnapshot(ctx context.Context, name string) error {
 		}
 		return errdefs.NotFound("snapshot %s", name)
 	}
-	if img.Config == nil || !runtime.IsManaged(img.Config.Labels) || img.Config.Labels[runtime.LabelSnapshot] != name {
+	if img.Config == nil || !runtime.IsManaged(img.Config.Labels) || img.Config.Labels[runtime.LabelSnapshot] == "" {
 		return errdefs.NotFound("snapshot %s", name)
 	}
 	users, err := r.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("ancestor", img.ID))})

@@ -31,8 +31,9 @@ func newLeaseSnapshotCommand(env Env, lf *leaseFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "snapshot LEASE [--name NAME]",
 		Short: "Store a lease's sandbox files as a snapshot that acquire --snapshot forks",
-		Long: `Store a READY or PAUSED lease's sandbox files as a local image named
-berth/snapshot:NAME. The lease keeps running (a running sandbox is frozen
+		Long: `Store a READY or PAUSED lease's sandbox files as the lease owner's
+snapshot NAME (the local image berth/snapshot:TAG, TAG derived from owner
+and name; names are per owner). The lease keeps running (a running sandbox is frozen
 while its files are read). The snapshot holds the files, not the processes,
 the lease's environment or secrets. Acquire a new conversation from it with
 lease acquire --snapshot NAME (a fork); only the lease's owner may fork it.
