@@ -35,7 +35,27 @@ const DrainTimeout = 10 * time.Second
 // says whether the handler read any of the body already; pass false if
 // unsure only when the body was certainly not touched.
 func DrainBody(w http.ResponseWriter, r *http.Request, consumed bool) {
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || r.ContentLength > DrainLimit {
+	DrainBodyUpTo(w, r, consumed, DrainLimit)
+}
+
+// PreAuthDrainLimit is the most request-body bytes a handler should drain
+// before answering a caller it has not authenticated: 1 MiB. Draining more
+// would let anyone make the server read (and spend bandwidth and time on)
+// a large body without a token.
+const PreAuthDrainLimit = 1 << 20
+
+// DrainBodyUpTo is DrainBody with a bound of its own: at most limit bytes
+// are read. When the body is declared larger than limit, or a body of
+// unknown length (chunked) goes on past it, the response is marked
+// "Connection: close", so the server closes the connection after the
+// answer instead of reading the rest; such a client may then see a reset
+// instead of the answer, which is the price of not reading its body.
+func DrainBodyUpTo(w http.ResponseWriter, r *http.Request, consumed bool, limit int64) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return
+	}
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close")
 		return
 	}
 	if !consumed && strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
@@ -47,7 +67,11 @@ func DrainBody(w http.ResponseWriter, r *http.Request, consumed bool) {
 	if rc.SetReadDeadline(time.Now().Add(DrainTimeout)) == nil {
 		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, DrainLimit))
+	n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, limit))
+	if n == limit && r.ContentLength < 0 {
+		// A chunked body that went on to the bound: do not read the rest.
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // ReadTracker reads from R and records whether anything was read, for

@@ -273,8 +273,11 @@ const StateHeader = "X-Berth-Lease-State"
 // fail writes e: JSON on agent API routes, plain text on previews.
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, preview bool, id string, e *routeError) {
 	// Clients that send a whole upload before reading (Python's urllib)
-	// must read this answer, not a reset.
-	edge.DrainBody(w, r, false)
+	// must read this answer, not a reset; but a caller that may not be
+	// authenticated must not make the proxy read a large body: at most
+	// edge.PreAuthDrainLimit is drained, and a longer body closes the
+	// connection after the answer.
+	edge.DrainBodyUpTo(w, r, false, edge.PreAuthDrainLimit)
 	p.metrics.http(e.status)
 	h := w.Header()
 	if e.status == http.StatusUnauthorized {
