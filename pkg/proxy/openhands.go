@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/internal/edge"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/lease"
 )
@@ -34,35 +35,51 @@ func isOpenHealth(r *http.Request, path string, ts *tokens) bool {
 }
 
 // serveOpenHealth answers GET /v1/sandboxes/{lease}/health without a
-// token: 200 {"status":"ok"} when the lease exists and its agent answers
-// (or the lease is PAUSED: it resumes on its next authenticated call), the
-// usual 404, 409 or 410 otherwise, and 503 when the agent of a READY lease
-// does not answer. It neither resumes a paused lease nor counts as activity
-// (an unauthenticated caller must not keep a sandbox alive or awake); it
-// tells whether a lease id exists, which ids (80 random bits) keep hard to
-// guess.
+// token: 200 when the lease exists and its agent answers (or the lease is
+// PAUSED: it resumes on its next authenticated call), the usual 404, 409
+// or 410 otherwise, and 503 when the agent of a READY lease does not
+// answer. The body is fixed per status ({"status":"ok"} and the like):
+// an unauthenticated caller learns the status code and nothing else, no
+// state, reason or owner. It neither resumes a paused lease nor counts as
+// activity (an unauthenticated caller must not keep a sandbox alive or
+// awake); it tells whether a lease id exists, which ids (80 random bits)
+// keep hard to guess.
 func (p *Proxy) serveOpenHealth(w http.ResponseWriter, r *http.Request, id string) {
+	status := http.StatusOK
 	rt, rerr := p.lookup(id)
 	if rerr == nil && rt.State != lease.StatePaused {
 		rerr = usable(id, rt)
 	}
-	if rerr != nil {
-		p.fail(w, r, false, id, rerr)
-		return
-	}
-	if rt.State == lease.StateReady {
+	switch {
+	case rerr != nil:
+		status = rerr.status
+	case rt.State == lease.StateReady:
 		if err := p.probeAgent(r.Context(), rt.Endpoint); err != nil {
-			p.fail(w, r, false, id, newRouteError(http.StatusServiceUnavailable, errdefs.ErrUnavailable,
-				"agent of lease %s does not answer: %s", id, err.Error()))
-			return
+			p.log.Debug("open health: agent does not answer", "lease_id", id, "error", err)
+			status = http.StatusServiceUnavailable
 		}
 	}
-	p.metrics.http(http.StatusOK)
+	edge.DrainBodyUpTo(w, r, false, edge.PreAuthDrainLimit)
+	p.metrics.http(status)
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
+	w.WriteHeader(status)
 	if r.Method == http.MethodGet {
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+		_, _ = w.Write([]byte(openHealthBody(status)))
 	}
+}
+
+// openHealthBody is the fixed body of an open health answer with status.
+func openHealthBody(status int) string {
+	word := "error"
+	switch status {
+	case http.StatusOK:
+		word = "ok"
+	case http.StatusNotFound:
+		word = "not found"
+	case http.StatusConflict, http.StatusGone, http.StatusServiceUnavailable:
+		word = "unavailable"
+	}
+	return `{"status":"` + word + `"}` + "\n"
 }
 
 // probeAgent asks the agent at endpoint for its open health route.

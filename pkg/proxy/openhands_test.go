@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"fmt"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -41,7 +42,7 @@ func TestOpenHandsSessionKeyAndHealth(t *testing.T) {
 	agent := "127.0.0.1:" + strconv.Itoa(port)
 	fr.set(ready, lease.Route{State: lease.StateReady, Endpoint: agent})
 	fr.set(paused, lease.Route{State: lease.StatePaused, Endpoint: agent})
-	fr.set(gone, lease.Route{State: lease.StateReleased, Reason: "released by caller"})
+	fr.set(gone, lease.Route{State: lease.StateReleased, Reason: "released by client team-b"})
 
 	hdr := http.Header{"X-Session-Api-Key": {fakeToken(ready)}}
 	if r := do(t, "GET", e.sandboxURL(ready, "/server_info"), "", hdr, ""); r.code != 200 {
@@ -67,6 +68,14 @@ func TestOpenHandsSessionKeyAndHealth(t *testing.T) {
 		r := do(t, tc.method, e.sandboxURL(tc.id, "/health"), "", nil, "")
 		if r.code != tc.want || (tc.want == 200 && tc.method == "GET" && string(r.body) != `{"status":"ok"}`+"\n") {
 			t.Errorf("%s /health of %s: %d %q, want %d", tc.method, tc.id, r.code, r.body, tc.want)
+		}
+		// Issue 21 item 7: no state, reason or owner to a caller without a
+		// token, in the body or the headers.
+		leak := strings.ToLower(string(r.body) + fmt.Sprint(r.header))
+		for _, word := range []string{"released", "team-b", "client", "paused", "ready", "state"} {
+			if strings.Contains(leak, word) {
+				t.Errorf("%s /health of %s tells %q: %d %s %v", tc.method, tc.id, word, r.code, r.body, r.header)
+			}
 		}
 	}
 	if fr.touched(ready) != touches || fr.touched(paused) != 0 {
