@@ -9,9 +9,12 @@ PROTOC_GEN_GO_VERSION := v1.36.11
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 PROTOC_GEN_GATEWAY_VERSION := v2.27.8
 PROTOC_GEN_OPENAPIV2_VERSION := v2.30.0
+PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
+# Pinned staticcheck (make lint installs it with go install when missing).
+STATICCHECK_VERSION := v0.8.2
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps build run run-agent images images-dev e2e proto proto-tools proto-check lint test chaos bench leakcheck clean k8s-up k8s-down ui-xterm
+.PHONY: help deps build run run-agent images images-dev e2e proto proto-tools proto-check lint test test-unit test-engine test-k8s chaos bench leakcheck clean k8s-up k8s-down ui-xterm
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -31,8 +34,8 @@ run-agent: build ## run the agent alone on 127.0.0.1:7000 (token: $$BERTH_AGENT_
 	mkdir -p .berth/workspace
 	BERTH_AGENT_TOKEN=$${BERTH_AGENT_TOKEN:-dev-token} $(BIN)/sandbox-agent --listen 127.0.0.1:7000 --workdir $(CURDIR)/.berth/workspace
 
-images: deps ## build the sandbox images berth/base and berth/minimal (offline, cached; what the tests need)
-	images/build.sh base minimal
+images: deps ## build the sandbox images berth/base, berth/minimal and berth/e2b (offline, cached; what the tests need)
+	images/build.sh base minimal e2b
 
 images-dev: deps ## build berth/dev (berth/base + build-essential, nodejs, npm; offline, cached; not needed by the tests)
 	images/build.sh dev
@@ -43,8 +46,9 @@ proto-tools: ## install protoc (Debian) and the pinned Go plugins
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	$(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(PROTOC_GEN_GATEWAY_VERSION)
 	$(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(PROTOC_GEN_OPENAPIV2_VERSION)
+	$(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 
-proto: proto-tools ## regenerate the committed Go code and OpenAPI v2 descriptions (*.swagger.json) from proto/
+proto: proto-tools ## regenerate the committed Go code and OpenAPI v2 descriptions (*.swagger.json) from proto/ (berth's services; E2B's envd services with Connect handlers)
 	for svc in agent/v1/agent orchestrator/v1/orchestrator; do \
 	  PATH="$(GOBIN_DIR):$$PATH" protoc -I proto -I /usr/include \
 	    --go_out=proto --go_opt=paths=source_relative \
@@ -54,16 +58,37 @@ proto: proto-tools ## regenerate the committed Go code and OpenAPI v2 descriptio
 	    --openapiv2_out=proto --openapiv2_opt=grpc_api_configuration=proto/berth/$${svc}_http.yaml \
 	    proto/berth/$$svc.proto || exit 1; \
 	done
+	# E2B's envd protocol (pkg/agent/envd): Go messages and Connect handlers.
+	PATH="$(GOBIN_DIR):$$PATH" protoc -I proto -I /usr/include \
+	  --go_out=proto --go_opt=paths=source_relative \
+	  --connect-go_out=proto --connect-go_opt=paths=source_relative \
+	  proto/e2b/envd/process/process.proto proto/e2b/envd/filesystem/filesystem.proto
 
 proto-check: proto ## fail if the committed generated code is stale
 	@git diff --exit-code -- proto/ || (echo "generated code in proto/ is stale: run make proto and commit" && exit 1)
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and staticcheck (the pinned version, installed with go install when missing)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@$(GOBIN_DIR)/staticcheck -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION:v%=%))' || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(GOBIN_DIR)/staticcheck ./...
 
-test: deps images ui-xterm ## run all tests, e2e and the Kubernetes cluster's included (needs Docker; builds the images; reuses a running test cluster, else starts one first and takes it down after: scripts/k8s/test.sh; BERTH_K8S=0 leaves the cluster out)
-	scripts/k8s/test.sh $(GO) test -count=1 -timeout 30m ./...
+test: deps images ui-xterm ## run all tests: the engine-free packages under -race, then the engine packages and e2e without (needs Docker; builds the images; reuses a running test cluster, else starts one first and takes it down after: scripts/k8s/test.sh; BERTH_K8S=0 leaves the cluster out)
+	scripts/k8s/test.sh sh -c 'rc=0; $(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -vE "$(ENGINE_PKGS)") || rc=1; \
+	  $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -E "$(ENGINE_PKGS)") || rc=1; exit $$rc'
+
+# The packages whose tests need an engine (Docker, containerd or the test
+# cluster); make test-unit leaves them out.
+ENGINE_PKGS := /e2e$$|/pkg/runtime/docker$$|/pkg/runtime/containerd$$|/pkg/runtime/kubernetes$$|/pkg/lease/kubestore$$
+
+test-unit: deps ui-xterm ## the tests that need no engine (no Docker, containerd or cluster), under the race detector
+	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -vE '$(ENGINE_PKGS)')
+
+test-engine: deps images ## the engine packages' own tests (Docker, containerd; the Kubernetes ones skip without the test cluster: make test-k8s)
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -E '$(ENGINE_PKGS)' | grep -v '/e2e$$')
+
+test-k8s: deps images ## the Kubernetes-backed tests (pkg/runtime/kubernetes, pkg/lease/kubestore, e2e TestKubernetes*) with the test cluster (scripts/k8s/test.sh: reuses a running one, else starts one and takes it down after)
+	scripts/k8s/test.sh sh -c 'rc=0; $(GO) test -count=1 -timeout 20m ./pkg/runtime/kubernetes/ ./pkg/lease/kubestore/ || rc=1; $(GO) test -count=1 -timeout 20m -run "^TestKubernetes" ./e2e/ || rc=1; exit $$rc'
 
 e2e: deps images ui-xterm ## run only the end-to-end tests against the real Docker Engine
 	$(GO) test -count=1 -timeout 20m -v ./e2e/...
@@ -96,6 +121,8 @@ bench: deps build images ## benchmarks; each prints ratios measured in one run
 	@out=$$($(GO) test -count=1 -run '^(TestEgressDocker|TestEgressContainerd)$$' -v ./e2e/ 2>&1 && $(GO) test -count=1 -run '^TestEnforcerNetns$$' -v ./internal/egress/ 2>&1); rc=$$?; echo "$$out" | grep -E 'EGRESS-LATENCY|^(--- FAIL|FAIL|ok)'; exit $$rc
 	@echo "== snapshots: time and size of a snapshot of a berth/base sandbox (1 MiB + 100 files written), Docker and containerd; a fork's acquire"
 	@out=$$(BERTH_BENCH=1 $(GO) test -count=1 -timeout 25m -run '^TestSnapshotBench$$' -v ./e2e/ 2>&1); rc=$$?; echo "$$out" | grep -E 'SNAPSHOT-BENCH|^(--- FAIL|FAIL|ok)'; exit $$rc
+	@echo "== docker: E2B surface vs berth's own API: create -> first command (p50 of 10), a command through envd's Start stream vs the proxy's REST exec (p50/p99 of 100)"
+	@out=$$(BERTH_BENCH=1 $(GO) test -count=1 -timeout 15m -run '^TestE2BBench$$' -v ./e2e/ 2>&1); rc=$$?; echo "$$out" | grep -E 'E2B-BENCH|^(--- FAIL|FAIL|ok)'; exit $$rc
 	@echo "== docker: memory of 50 idle berth/base leases running vs frozen vs hibernated (sums of the containers' cgroup v1 memory.usage_in_bytes and memory.stat total_rss/total_cache)"
 	@out=$$(BERTH_BENCH=1 $(GO) test -count=1 -timeout 20m -run '^TestIdleMemoryBench$$' -v ./e2e/ 2>&1); rc=$$?; echo "$$out" | grep -E 'MEMORY-BENCH|^(--- FAIL|FAIL|ok)'; exit $$rc
 	@echo "== containerd vs docker backend: cold create and exec round trip"

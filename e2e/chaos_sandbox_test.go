@@ -80,7 +80,7 @@ func (o faultObs) String() string {
 	if o.notRun != "" {
 		return "not run: " + trunc(o.notRun, 200)
 	}
-	s := fmt.Sprintf("%s", strings.TrimPrefix(o.state.String(), "LEASE_STATE_"))
+	s := strings.TrimPrefix(o.state.String(), "LEASE_STATE_")
 	if o.reason != "" {
 		s += fmt.Sprintf(" %q", trunc(o.reason, 60))
 	}

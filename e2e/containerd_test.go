@@ -277,7 +277,7 @@ func startCtrdOrch(tb testing.TB, env *ctrdEnv, mutate ...func(*orchestrator.Con
 	if err != nil {
 		tb.Fatalf("containerd runtime: %v", err)
 	}
-	srv, err := orchestrator.New(ctx, cfg, rt, log)
+	srv, err := orchestrator.New(ctx, cfg, orchestrator.Platform{Runtime: rt}, log)
 	if err != nil {
 		rt.Close()
 		tb.Fatalf("orchestrator.New: %v", err)
@@ -305,7 +305,7 @@ func newCtrdRuntime(ctx context.Context, cfg orchestrator.Config, log *slog.Logg
 	rt, err := containerd.New(ctx, containerd.Config{
 		AgentBinary: cfg.AgentBinary, Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace,
 		DefaultResources: cfg.DefaultResources(), UserNamespaces: cfg.UserNamespaces, UserNSBase: cfg.UserNSBase,
-		Logger: log.With("component", "containerd"),
+		Output: cfg.SandboxOutput(), Logger: log.With("component", "containerd"),
 	})
 	if err != nil {
 		return nil, err

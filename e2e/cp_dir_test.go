@@ -94,7 +94,7 @@ func TestCpDirWithDockerSandbox(t *testing.T) {
 	}
 
 	// Down, as a path, and beside it docker cp of the same directory.
-	out = mustCpShell(t, o.base, tok, `"$ORCH" cp `+id+":/workspace/src "+tmp+"/down && docker cp "+cid+":/workspace/src "+tmp+"/docker-down")
+	mustCpShell(t, o.base, tok, `"$ORCH" cp `+id+":/workspace/src "+tmp+"/down && docker cp "+cid+":/workspace/src "+tmp+"/docker-down")
 	for _, d := range []string{"down", "docker-down"} {
 		if got := mustCpShell(t, o.base, tok, "cd "+tmp+"/"+d+" && "+listTree); got != want {
 			t.Errorf("%s:\n%s\nwant:\n%s", d, got, want)

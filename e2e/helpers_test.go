@@ -535,6 +535,20 @@ func parseErr(tb testing.TB, b []byte) errBody {
 	return e
 }
 
+// dockerBaseLease starts an in-process orchestrator on Docker with a new
+// data dir (whose cleanup removes its containers) and acquires a berth/base
+// lease named prefix plus a random suffix for ten minutes. It returns the
+// orchestrator, its data dir, and the lease's id and token.
+func dockerBaseLease(tb testing.TB, prefix string) (o *orch, dir, id, tok string) {
+	tb.Helper()
+	requireDocker(tb)
+	requireImage(tb, baseImage)
+	dir, _ = newDataDir(tb)
+	o = startOrch(tb, dir)
+	r := o.mustAcquire(tb, prefix+"-"+randHex(4), baseImage, "600s")
+	return o, dir, r.GetLease().GetId(), r.GetToken()
+}
+
 // orch is an in-process orchestrator serving on 127.0.0.1:0.
 type orch struct {
 	*api
@@ -564,11 +578,11 @@ func startOrch(tb testing.TB, dataDir string, mutate ...func(*orchestrator.Confi
 	log := testLogger(tb, "inproc:"+filepath.Base(dataDir))
 	ctx := context.Background()
 	rt, err := docker.New(ctx, docker.Config{AgentBinary: cfg.AgentBinary, Network: cfg.Network,
-		Injection: docker.Injection(cfg.AgentInjection), Logger: log.With("component", "docker")})
+		Injection: docker.Injection(cfg.AgentInjection), Output: cfg.SandboxOutput(), Logger: log.With("component", "docker")})
 	if err != nil {
 		tb.Fatalf("docker.New: %v", err)
 	}
-	srv, err := orchestrator.New(ctx, cfg, rt, log)
+	srv, err := orchestrator.New(ctx, cfg, orchestrator.Platform{Runtime: rt}, log)
 	if err != nil {
 		rt.Close()
 		tb.Fatalf("orchestrator.New: %v", err)

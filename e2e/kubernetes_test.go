@@ -99,7 +99,7 @@ func startK8sOrch(t *testing.T) (*api, *kubernetes.Runtime, string) {
 		rt.Close()
 		t.Fatalf("cluster unreachable (make k8s-up): %v", err)
 	}
-	srv, err := orchestrator.New(ctx, cfg, rt, log)
+	srv, err := orchestrator.New(ctx, cfg, orchestrator.Platform{Runtime: rt, Cluster: rt}, log)
 	if err != nil {
 		rt.Close()
 		t.Fatal(err)

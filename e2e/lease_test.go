@@ -238,7 +238,7 @@ func TestExpiry(t *testing.T) {
 	ctx := context.Background()
 	var expiredAt, goneAt time.Time
 	var last *orchv1.Lease
-	ok := eventually(expiresAt.Sub(time.Now())+10*time.Second, 10*time.Millisecond, func() bool {
+	ok := eventually(time.Until(expiresAt)+10*time.Second, 10*time.Millisecond, func() bool {
 		if expiredAt.IsZero() {
 			if last = o.mustGet(t, l.GetId()); last.GetState() == orchv1.LeaseState_LEASE_STATE_EXPIRED {
 				expiredAt = time.Now()

@@ -92,15 +92,14 @@ type ohPage struct {
 // ohResult is what RemoteWorkspace.execute_command returns, plus what the
 // replay observed.
 type ohResult struct {
-	id                 string
-	exitCode           int
-	stdout, stderr     string
-	events, polls      int
-	runningEventsSeen  int // events without an exit code
-	clientTimedOut     bool
-	orders             []int
-	raw                map[string]any // the BashCommand answer
-	firstPollHadOffset bool
+	id                string
+	exitCode          int
+	stdout, stderr    string
+	events, polls     int
+	runningEventsSeen int // events without an exit code
+	clientTimedOut    bool
+	orders            []int
+	raw               map[string]any // the BashCommand answer
 }
 
 var hexID = regexp.MustCompile(`^[0-9a-f]{32}$`)
@@ -435,7 +434,8 @@ git config user.email t@example.com && git config user.name t
 printf 'one\n' > a.txt; printf 'bee\n' > b.txt; printf 'sea\n' > c.txt
 git add . && git commit -qm init
 printf 'one\ntwo\n' > a.txt; rm b.txt; git mv c.txt moved.txt
-printf 'new\n' > untracked.txt; printf 'staged\n' > staged.txt; git add staged.txt`
+printf 'new\n' > untracked.txt; printf 'staged\n' > staged.txt; git add staged.txt
+mkdir inner && git -C inner init -q && printf 'n\n' > inner/n.txt`
 		if r := c.execute(t, setup, "", 60); r.exitCode != 0 {
 			t.Fatalf("setup: %+v", r)
 		}
@@ -448,7 +448,10 @@ printf 'new\n' > untracked.txt; printf 'staged\n' > staged.txt; git add staged.t
 		for _, ch := range changes {
 			got[ch.Path] = ch.Status
 		}
-		want := map[string]string{"a.txt": "UPDATED", "b.txt": "DELETED", "moved.txt": "MOVED", "untracked.txt": "ADDED", "staged.txt": "ADDED"}
+		// As the SDK's git helpers: a rename is the old path DELETED and the
+		// new one ADDED; a nested repository's files are listed.
+		want := map[string]string{"a.txt": "UPDATED", "b.txt": "DELETED", "c.txt": "DELETED", "moved.txt": "ADDED", "untracked.txt": "ADDED",
+			"staged.txt": "ADDED", "inner/n.txt": "ADDED"}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("changes %v, want %v", changes, want)
 		}

@@ -432,7 +432,7 @@ func startOrchOnEngine(t *testing.T, e *testEngine, dataDir string) *orch {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := orchestrator.New(context.Background(), cfg, rt, log)
+	srv, err := orchestrator.New(context.Background(), cfg, orchestrator.Platform{Runtime: rt}, log)
 	if err != nil {
 		rt.Close()
 		cli.Close()

@@ -438,7 +438,6 @@ type echoes struct {
 	tb     testing.TB
 	chunks chan []byte
 	out    []byte
-	n      int // the output before n has been waited for
 }
 
 func newEchoes(tb testing.TB, read func([]byte) (int, error)) *echoes {

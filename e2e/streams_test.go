@@ -1,69 +1,19 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/pkg/runtime"
+	"github.com/berth-dev/berth/internal/testsupport/streamtest"
 	"github.com/berth-dev/berth/pkg/streamlimit"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 	"github.com/coder/websocket"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// logFollow is one open GET /v1/leases/{id}/logs?follow=true.
-type logFollow struct {
-	code   int
-	msg    string      // a refused one's message
-	lines  chan string // an admitted one's "source:text" lines
-	cancel func()
-}
-
-// openLogFollow opens a log follow of lease id with token.
-func openLogFollow(tb testing.TB, base, id, token string) *logFollow {
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/leases/"+id+"/logs?follow=true", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		cancel()
-		tb.Errorf("log follow: %v", err)
-		return &logFollow{cancel: cancel}
-	}
-	f := &logFollow{code: resp.StatusCode, cancel: func() { cancel(); resp.Body.Close() }}
-	if resp.StatusCode != http.StatusOK {
-		var m struct {
-			Message string
-			Error   struct{ Message string }
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&m)
-		f.msg = m.Message + m.Error.Message
-		f.cancel()
-		return f
-	}
-	f.lines = make(chan string, 256)
-	go func() {
-		defer close(f.lines)
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			var line struct{ Result struct{ Source, Text string } }
-			if json.Unmarshal(sc.Bytes(), &line) == nil {
-				select {
-				case f.lines <- line.Result.Source + ":" + line.Result.Text:
-				default: // nobody reads: drop, the test looks for one line
-				}
-			}
-		}
-	}()
-	return f
-}
 
 // TestStreamLimitDocker performs the attack of a lease token that opens
 // 30 log follows at once on a Docker sandbox: those past the per-caller
@@ -72,33 +22,12 @@ func openLogFollow(tb testing.TB, base, id, token string) *logFollow {
 // the freed slots (one limit counts every kind), a file watch is then
 // refused, and closing the terminal lets the file watch in.
 func TestStreamLimitDocker(t *testing.T) {
-	requireDocker(t)
-	requireImage(t, baseImage)
-	dir, instance := newDataDir(t)
-	t.Cleanup(func() { removeContainers(runtime.LabelInstance + "=" + instance) })
-	o := startOrch(t, dir)
-	r := o.mustAcquire(t, "bounds-streams-"+randHex(4), baseImage, "600s")
-	id, tok := r.GetLease().GetId(), r.GetToken()
+	o, _, id, tok := dockerBaseLease(t, "bounds-streams")
 	max := streamlimit.DefaultMax
 	limitMsg := "stream limit: at most 16 concurrent streams per caller"
 
 	const n = 30
-	fs := make([]*logFollow, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { fs[i] = openLogFollow(t, o.base, id, tok) })
-	}
-	wg.Wait()
-	var admitted []*logFollow
-	for _, f := range fs {
-		switch {
-		case f.code == http.StatusOK:
-			admitted = append(admitted, f)
-			t.Cleanup(f.cancel)
-		case f.code != http.StatusTooManyRequests || !strings.HasPrefix(f.msg, limitMsg):
-			t.Fatalf("log follow: HTTP %d %q; want 200 or 429 %q", f.code, f.msg, limitMsg)
-		}
-	}
+	admitted := streamtest.Flood(t, n, o.base, id, tok, limitMsg)
 	if len(admitted) != max {
 		t.Fatalf("%d of %d log follows admitted, want %d", len(admitted), n, max)
 	}
@@ -106,30 +35,16 @@ func TestStreamLimitDocker(t *testing.T) {
 	if code, _, b := o.mustCall(t, http.MethodPost, "/v1/leases/"+id+":pause", map[string]any{"mode": "freeze"}, tok); code != http.StatusOK {
 		t.Fatalf("pause: HTTP %d: %s", code, b)
 	}
-	for i, f := range admitted {
-		deadline := time.After(time.Minute)
-	wait:
-		for {
-			select {
-			case l, ok := <-f.lines:
-				if !ok {
-					t.Fatalf("follow %d ended before the pause", i)
-				}
-				if strings.HasPrefix(l, "transition:paused (freeze)") {
-					break wait
-				}
-			case <-deadline:
-				t.Fatalf("follow %d saw no pause", i)
-			}
-		}
+	for _, f := range admitted {
+		f.WaitLine(t, "transition:paused (freeze)")
 	}
 	if code, _, b := o.mustCall(t, http.MethodPost, "/v1/leases/"+id+":resume", map[string]any{}, tok); code != http.StatusOK {
 		t.Fatalf("resume: HTTP %d: %s", code, b)
 	}
 
 	// Close two follows; a lease watch and a terminal take their slots.
-	admitted[0].cancel()
-	admitted[1].cancel()
+	admitted[0].Cancel()
+	admitted[1].Cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	lc := o.grpcClient(t)

@@ -149,7 +149,7 @@ func TestTerminalThroughProxy(t *testing.T) {
 	w.send(ctx, "\x03")
 	n = w.waitFor(ctx, "KeyboardInterrupt", n)
 	w.send(ctx, "print('after', 7*6)\r")
-	n = w.waitFor(ctx, "after 42", n)
+	w.waitFor(ctx, "after 42", n)
 
 	// Detach; the session keeps running in the sandbox.
 	_ = w.c.Close(websocket.StatusNormalClosure, "detach")
@@ -189,7 +189,7 @@ func TestTerminalThroughProxy(t *testing.T) {
 		gout.Write(msg.GetOutput())
 	}
 	// The WebSocket client sees what the gRPC client typed.
-	m = w2.waitFor(ctx, "grpc 25", m)
+	w2.waitFor(ctx, "grpc 25", m)
 
 	// The program's exit code reaches every client.
 	w2.send(ctx, "raise SystemExit(3)\r")

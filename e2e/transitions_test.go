@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/berth-dev/berth/pkg/lease"
-	"github.com/berth-dev/berth/pkg/runtime"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
@@ -14,13 +13,7 @@ import (
 // lease keeps its last lease.MaxTransitions transitions and reports the
 // dropped ones, through REST and after an orchestrator restart.
 func TestPauseResumeCyclesDocker(t *testing.T) {
-	requireDocker(t)
-	requireImage(t, baseImage)
-	dir, instance := newDataDir(t)
-	t.Cleanup(func() { removeContainers(runtime.LabelInstance + "=" + instance) })
-	o := startOrch(t, dir)
-	r := o.mustAcquire(t, "bounds-cycles-"+randHex(4), baseImage, "600s")
-	id, tok := r.GetLease().GetId(), r.GetToken()
+	o, dir, id, tok := dockerBaseLease(t, "bounds-cycles")
 	check := pauseResumeCycles(t, o.api, id, tok)
 	check("GET", o.mustGet(t, id))
 	o.stop(t)

@@ -7,8 +7,10 @@
 # berth/minimal busybox-static on an otherwise empty root filesystem
 # berth/dev     berth/base's root filesystem + images/dev/packages.txt
 #               (compilers: build-essential, nodejs/npm, golang-go)
+# berth/e2b     berth/base with E2B's base-template conventions: user `user`
+#               (uid 1000, home and working directory /home/user), `python`
 #
-# Without an IMAGE argument, base and minimal are built (what the tests
+# Without an IMAGE argument, base, minimal and e2b are built (what the tests
 # need; `make images`); dev only when named (`make images-dev`) or with all.
 #
 # Every image is tagged berth/NAME:<recipe hash> and berth/NAME:latest and
@@ -26,8 +28,8 @@ CACHE_DIR=${BERTH_IMAGES_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(cd ~ && pwd)}/.cache
 REPO=berth
 SUITE=bookworm
 LABEL=dev.berth.image
-RECIPES=(base minimal dev)
-DEFAULT_RECIPES=(base minimal)
+RECIPES=(base minimal dev e2b)
+DEFAULT_RECIPES=(base minimal e2b)
 PATH_DEFAULT=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 ARGS=("$@")
@@ -295,7 +297,23 @@ rootfs_base() {
 	log "adding user sandbox (uid 1000), /workspace owned by it"
 	chroot "$root" useradd --uid 1000 --user-group --create-home --shell /bin/bash sandbox
 	install -d -m 0755 -o 1000 -g 1000 "$root/workspace"
+	user_installs "$root"
 	clean_rootfs "$root"
+}
+
+# user_installs lets the sandbox user install what agents install most, with
+# no root: `pip install X` and `npm install -g X` (berth/dev) write to
+# /usr/local, which is made the sandbox user's, and Debian's
+# EXTERNALLY-MANAGED marker goes, so pip installs there instead of refusing
+# (what Debian protects, /usr/lib/python3/dist-packages, stays apt's, and
+# /usr/local is what pip's Debian scheme and npm's global prefix use).
+# Inside one sandbox the lease's user and root belong to the same tenant;
+# apt-get stays root's (--user root leases or exec -u root).
+user_installs() {
+	local root=$1
+	rm -f "$root"/usr/lib/python3*/EXTERNALLY-MANAGED
+	install -d "$root/usr/local/lib/node_modules"
+	chown -R 1000:1000 "$root/usr/local"
 }
 
 inputs_minimal() {
@@ -377,6 +395,46 @@ rootfs_dev() {
 	log "apt-get install --no-install-recommends ${pkgs[*]}"
 	chroot_apt "$root" "$WORK/apt.log" update
 	chroot_apt "$root" "$WORK/apt.log" -y --no-install-recommends install "${pkgs[@]}"
+	user_installs "$root"
+	clean_rootfs "$root"
+}
+
+# berth/e2b: berth/base's root filesystem (its cached tarball) with E2B's
+# base-template conventions, for E2B's SDKs (docs/e2b.md): uid/gid 1000 is
+# named `user` (home /home/user, the working directory, where relative
+# paths resolve) and keeps `sandbox` as a second name (berth's default user
+# of berth/ images), and `python` is python3. No packages are added.
+inputs_e2b() {
+	printf 'base %s\narch %s\n' "$(recipe_hash base)" "$(arch)"
+}
+
+changes_e2b() {
+	printf '%s\n' "ENV PATH=$PATH_DEFAULT" "ENV LANG=C.UTF-8" "WORKDIR /home/user" 'CMD ["/bin/bash"]' \
+		"LABEL $LABEL.debian-suite=$SUITE"
+}
+
+smoke_e2b() {
+	printf '%s\n' bash -c 'set -e
+test "$(id -un 1000)" = user; id -u sandbox | grep -qx 1000; id -u user | grep -qx 1000
+test "$(getent passwd user | cut -d: -f6)" = /home/user; test "$(stat -c %u:%g /home/user)" = 1000:1000
+test "$(pwd)" = /home/user; python --version >/dev/null; python3 --version >/dev/null'
+}
+
+prereq_e2b() { ensure_tarball base "$(recipe_hash base)"; }
+
+rootfs_e2b() {
+	local root=$1 base_tar
+	require_root "building berth/e2b"
+	command -v chroot >/dev/null || die "chroot not found"
+	base_tar=$CACHE_DIR/base-$(recipe_hash base).tar
+	[[ -s $base_tar ]] || die "base root filesystem $base_tar is missing"
+	log "unpacking berth/base's root filesystem $(basename "$base_tar")"
+	tar --numeric-owner --same-owner -C "$root" -xpf "$base_tar"
+	log "naming uid 1000 user (home /home/user), sandbox its second name; python is python3"
+	chroot "$root" usermod --login user --home /home/user --move-home sandbox
+	chroot "$root" groupmod --new-name user sandbox
+	chroot "$root" useradd --non-unique --uid 1000 --gid 1000 --no-create-home --home-dir /home/user --shell /bin/bash sandbox
+	ln -sf python3 "$root/usr/bin/python"
 	clean_rootfs "$root"
 }
 

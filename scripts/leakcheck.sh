@@ -17,7 +17,7 @@
 #       dev.berth.volume=workspace), which outlive leases on purpose — a
 #       developer's own are listed too; `orchestrator volume rm` removes them;
 #     - every image labelled dev.berth.managed (snapshots) or
-#       dev.berth.image.name other than berth/base, berth/minimal and
+#       dev.berth.image.name other than berth/base, berth/minimal, berth/e2b and
 #       berth/dev (what make images builds);
 #     - every network labelled dev.berth.managed except the one named
 #       "berth" (the sandbox network `make run` creates once and reuses),
@@ -85,7 +85,7 @@ if command -v docker >/dev/null 2>&1 && docker version --format '{{.Server.Versi
 		docker images --no-trunc --filter label=dev.berth.image.name --format '{{.Repository}}:{{.Tag}} {{.ID}}') | sort -u); then
 		while read -r ref id; do
 			[[ -n $ref ]] || continue
-			case ${ref%%:*} in berth/base | berth/minimal | berth/dev) continue ;; esac
+			case ${ref%%:*} in berth/base | berth/minimal | berth/e2b | berth/dev) continue ;; esac
 			leak "docker image $ref ($id)"
 		done <<<"$out"
 	else

@@ -1,6 +1,7 @@
 // Command orchestrator is the berth daemon and its operator/CI command line.
 //
 //	orchestrator serve [--listen 127.0.0.1:7070] [--data-dir DIR] [--config FILE] ...
+//	orchestrator drain --mode hibernate|release  (take the host out of service)
 //	orchestrator lease acquire|get|list|renew|release|reap|watch [flags]
 //	orchestrator exec LEASE -- CMD [ARGS...]   (exits with the command's code)
 //	orchestrator shell LEASE [-- CMD ...]      (an interactive terminal)

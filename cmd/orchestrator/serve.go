@@ -102,14 +102,14 @@ func serve(cfg orchestrator.Config) int {
 	defer stop()
 
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	rt, err := backend.New(pctx, cfg, log)
+	b, err := backend.New(pctx, cfg, log)
 	cancel()
 	if err != nil {
 		log.Error("cannot start the runtime", "runtime", cfg.Runtime, "err", err)
 		return 1
 	}
-	defer rt.Close()
-	srv, err := orchestrator.New(ctx, cfg, rt, log)
+	defer b.Runtime.Close()
+	srv, err := orchestrator.New(ctx, cfg, b.Platform(), log)
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1
@@ -124,7 +124,34 @@ func serve(cfg orchestrator.Config) int {
 		return 1
 	}
 	orchestrator.WarnExposure(log, ln.Addr())
-	if err := srv.Serve(ctx, ln); err != nil {
+	e2bDone := make(chan error, 1)
+	sctx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	if cfg.E2BListen != "" {
+		eln, err := net.Listen("tcp", cfg.E2BListen)
+		if err != nil {
+			_ = ln.Close()
+			log.Error("cannot listen", "e2b_addr", cfg.E2BListen, "err", err)
+			return 1
+		}
+		orchestrator.WarnExposure(log, eln.Addr())
+		go func() {
+			err := srv.ServeE2B(sctx, eln)
+			if err != nil {
+				log.Error("e2b serve failed", "err", err)
+			}
+			stopServing() // the main listener ends with the E2B one
+			e2bDone <- err
+		}()
+	} else {
+		e2bDone <- nil
+	}
+	err = srv.Serve(sctx, ln)
+	stopServing() // the E2B listener ends with the main one
+	if eerr := <-e2bDone; err == nil {
+		err = eerr
+	}
+	if err != nil {
 		log.Error("serve failed", "err", err)
 		return 1
 	}

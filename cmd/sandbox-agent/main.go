@@ -1,8 +1,10 @@
 // Command sandbox-agent is berth's in-sandbox agent: a static binary that
 // serves command, file and git endpoints over gRPC and JSON/REST on one port.
 //
-//	sandbox-agent [--listen ADDR] [--workdir DIR] [--user USER] [--allow-root=false] [--init] [-- ENTRYPOINT ARGS...]
+//	sandbox-agent [--listen ADDR] [--envd-listen ADDR] [--workdir DIR [--own-workdir=false]] [--user USER] [--allow-root=false] [--init] [--app JSON [--app-port N] [--app-dir DIR]] [-- ENTRYPOINT ARGS...]
 //
+// With --envd-listen the agent also serves E2B's envd protocol (package
+// pkg/agent/envd) on that address.
 // Commands run as --user (default: the agent's own user); a request may
 // name another user when the agent runs as root, and --allow-root=false
 // refuses uid 0.
@@ -14,6 +16,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,16 +30,24 @@ import (
 	"github.com/berth-dev/berth/internal/version"
 	"github.com/berth-dev/berth/pkg/agent"
 	"github.com/berth-dev/berth/pkg/agent/supervisor"
+	"github.com/berth-dev/berth/pkg/runtime/containerd/shimlog"
 )
 
 func main() {
+	// On a containerd host the same binary is each task's logging binary
+	// (started by the task's shim, outside the sandbox).
+	if ok, code := shimlog.Main(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	os.Exit(run(os.Args[1:]))
 }
 
 func run(args []string) int {
 	fs := flag.NewFlagSet("sandbox-agent", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:7000", "address to serve gRPC and REST on")
+	envdListen := fs.String("envd-listen", "", "address to serve E2B's envd protocol on (E2B's SDKs use port 49983; docs/agent.md); default: off")
 	workDir := fs.String("workdir", "/workspace", "default working directory (created if missing)")
+	ownWorkDir := fs.Bool("own-workdir", true, "give a root-owned --workdir to the default user; false: only one the agent creates")
 	token := fs.String("token", "", "bearer token (prefer BERTH_AGENT_TOKEN or --token-file)")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token")
 	noAuth := fs.Bool("no-auth", false, "serve without authentication (local development only)")
@@ -47,6 +58,9 @@ func run(args []string) int {
 	stateFile := fs.String("state-file", agent.DefaultStateFile, "where the lease configuration given by the orchestrator (a warm pool's sandbox) is kept for restarts; empty: memory only")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	appJSON := fs.String("app", "", `an app to run as a supervised child, as the default user, and to forward the routes the agent does not serve to: its command line as a JSON array ("[\"/usr/local/bin/openhands-agent-server\"]"); its key comes from BERTH_AGENT_APP_KEY`)
+	appPort := fs.Int("app-port", 8000, "the port the --app listens on")
+	appDir := fs.String("app-dir", "", "the --app's working directory (default: --workdir)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -100,13 +114,26 @@ func run(args []string) int {
 	}
 	// Commands run by the agent must not inherit the token.
 	_ = os.Unsetenv("BERTH_AGENT_TOKEN")
+	appKey := os.Getenv(appKeyEnv)
+	_ = os.Unsetenv(appKeyEnv)
 	secrets := readSecrets()
+	var appCfg *agent.AppConfig
+	if *appJSON != "" {
+		var argv []string
+		if err := json.Unmarshal([]byte(*appJSON), &argv); err != nil || len(argv) == 0 {
+			log.Error("--app: want a non-empty JSON array of strings", "app", *appJSON, "err", err)
+			return 2
+		}
+		appCfg = &agent.AppConfig{Argv: argv, Port: *appPort, Dir: *appDir, Key: appKey}
+	}
+	_, statErr := os.Stat(*workDir)
+	created := errors.Is(statErr, os.ErrNotExist)
 	if err := os.MkdirAll(*workDir, 0o755); err != nil {
 		log.Error("cannot create workdir", "workdir", *workDir, "err", err)
 		return 1
 	}
-	srv, err := agent.New(agent.Config{Token: tok, NoAuth: *noAuth, WorkDir: *workDir, MaxProcesses: *maxProcs,
-		User: *user, DenyRoot: !*allowRoot, Secrets: secrets, StateFile: *stateFile, Logger: log})
+	srv, err := agent.New(agent.Config{Token: tok, NoAuth: *noAuth, WorkDir: *workDir, KeepWorkDirOwner: !*ownWorkDir && !created, MaxProcesses: *maxProcs,
+		User: *user, DenyRoot: !*allowRoot, Secrets: secrets, StateFile: *stateFile, App: appCfg, Logger: log})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 2
@@ -116,11 +143,34 @@ func run(args []string) int {
 		log.Error("cannot listen", "addr", *listen, "err", err)
 		return 1
 	}
+	envdDone := make(chan error, 1)
+	if *envdListen != "" {
+		eln, err := net.Listen("tcp", *envdListen)
+		if err != nil {
+			ln.Close()
+			log.Error("cannot listen", "envd_addr", *envdListen, "err", err)
+			return 1
+		}
+		go func() {
+			err := srv.ServeEnvd(ctx, eln)
+			if err != nil {
+				log.Error("envd serve failed", "err", err)
+			}
+			envdDone <- err
+		}()
+	} else {
+		envdDone <- nil
+	}
+	rc := 0
 	if err := srv.Serve(ctx, ln); err != nil {
 		log.Error("serve failed", "err", err)
-		return 1
+		rc = 1
 	}
-	return 0
+	stop() // the envd listener ends with the main one
+	if err := <-envdDone; err != nil {
+		rc = 1
+	}
+	return rc
 }
 
 // secretsEnv names, comma-separated, the environment variables whose
@@ -128,6 +178,10 @@ func run(args []string) int {
 // (runtime.AgentSecretsEnv). The variables themselves stay in the
 // commands' environment; the list does not.
 const secretsEnv = "BERTH_AGENT_SECRETS"
+
+// appKeyEnv carries the key of the --app (runtime.AgentAppKeyEnv); the
+// agent removes it from its environment and gives it to the app only.
+const appKeyEnv = "BERTH_AGENT_APP_KEY"
 
 // readSecrets returns the secrets named by secretsEnv with their values
 // from the environment, and removes secretsEnv from it.

@@ -18,6 +18,8 @@ import (
 
 	"github.com/berth-dev/berth/internal/edge"
 	"github.com/berth-dev/berth/internal/version"
+	"github.com/berth-dev/berth/pkg/agent/app"
+	"github.com/berth-dev/berth/pkg/agent/envd"
 	"github.com/berth-dev/berth/pkg/agent/files"
 	"github.com/berth-dev/berth/pkg/agent/git"
 	"github.com/berth-dev/berth/pkg/agent/openhands"
@@ -40,6 +42,10 @@ type Config struct {
 	NoAuth bool
 	// WorkDir is the default working directory and repository. Default "/workspace".
 	WorkDir string
+	// KeepWorkDirOwner leaves a root-owned WorkDir to root. Default false:
+	// when the agent runs as root and the default user is not root, a
+	// WorkDir owned by root is given to the default user.
+	KeepWorkDirOwner bool
 	// MaxProcesses bounds concurrently running commands. Default 256.
 	MaxProcesses int
 	// ShutdownGrace bounds graceful shutdown. Default 10s.
@@ -66,10 +72,24 @@ type Config struct {
 	// root-only, and is read back at start so a restarted container keeps
 	// them. Default "": kept in memory only.
 	StateFile string
+	// App, when set, is a server the image carries that the agent runs as
+	// a supervised child and forwards the routes it does not serve to
+	// (package app, docs/openhands.md). Default nil: none.
+	App *AppConfig
 }
 
-// maxGRPCMessage bounds one gRPC message (inline stdin is capped lower).
-const maxGRPCMessage = edge.MaxMessage
+// AppConfig is the app an agent runs (Config.App).
+type AppConfig struct {
+	// Argv is its command line. Required.
+	Argv []string
+	// Port is the port it listens on. Required.
+	Port int
+	// Dir is its working directory. Default: Config.WorkDir.
+	Dir string
+	// Key is given to it in app.KeyEnv and sent as app.KeyHeader on the
+	// requests forwarded to it (not on /sockets/ paths). Default "": none.
+	Key string
+}
 
 // Server is a configured agent. Create it with New, run it with Serve.
 type Server struct {
@@ -81,6 +101,11 @@ type Server struct {
 	terms   *terminal.Manager
 	handler http.Handler
 	inproc  *edge.InProc
+	app     *app.App // nil without Config.App
+	stopApp context.CancelFunc
+	// envd serves E2B's envd protocol (ServeEnvd).
+	envd        *envd.Service
+	envdHandler http.Handler
 }
 
 // New builds a Server from cfg.
@@ -175,9 +200,19 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 
+	var ap *app.App
+	stopApp := context.CancelFunc(func() {})
+	if cfg.App != nil {
+		ap, stopApp, err = startApp(cfg, us, conf, log)
+		if err != nil {
+			inproc.Conn.Close()
+			return nil, err
+		}
+	}
+
 	raw := files.NewHTTPHandler(fsys)
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", healthz)
+	mux.HandleFunc("GET /healthz", healthz(ap))
 	mux.Handle("GET /metrics", mt.handler())
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI) // openapi.go
 	mux.Handle("/v1/files/", raw)
@@ -185,16 +220,31 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("/v1/terminals/ws", terminal.WebSocket(terms))
 	// The OpenHands agent-server subset (pkg/agent/openhands).
 	oh := openhands.New(openhands.Config{Runner: runner, Files: fsys, Git: g, WorkDir: cfg.WorkDir,
-		Version: version.Version, Logger: log.With("component", "openhands")})
+		Version: version.Version, Logger: log.With("component", "openhands"), Fallback: appHandler(ap)})
 	for _, pattern := range oh.Routes() {
 		mux.Handle(pattern, oh)
 	}
+	if ap != nil {
+		// The app's WebSocket event streams (the OpenHands agent-server's
+		// /sockets/events/{id}); berth serves nothing under /sockets/.
+		mux.Handle("/sockets/", ap.Handler())
+	}
 	mux.Handle("/", limitBody(gw))
+
+	// E2B's envd protocol, on its own listener (ServeEnvd): the agent's
+	// token is its access token, files act as the user a request names.
+	envdToken := cfg.Token
+	if cfg.NoAuth {
+		envdToken = ""
+	}
+	ev := envd.New(envd.Config{Runner: runner, Terminals: terms, Users: us, AccessToken: envdToken,
+		WorkDir: cfg.WorkDir, Environ: conf.environ, Logger: log.With("component", "envd")})
 
 	return &Server{
 		cfg: cfg, log: log, grpc: gs, health: hs, runner: runner, terms: terms,
 		handler: rec.HTTP(auth.httpMiddleware(mux)),
-		inproc:  inproc,
+		inproc:  inproc, app: ap, stopApp: stopApp,
+		envd: ev, envdHandler: rec.HTTP(ev.Handler()),
 	}, nil
 }
 
@@ -208,7 +258,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.Info("agent serving", "addr", ln.Addr().String(), "work_dir", s.cfg.WorkDir, "auth", !s.cfg.NoAuth)
 	srv := &edge.Server{
 		GRPC: s.grpc, HTTP: s.handler, InProc: s.inproc, ShutdownGrace: s.cfg.ShutdownGrace, Logger: s.log,
-		OnShutdown: func() { s.runner.Close(); s.terms.Close() },
+		OnShutdown: func() { s.stopApp(); s.envd.Close(); s.runner.Close(); s.terms.Close() },
 	}
 	go func() {
 		<-ctx.Done()

@@ -35,7 +35,7 @@ func newUsers(cfg Config, log *slog.Logger) (*users.Resolver, error) {
 	if !root && (id.UID != uint32(os.Geteuid()) || id.GID != uint32(os.Getegid())) {
 		return nil, fmt.Errorf("agent: user %s: the agent runs as uid %d, not root, so it cannot run commands as another user", id, os.Geteuid())
 	}
-	if root && !id.Root() && cfg.WorkDir != "" {
+	if root && !id.Root() && cfg.WorkDir != "" && !cfg.KeepWorkDirOwner {
 		var st syscall.Stat_t
 		if err := syscall.Stat(cfg.WorkDir, &st); err == nil && st.Uid == 0 {
 			if err := os.Chown(cfg.WorkDir, int(id.UID), int(id.GID)); err != nil {

@@ -109,6 +109,75 @@ type AcquireRequest struct {
 	// Mounts are host paths to mount (see HostMount), allowed only under
 	// Config.HostMounts' prefixes. Default none.
 	Mounts []HostMount
+	// App is a server the image carries that the sandbox's agent runs as a
+	// supervised child, on Config.AppPort, and forwards the routes it does
+	// not serve to (docs/openhands.md). Such a lease never takes a warm
+	// pool's sandbox. Default nil: none.
+	App *App
+	// WorkDir is the default working directory (absolute) of the sandbox's
+	// commands, terminals and git calls (the agent's --workdir), created
+	// owned by the sandbox's user if missing. Such a lease never takes a
+	// warm pool's sandbox. Default "": the image's, else /workspace.
+	WorkDir string
+}
+
+// validateWorkDir checks AcquireRequest.WorkDir.
+func validateWorkDir(d string) error {
+	switch {
+	case d == "":
+		return nil
+	case !strings.HasPrefix(d, "/"):
+		return errdefs.InvalidArgument("working_dir", "%q is not absolute", d)
+	case len(d) > MaxWorkDirLen:
+		return errdefs.InvalidArgument("working_dir", "%d bytes, at most %d", len(d), MaxWorkDirLen)
+	case strings.ContainsFunc(d, unicode.IsControl):
+		return errdefs.InvalidArgument("working_dir", "contains a control character")
+	}
+	return nil
+}
+
+// MaxWorkDirLen bounds AcquireRequest.WorkDir (Linux's PATH_MAX).
+const MaxWorkDirLen = 4096
+
+// DefaultAppPort is Config.AppPort's default: the OpenHands agent-server's.
+const DefaultAppPort = 8000
+
+// MaxAppArgs bounds App.Command.
+const MaxAppArgs = 256
+
+// App is a lease's app (AcquireRequest.App).
+type App struct {
+	// Command is its command line: at least one argument, the first not
+	// empty.
+	Command []string `json:"command"`
+	// WorkDir is its working directory (absolute); "" for the sandbox's.
+	WorkDir string `json:"workDir,omitempty"`
+}
+
+// validate checks a (nil is none).
+func (a *App) validate() error {
+	if a == nil {
+		return nil
+	}
+	switch {
+	case len(a.Command) == 0 || a.Command[0] == "":
+		return errdefs.InvalidArgument("app.command", "required (its first argument may not be empty)")
+	case len(a.Command) > MaxAppArgs:
+		return errdefs.InvalidArgument("app.command", "%d arguments, at most %d", len(a.Command), MaxAppArgs)
+	case a.WorkDir != "" && !strings.HasPrefix(a.WorkDir, "/"):
+		return errdefs.InvalidArgument("app.working_dir", "%q is not absolute", a.WorkDir)
+	}
+	n := len(a.WorkDir)
+	for _, arg := range a.Command {
+		n += len(arg)
+		if strings.ContainsRune(arg, 0) {
+			return errdefs.InvalidArgument("app.command", "an argument contains a NUL byte")
+		}
+	}
+	if strings.ContainsRune(a.WorkDir, 0) || n > MaxEnvValueLen {
+		return errdefs.InvalidArgument("app", "NUL byte in working_dir, or longer than %d bytes in all", MaxEnvValueLen)
+	}
+	return nil
 }
 
 func noControl(field, s string) error {
@@ -189,6 +258,12 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if err := noControl("owner", req.Owner); err != nil {
 		return req, err
 	}
+	if err := req.App.validate(); err != nil {
+		return req, err
+	}
+	if err := validateWorkDir(req.WorkDir); err != nil {
+		return req, err
+	}
 	if req.Image == "" {
 		req.Image = m.cfg.DefaultImage
 	}
@@ -198,7 +273,7 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if err := noControl("image", req.Image); err != nil {
 		return req, err
 	}
-	userImage := req.Image
+	var userImage string // the image whose user defaults apply
 	if req.fork != nil {
 		// A snapshot was made of an allowed image; its user defaults
 		// follow the image the snapshotted lease ran.
@@ -377,6 +452,9 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 			if l, ok = m.existing(e); !ok {
 				continue // it had expired: look again
 			}
+		case m.drain.on: // drain.go: no new lease while draining
+			err = m.drainRefusalLocked("acquire")
+			m.mu.Unlock()
 		case m.shared != nil: // no live lease here; maybe on another replica (replicas.go)
 			m.mu.Unlock()
 			var retry bool
@@ -454,7 +532,7 @@ func (m *Manager) startCreateID(ctx context.Context, req AcquireRequest, id stri
 	}
 	// A warm pool's sandbox, when one matches (pool.go).
 	var c *claim
-	if p := m.poolForLocked(req); p != nil && id == "" && !req.Persist && len(req.Mounts) == 0 { // pooled sandboxes mount nothing
+	if p := m.poolForLocked(req); p != nil && id == "" && !req.Persist && len(req.Mounts) == 0 && req.App == nil && req.WorkDir == "" { // pooled sandboxes mount nothing, run no app and keep the image's directory
 		if mb, ok := m.takeLocked(p); ok {
 			c = &claim{pool: p.cfg.Name, m: mb}
 		}
@@ -530,6 +608,8 @@ func (m *Manager) addPendingLocked(req AcquireRequest, c *claim, id string) *ent
 			Network:        netOf(req.Network),
 			Volume:         m.volumeFor(req),
 			Mounts:         m.hostMounts(req),
+			App:            req.App,
+			WorkDir:        req.WorkDir,
 			CreatedAt:      now,
 			ExpiresAt:      now.Add(req.TTL),
 			LastActivityAt: now,
@@ -608,6 +688,10 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 		DenyRootUser:   m.cfg.DenyRootUser,
 		Mounts:         m.specMounts(&e.l), // volumes.go
 		DNS:            m.sandboxDNS(),     // network.go
+		WorkDir:        e.l.WorkDir,
+	}
+	if a := e.l.App; a != nil {
+		spec.App = &runtime.App{Command: slices.Clone(a.Command), Port: m.cfg.AppPort, WorkDir: a.WorkDir, Key: m.Token(e.l.ID)}
 	}
 	e.secrets = nil // in the container's environment now; not kept here
 	hostMounts := slices.Clone(e.l.Mounts)

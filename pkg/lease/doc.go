@@ -34,8 +34,8 @@
 // before the runtime pauses, the READY record after it resumed, and
 // reconcile brings a PAUSED lease's container back to the recorded depth,
 // so a crash in between leaves a paused lease that the next request
-// resumes. A deliberate stop is never taken for a crash (the died-event
-// and resync restarts look at READY leases only). A PAUSED lease neither
+// resumes. A deliberate stop is never taken for a crash (a hibernated
+// lease's stopped container is what plan expects). A PAUSED lease neither
 // idle-expires nor runs out its TTL: it expires after
 // Config.PausedRetention. PAUSED → PAUSED records a frozen sandbox found
 // stopped after an engine restart (now hibernated).
@@ -61,8 +61,12 @@
 // the container, and RELEASING before it is asked to remove one, so a crash
 // at any point leaves a record that explains every container. Containers
 // carry labels naming the lease and the orchestrator instance (see package
-// runtime), which makes the runtime a second source of truth. Start
-// reconciles the two: READY leases with a running container are adopted;
+// runtime), which makes the runtime a second source of truth. The
+// controller is level-based: Start, every runtime event and every resync
+// observe a lease's containers as they are and apply the decision of one
+// pure function, plan (plan.go), to the record and that observation; a
+// lease an operation of this process holds (creating, restarting, pausing,
+// removing) is left to that operation. At Start that means: READY leases with a running container are adopted;
 // READY leases whose container died are restarted in place (within the
 // restart budget), as are PENDING leases that were restarting; READY leases
 // whose container vanished, and PENDING leases of a creation (a

@@ -91,6 +91,11 @@ func familiarImage(image string) (string, error) {
 	return reference.FamiliarString(named), nil
 }
 
+// CheckImage validates an image reference and applies Config.AllowedImages
+// as Acquire does (errdefs.ErrInvalidArgument or ErrPermissionDenied, both
+// naming image), for edges that look an image up before acquiring it.
+func (m *Manager) CheckImage(image string) error { return m.checkImage(image) }
+
 // checkImage validates req's image and applies the allowlist. The default
 // image is always allowed.
 func (m *Manager) checkImage(image string) error {

@@ -182,6 +182,9 @@ func TestEndedLeaseDropsEnv(t *testing.T) {
 	if _, err := h.m.Release(ctx, l.ID, ""); err != nil {
 		t.Fatal(err)
 	}
+	// Release answers while the sandbox is still being removed (RELEASING);
+	// the record loses its env once the lease has ended.
+	eventually(t, 30*time.Second, "the released lease ended", func() bool { return h.get(l.ID).State.Ended() })
 	if st, _ := h.store.Get(l.ID); st.Env != nil || h.get(l.ID).Env != nil {
 		t.Fatalf("ended lease keeps env: %+v", st.Env)
 	}
@@ -326,4 +329,30 @@ func storedIDs(t *testing.T, h *harness) []string {
 		t.Fatal(err)
 	}
 	return ids
+}
+
+// TestAcquireWorkDir checks AcquireRequest.WorkDir: refused unless an
+// absolute path without control characters, else kept in the lease and
+// given to the runtime.
+func TestAcquireWorkDir(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	for _, d := range []string{"rel/dir", "/a\x01b", "/" + strings.Repeat("d", MaxWorkDirLen)} {
+		_, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "wd-bad", WorkDir: d})
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "working_dir") {
+			t.Errorf("WorkDir %.20q: err = %v, want InvalidArgument naming working_dir", d, err)
+		}
+	}
+	l, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "wd", WorkDir: "/srv/project"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.WorkDir != "/srv/project" {
+		t.Errorf("lease WorkDir = %q", l.WorkDir)
+	}
+	h.rt.mu.Lock()
+	defer h.rt.mu.Unlock()
+	if n := len(h.rt.specs); n == 0 || h.rt.specs[n-1].WorkDir != "/srv/project" {
+		t.Errorf("the runtime's specs %+v do not carry the work dir", h.rt.specs)
+	}
 }

@@ -147,6 +147,10 @@ type Config struct {
 	// agent healthy); it is passed to the runtime as Spec.ReadyTimeout.
 	// Default 30s.
 	ReadyTimeout time.Duration
+	// AppPort is the port the app of a lease with one (AcquireRequest.App)
+	// listens on inside the sandbox. Default 8000 (the OpenHands
+	// agent-server's).
+	AppPort int
 	// RemoveTimeout bounds the removal of one sandbox. Default 30s.
 	RemoveTimeout time.Duration
 	// ResyncInterval is how often the live leases are compared with the
@@ -295,6 +299,9 @@ func (c *Config) setDefaults() error {
 		c.ReapConcurrency = 4
 	}
 	def(&c.ReadyTimeout, 30*time.Second)
+	if c.AppPort == 0 {
+		c.AppPort = DefaultAppPort
+	}
 	def(&c.RemoveTimeout, 30*time.Second)
 	def(&c.ResyncInterval, 30*time.Second)
 	def(&c.ActivityFlushInterval, 5*time.Second)
@@ -407,6 +414,8 @@ type Manager struct {
 
 	vols volumeState // workspace volumes (volumes.go)
 
+	drain drainState // set by Drain (drain.go)
+
 	pmu       sync.Mutex        // serialises store writes
 	persisted map[string]uint64 // lease id → revision last written
 }
@@ -432,6 +441,12 @@ type entry struct {
 	disk diskState // disk measurement bookkeeping (disk.go)
 
 	pause *pauseOp // set while a pause or resume runs (pause.go)
+
+	// uses counts the requests Use admitted that have not ended,
+	// unanswered those not yet answered; drained, when set, is closed
+	// when unanswered drops to 0 (a Pause waits on it). use.go.
+	uses, unanswered int
+	drained          chan struct{}
 
 	// secrets are the acquire's Secrets until the sandbox is created with
 	// them; never persisted (the lease records only their names).
@@ -800,6 +815,8 @@ type Route struct {
 	// last measured usage plus what uploads added since (see ChargeDisk).
 	// The proxy refuses uploads past DiskLimit-DiskUsed.
 	DiskLimit, DiskUsed int64
+	// App says the lease runs an app (Lease.App).
+	App bool
 }
 
 // Route returns the routing facts of lease id without copying the whole
@@ -812,8 +829,7 @@ func (m *Manager) Route(id string) (Route, error) {
 	if e == nil {
 		return Route{}, errdefs.NotFound("lease %s", id)
 	}
-	return Route{State: e.l.State, Reason: e.l.Reason, Owner: e.l.Owner, Endpoint: e.l.Endpoint, PublicPorts: e.l.PublicPorts,
-		DiskLimit: e.l.Resources.DiskBytes, DiskUsed: e.l.Usage.DiskBytes + e.disk.charged}, nil
+	return routeLocked(e), nil
 }
 
 // Touch records activity on a live lease (the proxy calls it per request):

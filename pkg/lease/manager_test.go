@@ -428,7 +428,7 @@ func TestExpiryByTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, l.ExpiresAt.Add(2*time.Second).Sub(time.Now()), "container gone within 2s of expiry", func() bool {
+	eventually(t, time.Until(l.ExpiresAt.Add(2*time.Second)), "container gone within 2s of expiry", func() bool {
 		return !h.rt.exists(l.ContainerID)
 	})
 	got := h.get(l.ID)

@@ -182,7 +182,39 @@ func (m *Manager) Pause(ctx context.Context, id string, mode PauseMode) (Lease, 
 	if err := m.expireIfDueLocked(e, m.now()); err != nil {
 		return Lease{}, err // past its TTL: expired now rather than paused
 	}
+	var pending *pauseOp
+	if e.unanswered > 0 {
+		// Requests admitted before this pause (Use, use.go) are answered
+		// first; pending keeps new ones waiting meanwhile, and they resume
+		// the lease once it is paused.
+		pending = &pauseOp{done: make(chan struct{})}
+		e.pause = pending
+		wctx, cancel := context.WithTimeout(ctx, pauseRequestGrace)
+		err := m.awaitAnsweredLocked(wctx, e)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			// The grace is up, not the caller's patience: pause now. A
+			// request still unanswered waits (freeze) or fails (hibernate).
+			m.log.Info("pausing with requests still unanswered after the grace", "lease_id", id, "grace", pauseRequestGrace)
+			err = nil
+		}
+		if err == nil && e.l.State != StateReady { // released or expired meanwhile
+			err = errNotUsable(&e.l)
+		} else if err != nil {
+			err = wrapf(err, "pause lease %s: waiting for the requests in flight", id)
+		}
+		if err != nil {
+			e.pause = nil
+			pending.lease, pending.err = e.l.Clone(), err
+			m.mu.Unlock()
+			close(pending.done)
+			return Lease{}, err
+		}
+	}
 	op := m.beginPauseLocked(e, mode, "")
+	if pending != nil {
+		close(pending.done) // its waiters now wait for op
+	}
 	cid := e.l.ContainerID
 	l, rev := e.snapshot()
 	m.mu.Unlock()
@@ -336,6 +368,10 @@ func (m *Manager) Resume(ctx context.Context, id string) (Lease, error) {
 			m.mu.Unlock()
 			return l, nil
 		case StatePaused:
+			if err := m.drainRefusalLocked("resume lease " + id); err != nil { // drain.go
+				m.mu.Unlock()
+				return Lease{}, err
+			}
 		default:
 			err := errNotUsable(&e.l)
 			m.mu.Unlock()
@@ -447,33 +483,6 @@ func (m *Manager) pauseFixLocked(e *entry, cid string) pauseFix {
 	op := &pauseOp{done: make(chan struct{})}
 	e.pause = op
 	return pauseFix{e: e, op: op, id: e.l.ID, cid: cid, mode: e.l.Paused}
-}
-
-// reconcilePausedLocked adopts PAUSED lease e's container sb (found is
-// false when there is none) at Start. A frozen sandbox found stopped (an
-// engine restart) is now hibernated; one found running (a crash between the
-// store write and the runtime call of a pause, or between the runtime call
-// and the store write of a resume) is returned to be paused again. Called
-// with mu held.
-func (m *Manager) reconcilePausedLocked(e *entry, sb runtime.Sandbox, found bool) (pauseFix, bool) {
-	if !found {
-		_ = m.transitionLocked(e, StateFailed, ReasonVanishedWhileDown)
-		return pauseFix{}, false
-	}
-	e.l.ContainerID = sb.ID
-	e.rev++
-	// A resume the previous process had in flight may still start the
-	// container after this list: the resyncs 1s and 5s after start catch it.
-	m.interrupted = true
-	switch {
-	case sb.State == runtime.StateRunning:
-		return m.pauseFixLocked(e, sb.ID), true
-	case e.l.Paused == PauseFreeze && sb.State != runtime.StatePaused:
-		e.l.Paused = PauseHibernate
-		_ = m.transitionLocked(e, StatePaused, ReasonFreezeLost)
-	}
-	m.log.Info("adopted paused lease", "lease_id", e.l.ID, "container_id", sb.ID, "mode", string(e.l.Paused))
-	return pauseFix{}, false
 }
 
 // applyPauseFixes pauses again the sandboxes of PAUSED leases found

@@ -227,7 +227,7 @@ func (m *Manager) writeClaimRecord(e *entry, c *claim) (<-chan error, uint64) {
 // configured refuses it (FAILED_PRECONDITION) and keeps the lease's env;
 // one that was not is configured empty and removed with its lease.
 // Called by reconcile before it takes m.mu.
-func (m *Manager) unconfiguredClaims(ctx context.Context, byID map[string]runtime.Sandbox, byLease map[string][]runtime.Sandbox) map[string]bool {
+func (m *Manager) unconfiguredClaims(ctx context.Context, byLease map[string][]runtime.Sandbox) map[string]bool {
 	type probe struct{ id, endpoint string }
 	var probes []probe
 	m.mu.Lock()
@@ -235,14 +235,7 @@ func (m *Manager) unconfiguredClaims(ctx context.Context, byID map[string]runtim
 		if e.l.State != StateReady || !e.l.Claiming {
 			continue
 		}
-		sb, ok := byID[e.l.ContainerID]
-		if !ok {
-			for _, c := range byLease[e.l.ID] {
-				if !ok || alive(c) {
-					sb, ok = c, true
-				}
-			}
-		}
+		sb, ok := pick(&e.l, byLease[e.l.ID]) // plan.go
 		p := probe{id: e.l.ID}
 		if ok && sb.State == runtime.StateRunning {
 			p.endpoint = sb.Endpoint
@@ -514,7 +507,11 @@ pools:
 		if p.boost > 0 && now.Sub(p.lastMiss) > m.cfg.PoolShrinkAfter {
 			p.boost = 0
 		}
-		for len(p.idle) > p.targetLocked() {
+		target := p.targetLocked()
+		if m.drain.on { // drain.go: a draining orchestrator keeps no warm sandboxes
+			target = 0
+		}
+		for len(p.idle) > target {
 			mb := p.idle[len(p.idle)-1] // the newest: the oldest are claimed first
 			p.idle = p.idle[:len(p.idle)-1]
 			delete(m.poolByID, mb.id)
@@ -524,7 +521,7 @@ pools:
 		if now.Before(p.retryAt) {
 			continue
 		}
-		for len(p.idle)+p.creating < p.targetLocked() && (m.cfg.MaxPooled < 0 || total < m.cfg.MaxPooled) {
+		for len(p.idle)+p.creating < target && (m.cfg.MaxPooled < 0 || total < m.cfg.MaxPooled) {
 			select {
 			case sem <- struct{}{}:
 			default:

@@ -50,6 +50,12 @@ func (m *Manager) reapOnce() {
 	for id, e := range m.leases {
 		switch {
 		case e.l.State == StateReady:
+			if e.uses > 0 {
+				// A request or stream is in flight (Use, use.go): the
+				// lease is not idle, whatever the proxy's touches say.
+				e.l.LastActivityAt = now
+				e.activityDirty = true
+			}
 			if reason := expiryReason(&e.l, now); reason != "" {
 				_ = m.transitionLocked(e, StateExpired, reason)
 				m.enqueueCleanLocked(e)

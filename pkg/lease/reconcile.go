@@ -2,9 +2,11 @@ package lease
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
@@ -26,16 +28,20 @@ func (m *Manager) selector() runtime.Selector {
 }
 
 // reconcile makes the loaded records and this instance's containers agree.
-// It runs once in Start, before any client call is accepted:
+// It runs once in Start, before any client call is accepted. What happens
+// to each lease is plan's decision (plan.go), the same rules the event
+// stream and resync apply; at startup nothing of this process is in
+// progress, so:
 //
-//   - READY with a running container: adopted (stays READY; container id
-//     and endpoint refreshed from the runtime);
-//   - READY whose container is missing or not running: FAILED
-//     (ReasonVanishedWhileDown, or how it died);
-//   - PENDING: FAILED (ReasonRestartedCreating) — a half-created sandbox is
-//     not trusted; so is a READY record a warm claim wrote while its agent
-//     was being configured (Lease.Claiming) when the agent was not
-//     configured (pool.go);
+//   - READY with a running container: adopted (container id and endpoint
+//     refreshed from the runtime); with a dead one: restarted in place
+//     within the restart budget; with none: FAILED
+//     (ReasonVanishedWhileDown); a READY record a warm claim wrote while
+//     its agent was being configured (Lease.Claiming) fails when the agent
+//     was not configured (pool.go);
+//   - PENDING: FAILED (ReasonRestartedCreating) — a half-created sandbox
+//     is not trusted — unless it was being restarted in place and its
+//     container is there: the restart goes on;
 //   - PAUSED: its container is kept and brought back to the paused state
 //     the lease records (frozen, or stopped when hibernated) — it is never
 //     treated as dead; a frozen container found stopped makes the lease
@@ -43,12 +49,10 @@ func (m *Manager) selector() runtime.Selector {
 //   - RELEASING: the release is finished (RELEASED);
 //   - a container with a pool label and no lease record is an unclaimed
 //     pooled sandbox: adopted back into its pool when it runs and the pool
-//     is still configured with the same profile (pool.go); a pooled
-//     container that a lease claimed has that lease's id in its labels and
-//     is handled as that lease's above;
-//   - every container that is not an adopted lease's or pool's — those of
-//     the leases above, of ended leases, and orphans with no lease at all —
-//     is removed.
+//     is still configured with the same profile (pool.go);
+//   - every container that no lease or pool keeps — those of the leases
+//     above, of ended leases, and orphans with no lease at all — is
+//     removed.
 //
 // Ended leases whose containers are all gone are marked Cleaned; a removal
 // that fails leaves its lease uncleaned (or RELEASING) for the reaper.
@@ -57,98 +61,45 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	if err != nil {
 		return wrapf(err, "lease manager: reconcile: list containers")
 	}
-	byID := map[string]runtime.Sandbox{}
 	byLease := map[string][]runtime.Sandbox{}
 	for _, sb := range boxes {
-		byID[sb.ID] = sb
 		byLease[sb.LeaseID] = append(byLease[sb.LeaseID], sb)
 	}
 	keep := map[string]bool{}
-	var fixes []pauseFix
-	unconfigured := m.unconfiguredClaims(ctx, byID, byLease) // pool.go
+	var fx effects
+	unconfigured := m.unconfiguredClaims(ctx, byLease) // pool.go
 
 	m.mu.Lock()
+	now := m.now()
 	for _, e := range m.leases {
 		if !m.homeLocked(e) {
 			continue // another replica's (replicas.go)
 		}
-		switch e.l.State {
-		case StateReady:
-			if e.l.Claiming { // written during a warm claim (pool.go)
-				e.l.Claiming = false
-				e.rev++
-				if unconfigured[e.l.ID] {
-					_ = m.transitionLocked(e, StateFailed, ReasonRestartedCreating)
-					continue
-				}
-			}
-			sb, ok := byID[e.l.ContainerID]
-			if !ok { // container id unknown or changed: look by label
-				for _, c := range byLease[e.l.ID] {
-					if !ok || alive(c) {
-						sb, ok = c, true
-					}
-				}
-			}
-			switch {
-			case !ok:
-				_ = m.transitionLocked(e, StateFailed, ReasonVanishedWhileDown)
-			case !alive(sb):
-				// Died while berth was away (an engine restart stops every
-				// container): restart it in place, files kept.
-				why, after := deadText(sb)
-				if j, ok := m.sandboxExitedLocked(e, sb.ID, why+" while the orchestrator was down", after); ok {
-					keep[sb.ID] = true
-					e.l.ContainerID = sb.ID
-					m.toRestart = append(m.toRestart, j)
-				}
-			default:
-				keep[sb.ID] = true
-				e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
-				e.rev++
-				m.seq++
-				e.readySeq = m.seq
-				m.log.Info("adopted lease", "lease_id", e.l.ID, "container_id", sb.ID, "endpoint", sb.Endpoint)
-			}
-		case StatePaused:
-			sb, ok := byID[e.l.ContainerID]
-			if !ok {
-				for _, c := range byLease[e.l.ID] {
-					sb, ok = c, true
-				}
-			}
-			if ok {
-				keep[sb.ID] = true
-			}
-			if f, ok := m.reconcilePausedLocked(e, sb, ok); ok {
-				fixes = append(fixes, f)
-			}
-		case StatePending:
-			if sb, ok := byID[e.l.ContainerID]; ok && restarting(e) {
-				// The previous process was restarting it in place: go on.
-				keep[sb.ID] = true
-				m.toRestart = append(m.toRestart, m.resumeRestartLocked(e, sb.ID))
-				continue
-			}
-			_ = m.transitionLocked(e, StateFailed, ReasonRestartedCreating)
-			m.interrupted = true
-		default:
-			if m.keptLocked(e, m.now()) { // stopped past its disk limit, kept for the operator
-				for _, c := range byLease[e.l.ID] {
-					keep[c.ID] = true
-				}
-			}
+		a := plan(&e.l, observed{
+			trigger:      trigStartup,
+			boxes:        byLease[e.l.ID],
+			unconfigured: unconfigured[e.l.ID],
+			kept:         m.keptLocked(e, now),
+		}, m.restartPolicy(), now)
+		if e.l.Claiming { // only ever set in a record (pool.go)
+			e.l.Claiming = false
+			e.rev++
 		}
+		for _, sb := range a.keep {
+			keep[sb.ID] = true
+		}
+		m.applyLocked(e, a, trigStartup, &fx)
 	}
 	// Unclaimed pooled sandboxes (a pool label, no lease record) are
 	// adopted back into their pools, or removed below (pool.go).
 	for id := range m.adoptPooledLocked(boxes) {
 		keep[id] = true
 	}
+	m.toRestart = append(m.toRestart, fx.restarts...)
 	m.mu.Unlock()
-	m.applyPauseFixes(ctx, fixes)
+	m.applyPauseFixes(ctx, fx.fixes)
 
-	// Remove every container that is not adopted.
+	// Remove every container that is not kept.
 	var (
 		mu     sync.Mutex
 		failed = map[string]bool{} // lease ids with a container left behind
@@ -163,16 +114,11 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
-			defer cancel()
-			if err := m.rt.Remove(rctx, sb.ID); err != nil {
-				m.log.Warn("reconcile: removing container failed; will retry", "lease_id", sb.LeaseID, "container_id", sb.ID, "err", err)
+			if err := m.removeBox(ctx, "reconcile", sb); err != nil {
 				mu.Lock()
 				failed[sb.LeaseID] = true
 				mu.Unlock()
-				return
 			}
-			m.log.Info("reconcile: removed container", "lease_id", sb.LeaseID, "container_id", sb.ID)
 		}()
 	}
 	wg.Wait()
@@ -201,6 +147,121 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	m.persistAll(snaps)
+	return nil
+}
+
+// restartPolicy is the in-place restart budget plan applies.
+func (m *Manager) restartPolicy() restartPolicy {
+	return restartPolicy{limit: m.cfg.RestartLimit, window: m.cfg.RestartWindow}
+}
+
+// busyLocked reports whether an operation of this process holds e: a
+// creation or claim, an in-place restart, a pause or resume, a removal.
+// Called with mu held.
+func (e *entry) busyLocked() bool {
+	return e.call != nil || e.claim != nil || e.pause != nil || e.cleaning != nil
+}
+
+// effects is the work an applied action leaves to do once mu is released.
+type effects struct {
+	restarts []restartJob
+	fixes    []pauseFix
+	remove   []runtime.Sandbox
+	snaps    []snap
+}
+
+// applyLocked carries out plan's action a on lease e, found by trigger t:
+// the record changes now, under mu; runtime calls are added to fx for the
+// caller to make once it has released mu and persisted fx.snaps. At
+// startup, reconcile removes every container no lease keeps itself, so
+// removals are not added. Called with mu held.
+func (m *Manager) applyLocked(e *entry, a action, t trigger, fx *effects) {
+	startup := t == trigStartup
+	changed := true
+	switch a.kind {
+	case actNone:
+		changed = false
+	case actAdopt:
+		e.l.ContainerID = a.box.ID
+		if a.box.Endpoint != "" {
+			e.l.Endpoint = a.box.Endpoint
+		}
+		e.rev++
+		if e.l.State == StatePaused {
+			// A resume the previous process had in flight may still start
+			// the container after this list: the resyncs 1s and 5s after
+			// start catch it (watchLoop).
+			m.interrupted = m.interrupted || startup
+			m.log.Info("adopted paused lease", "lease_id", e.l.ID, "container_id", a.box.ID, "mode", string(e.l.Paused))
+		} else {
+			m.seq++
+			e.readySeq = m.seq
+			m.log.Info("adopted lease", "lease_id", e.l.ID, "container_id", a.box.ID, "endpoint", e.l.Endpoint)
+		}
+	case actRestart:
+		e.l.ContainerID = a.box.ID
+		_ = m.transitionLocked(e, StatePending, a.reason)
+		fx.restarts = append(fx.restarts, m.beginRestartLocked(e, a, t == trigEvent))
+	case actResumeRestart:
+		fx.restarts = append(fx.restarts, m.beginRestartLocked(e, a, false))
+		changed = false
+	case actFail:
+		if e.l.State == StatePending && startup {
+			// The creation may still finish in the engine (watchLoop).
+			m.interrupted = true
+		}
+		_ = m.transitionLocked(e, StateFailed, a.reason)
+		if !startup { // at startup, reconcile removes what is left itself
+			m.enqueueCleanLocked(e)
+		}
+	case actRepause:
+		e.l.ContainerID = a.box.ID
+		e.rev++
+		m.interrupted = m.interrupted || startup
+		fx.fixes = append(fx.fixes, m.pauseFixLocked(e, a.box.ID))
+	case actFreezeLost:
+		e.l.ContainerID = a.box.ID
+		e.l.Paused = PauseHibernate
+		m.interrupted = m.interrupted || startup
+		_ = m.transitionLocked(e, StatePaused, ReasonFreezeLost)
+	case actClean:
+		changed = false
+		if !startup && !time.Now().Before(e.retryAt) {
+			m.enqueueCleanLocked(e)
+		}
+	}
+	if !startup && a.kind != actFail && a.kind != actClean {
+		// A failed or ended lease's containers go through its removal
+		// (cleanup); the others' strays are removed now.
+		fx.remove = append(fx.remove, a.remove...)
+	}
+	if changed && !startup {
+		l, rev := e.snapshot()
+		fx.snaps = append(fx.snaps, snap{l, rev})
+	}
+}
+
+// run makes the runtime calls fx holds, after persisting its records.
+func (m *Manager) run(ctx context.Context, pass string, fx effects) {
+	m.persistAll(fx.snaps)
+	m.applyPauseFixes(ctx, fx.fixes)
+	for _, j := range fx.restarts {
+		m.goRestart(ctx, j)
+	}
+	for _, sb := range fx.remove {
+		_ = m.removeBox(ctx, pass, sb)
+	}
+}
+
+// removeBox removes one container no lease keeps, logging the outcome.
+func (m *Manager) removeBox(ctx context.Context, pass string, sb runtime.Sandbox) error {
+	rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+	defer cancel()
+	if err := m.rt.Remove(rctx, sb.ID); err != nil {
+		m.log.Warn(pass+": removing container failed; will retry", "lease_id", sb.LeaseID, "container_id", sb.ID, "err", err)
+		return err
+	}
+	m.log.Info(pass+": removed container", "lease_id", sb.LeaseID, "container_id", sb.ID)
 	return nil
 }
 
@@ -290,13 +351,15 @@ func (m *Manager) watchLoop(ctx context.Context) {
 	}
 }
 
-// handleEvent acts on the runtime's events for READY leases. An oom event
-// (the kernel killed a process of the sandbox; the agent reports it to the
-// command's caller) is only logged and counted: the sandbox lives on. A
-// died event (the container exited: agent crash, OOM kill of the agent,
-// kill from outside, engine stopping) restarts the container in place
-// within the restart budget, else fails the lease and queues the
-// container's removal. A removed event fails the lease.
+// handleEvent acts on the runtime's events. An oom event (the kernel killed
+// a process of the sandbox; the agent reports it to the command's caller)
+// is only logged and counted: the sandbox lives on. A died or removed
+// event makes the controller look at the lease it concerns: it lists the
+// lease's containers as they are now and applies plan's decision (a died
+// container of a READY lease is restarted in place within the restart
+// budget, after Config.RestartDelay and once the event stream is up, else
+// the lease fails; a removed one fails the lease). A stale event — the
+// container runs again — changes nothing.
 func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 	switch ev.Kind {
 	case runtime.EventOOM:
@@ -312,74 +375,73 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 	default:
 		return
 	}
-	find := func() *entry {
-		e := m.leases[ev.LeaseID]
-		if e == nil && ev.LeaseID == "" {
-			for _, x := range m.leases {
-				if x.l.ContainerID == ev.ID {
-					e = x
-					break
-				}
+	m.mu.Lock()
+	id := ev.LeaseID
+	if id == "" {
+		for _, x := range m.leases {
+			if x.l.ContainerID == ev.ID {
+				id = x.l.ID
+				break
 			}
 		}
-		if e == nil || e.l.State != StateReady || e.l.ContainerID != ev.ID || !m.homeLocked(e) {
-			return nil
-		}
-		return e
 	}
-	m.mu.Lock()
-	e := find()
-	m.mu.Unlock()
-	if e == nil {
-		return
-	}
-	// Another replica may have released or expired it (and removed its
-	// sandbox) with the feed still on its way (replicas.go).
-	m.refreshShared(ev.LeaseID)
-	reason, after := ReasonRemovedOutside, ""
-	if ev.Kind == runtime.EventDied {
-		oom := false
-		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		sb, err := m.rt.Get(gctx, ev.ID)
-		cancel()
-		if err == nil {
-			if alive(sb) {
-				return // a stale event: it runs again (restarted already)
-			}
-			oom = sb.OOMKilled
-		}
-		reason, after = exitText(ev.ExitCode, oom)
-	}
-	m.mu.Lock()
-	if e = find(); e == nil {
+	e := m.leases[id]
+	if e == nil || !m.homeLocked(e) || e.l.State.Ended() && e.l.Cleaned {
 		m.mu.Unlock()
 		return
 	}
-	var job restartJob
-	restart := false
-	switch ev.Kind {
-	case runtime.EventRemoved:
-		_ = m.transitionLocked(e, StateFailed, reason)
-		e.l.Cleaned = true
-	default:
-		if job, restart = m.sandboxExitedLocked(e, ev.ID, reason, after); !restart {
-			m.enqueueCleanLocked(e)
-		}
-		job.settle = true
-	}
-	l, rev := e.snapshot()
+	seq := m.seq
 	m.mu.Unlock()
-	_ = m.persist(l, rev)
-	if restart {
-		m.goRestart(ctx, job)
+	// Another replica may have released or expired it (and removed its
+	// sandbox) with the feed still on its way (replicas.go).
+	m.refreshShared(id)
+	o := observed{trigger: trigEvent}
+	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	boxes, err := m.rt.List(gctx, runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID, runtime.LabelLease: id})
+	cancel()
+	if err == nil {
+		o.boxes = boxes
 	}
+	// The engine's list may lag behind its events (Docker updates the view
+	// it lists from after it emits die): the event's own container is
+	// read directly.
+	gctx, cancel = context.WithTimeout(ctx, 2*time.Second)
+	sb, gerr := m.rt.Get(gctx, ev.ID)
+	cancel()
+	o.boxes = slices.DeleteFunc(o.boxes, func(b runtime.Sandbox) bool { return b.ID == ev.ID })
+	switch {
+	case gerr == nil:
+		o.boxes = append(o.boxes, sb)
+	case errdefs.IsNotFound(gerr):
+	case ev.Kind == runtime.EventDied: // what the event says, then
+		o.boxes = append(o.boxes, runtime.Sandbox{ID: ev.ID, LeaseID: id, State: runtime.StateExited, ExitCode: ev.ExitCode})
+	}
+	if ev.Kind == runtime.EventRemoved {
+		o.goneReason = ReasonRemovedOutside
+	}
+	var fx effects
+	m.mu.Lock()
+	if e = m.leases[id]; e == nil {
+		m.mu.Unlock()
+		return
+	}
+	o.busy, o.stale, o.kept = e.busyLocked(), e.readySeq > seq, m.keptLocked(e, m.now())
+	if o.kept || (e.l.State.Ended() || e.l.State == StateReleasing) && ev.Kind == runtime.EventDied {
+		// A died event of a lease on its way out is its removal's.
+		m.mu.Unlock()
+		return
+	}
+	m.applyLocked(e, plan(&e.l, o, m.restartPolicy(), m.now()), trigEvent, &fx)
+	m.mu.Unlock()
+	m.run(ctx, "event", fx)
 }
 
-// resync compares READY leases with the runtime's containers, failing those
-// whose container is gone or dead (PAUSED leases: gone, or found running —
-// paused again), and removes containers of this instance
-// that no live lease owns (orphans). Leases that became READY after the
-// list was taken are left for the next resync.
+// resync lists this instance's containers and applies plan's decision to
+// every lease that no operation holds (a lease whose container is gone
+// fails, a dead one is restarted in place, a PAUSED one found running is
+// paused again), and removes the containers that no live lease or pool
+// owns (orphans). Leases that became READY or PAUSED after the list was
+// taken are left for the next resync.
 func (m *Manager) resync(ctx context.Context) {
 	m.mu.Lock()
 	seq := m.seq
@@ -394,91 +456,36 @@ func (m *Manager) resync(ctx context.Context) {
 		return
 	}
 	byID := make(map[string]runtime.Sandbox, len(boxes))
+	byLease := map[string][]runtime.Sandbox{}
 	for _, sb := range boxes {
 		byID[sb.ID] = sb
+		byLease[sb.LeaseID] = append(byLease[sb.LeaseID], sb)
 	}
-	var snaps []snap
-	var orphans []runtime.Sandbox
-	var restarts []restartJob
-	var fixes []pauseFix
+	var fx effects
 	m.mu.Lock()
+	now := m.now()
 	for _, e := range m.leases {
 		if !m.homeLocked(e) {
 			continue // its home replica resyncs it (replicas.go)
 		}
-		if e.l.State == StatePaused {
-			if e.pause != nil || e.readySeq > seq {
-				continue // pausing or resuming, or paused after the list
-			}
-			sb, ok := byID[e.l.ContainerID]
-			switch {
-			case !ok:
-				_ = m.transitionLocked(e, StateFailed, ReasonVanished)
-				m.enqueueCleanLocked(e)
-				l, rev := e.snapshot()
-				snaps = append(snaps, snap{l, rev})
-			case sb.State == runtime.StateRunning:
-				// Started by a resume of a process that died (the engine
-				// finished it after reconcile), or from outside.
-				fixes = append(fixes, m.pauseFixLocked(e, sb.ID))
-			}
-			continue
+		o := observed{
+			trigger: trigResync,
+			boxes:   byLease[e.l.ID],
+			busy:    e.busyLocked(),
+			stale:   e.readySeq > seq,
+			kept:    m.keptLocked(e, now),
 		}
-		if e.l.State != StateReady || e.readySeq > seq || e.pause != nil {
-			continue
-		}
-		sb, ok := byID[e.l.ContainerID]
-		switch {
-		case !ok:
-			_ = m.transitionLocked(e, StateFailed, ReasonVanished)
-			m.enqueueCleanLocked(e)
-		case !alive(sb):
-			// Exited without an event reaching us (e.g. the engine
-			// restarted): restart it in place within the budget.
-			why, after := deadText(sb)
-			if j, ok := m.sandboxExitedLocked(e, sb.ID, why, after); ok {
-				restarts = append(restarts, j)
-			} else {
-				m.enqueueCleanLocked(e)
-			}
-		default:
-			continue
-		}
-		l, rev := e.snapshot()
-		snaps = append(snaps, snap{l, rev})
+		m.applyLocked(e, plan(&e.l, o, m.restartPolicy(), now), trigResync, &fx)
 	}
 	poolGone := m.resyncPoolsLocked(byID, seq) // pool.go
 	for _, sb := range boxes {
-		e := m.leases[sb.LeaseID]
-		switch {
-		case e == nil && m.pooledLocked(sb):
-			continue // an unclaimed pooled sandbox, ready or being created
-		case e == nil:
-		case e.l.State == StatePending, e.l.State == StateReady && (e.l.ContainerID == sb.ID || e.readySeq > seq),
-			e.l.State == StatePaused && e.l.ContainerID == sb.ID:
-			continue // being created, in use, or paused
-		case e.needsClean():
-			continue // its own removal is under way, or it is kept (keptLocked)
+		if m.leases[sb.LeaseID] == nil && !m.pooledLocked(sb) {
+			fx.remove = append(fx.remove, sb) // no lease, no pool: an orphan
 		}
-		orphans = append(orphans, sb)
 	}
 	m.mu.Unlock()
-	m.persistAll(snaps)
 	for _, mb := range poolGone {
 		_ = m.dropMember(ctx, mb)
 	}
-	m.applyPauseFixes(ctx, fixes)
-	for _, j := range restarts {
-		m.goRestart(ctx, j)
-	}
-	for _, sb := range orphans {
-		rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
-		err := m.rt.Remove(rctx, sb.ID)
-		cancel()
-		if err != nil {
-			m.log.Warn("resync: removing orphan container failed", "lease_id", sb.LeaseID, "container_id", sb.ID, "err", err)
-			continue
-		}
-		m.log.Info("resync: removed orphan container", "lease_id", sb.LeaseID, "container_id", sb.ID)
-	}
+	m.run(ctx, "resync", fx)
 }

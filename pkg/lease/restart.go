@@ -56,62 +56,17 @@ func deadText(sb runtime.Sandbox) (why, after string) {
 	return fmt.Sprintf("container is %s, not running", sb.State), fmt.Sprintf("container was %s", sb.State)
 }
 
-// restartsWithinLocked counts e's in-place restarts (READY → PENDING
-// transitions) within Config.RestartWindow before now. Called with mu held.
-func (m *Manager) restartsWithinLocked(e *entry, now time.Time) int {
-	n := 0
-	for _, t := range e.l.Transitions {
-		if t.From == StateReady && t.To == StatePending && now.Sub(t.At) < m.cfg.RestartWindow {
-			n++
-		}
-	}
-	return n
-}
-
-// sandboxExitedLocked handles the unexpected exit of READY lease e's
-// container cid. Within the restart budget (Config.RestartLimit restarts
-// within Config.RestartWindow) it moves e to PENDING with reason
-// "<why>; restarting", marks it as being restarted (e.call: acquires of its
-// conversation wait for the outcome, and removals leave it alone) and
-// returns the job the caller must run (goRestart) once it has persisted e.
-// Past the budget it fails e and returns false; the caller queues the
-// container's removal. Called with mu held.
-func (m *Manager) sandboxExitedLocked(e *entry, cid, why, after string) (restartJob, bool) {
-	if m.cfg.RestartLimit < 0 {
-		_ = m.transitionLocked(e, StateFailed, why)
-		return restartJob{}, false
-	}
-	if n := m.restartsWithinLocked(e, m.now()); n >= m.cfg.RestartLimit {
-		_ = m.transitionLocked(e, StateFailed, fmt.Sprintf("%s; restart limit reached (%d restarts within %s)", why, n, m.cfg.RestartWindow))
-		return restartJob{}, false
-	}
-	_ = m.transitionLocked(e, StatePending, why+"; restarting")
+// beginRestartLocked marks READY-turned-PENDING lease e as being
+// restarted in place on a.box (plan's actRestart or actResumeRestart):
+// acquires of its conversation wait for the outcome (e.call) and removals
+// leave it alone. It returns the job the caller runs (goRestart) once it
+// has persisted e; settle waits Config.RestartDelay and for the event
+// stream first (a died event may come from an engine going down). Called
+// with mu held.
+func (m *Manager) beginRestartLocked(e *entry, a action, settle bool) restartJob {
 	e.call = &acquireCall{done: make(chan struct{})}
 	m.restarts++
-	return restartJob{e: e, cid: cid, after: after}, true
-}
-
-// resumeRestartLocked picks up, at Start, a restart the previous process
-// had begun (a PENDING lease whose last transition came from READY) on
-// container cid. Called with mu held.
-func (m *Manager) resumeRestartLocked(e *entry, cid string) restartJob {
-	e.call = &acquireCall{done: make(chan struct{})}
-	m.restarts++
-	after := "restart interrupted by an orchestrator restart"
-	if n := len(e.l.Transitions); n > 0 {
-		after = e.l.Transitions[n-1].Reason // "container exited with code 137; restarting"
-		if i := len(after) - len("; restarting"); i > 0 && after[i:] == "; restarting" {
-			after = after[:i]
-		}
-	}
-	return restartJob{e: e, cid: cid, after: after}
-}
-
-// restarting reports whether e is PENDING because of an in-place restart
-// (its last transition came from READY) rather than a creation.
-func restarting(e *entry) bool {
-	n := len(e.l.Transitions)
-	return e.l.State == StatePending && n > 0 && e.l.Transitions[n-1].From == StateReady
+	return restartJob{e: e, cid: a.box.ID, after: a.after, settle: settle}
 }
 
 // goRestart runs j in the background (Close waits for it).

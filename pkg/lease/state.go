@@ -145,6 +145,12 @@ type Lease struct {
 	// Mounts are the host paths mounted into the sandbox
 	// (AcquireRequest.Mounts), with their symlinks resolved.
 	Mounts []runtime.Mount `json:"mounts,omitempty"`
+	// App is the server the sandbox's agent runs and forwards to
+	// (AcquireRequest.App); nil for none.
+	App *App `json:"app,omitempty"`
+	// WorkDir is the default working directory of the sandbox's commands
+	// (AcquireRequest.WorkDir); "" for the image's.
+	WorkDir string `json:"workDir,omitempty"`
 	// State is the current state; Reason is the reason of the last transition.
 	State  State  `json:"state"`
 	Reason string `json:"reason,omitempty"`
@@ -246,6 +252,11 @@ func (l Lease) Clone() Lease {
 	l.Network = l.Network.Clone()
 	l.Mounts = slices.Clone(l.Mounts)
 	l.Warnings = slices.Clone(l.Warnings)
+	if l.App != nil {
+		a := *l.App
+		a.Command = slices.Clone(a.Command)
+		l.App = &a
+	}
 	return l
 }
 

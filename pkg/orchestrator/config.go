@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/lease"
@@ -67,6 +68,16 @@ type Config struct {
 	// KubernetesStorageClass is the StorageClass of the sandboxes'
 	// workspace claims. Default "": the cluster's default StorageClass.
 	KubernetesStorageClass string
+	// KubernetesSandboxServiceAccount is the ServiceAccount of the sandbox
+	// Pods (no rights, no token mounted). Default "" ("berth-sandbox",
+	// deploy/kubernetes).
+	KubernetesSandboxServiceAccount string
+	// KubernetesDNSNamespace and KubernetesDNSPodLabels (a label selector
+	// of equalities, "k=v,k2=v2") select the cluster's DNS Pods, the only
+	// peers the sandboxes' NetworkPolicy allows on port 53. Default ""
+	// ("kube-system" and "k8s-app=kube-dns").
+	KubernetesDNSNamespace string
+	KubernetesDNSPodLabels string
 	// ContainerdAddress is containerd's socket. Default: auto-detected
 	// (/run/containerd/containerd.sock, else Docker's own containerd at
 	// /var/run/docker/containerd/containerd.sock).
@@ -84,6 +95,14 @@ type Config struct {
 	SandboxSubnet string
 	// SandboxBridge is the containerd sandboxes' bridge. Default "berth-ctrd0".
 	SandboxBridge string
+	// SandboxOutputMaxBytes and SandboxOutputMaxFiles bound each sandbox's
+	// output kept on the host (what its main process writes to stdout and
+	// stderr): at most MaxFiles rotated files of MaxBytes each (Docker: the
+	// json-file driver's max-size and max-file, whatever the daemon's
+	// defaults; containerd: berth's logging binary). Host disk, not counted
+	// by the sandbox's disk limit. Defaults 10 MiB and 2.
+	SandboxOutputMaxBytes int64
+	SandboxOutputMaxFiles int
 	// UserNamespaces runs containerd sandboxes in user namespaces: their
 	// root is host uid UserNSBase, their uids 0-65535 the host's
 	// UserNSBase… (containerd only). Default false.
@@ -97,6 +116,17 @@ type Config struct {
 	// ({port}-{lease}.{domain}); browsers resolve *.localhost to loopback.
 	// Default "sandbox.localhost"; empty disables host routing.
 	PreviewDomain string
+	// E2BListen is the address of the E2B listener: E2B's control-plane
+	// REST API and the sandboxes' traffic (package e2b, docs/e2b.md).
+	// Default empty: off.
+	E2BListen string
+	// E2BDomain is the domain of the E2B sandboxes' hosts
+	// ({port}-{sandbox}.{domain}), returned as their domain. Default empty:
+	// clients route by the E2b-Sandbox-Id header (E2B_SANDBOX_URL).
+	E2BDomain string
+	// E2BTemplates maps E2B templateIDs to images (allowed by
+	// AllowedImages like any acquire's); "base" is berth/base unless set.
+	E2BTemplates map[string]string
 	// Network is the Docker bridge network for sandboxes. Default "berth".
 	Network string
 	// AgentInjection is how the agent enters a sandbox: "volume" (copied
@@ -119,6 +149,15 @@ type Config struct {
 	// acquire names no policy: "expire" (the default), "freeze" or
 	// "hibernate" (pause it; freeze needs a backend that can freeze).
 	DefaultIdlePolicy string
+	// OpenHandsPauseMode is how the OpenHands runtime API's /pause pauses
+	// a runtime: "hibernate" (the default: stop the container, keep its
+	// files) or "freeze" (keep its processes and memory; needs a backend
+	// that can freeze). docs/openhands.md.
+	OpenHandsPauseMode string
+	// OpenHandsAppPort is the port a lease's app (the runtime API's
+	// command, lease.AcquireRequest.App) listens on inside the sandbox.
+	// Default 0: 8000, the OpenHands agent-server's.
+	OpenHandsAppPort int
 	// PausedRetention is how long a lease may stay paused before it
 	// expires. Default 168h (7 days); negative keeps paused leases.
 	PausedRetention Duration
@@ -393,6 +432,8 @@ func Defaults() Config {
 		MaxSnapshotsPerOwner:     20,
 		MaxSnapshotBytesPerOwner: 10 << 30,
 		MaxVolumesPerOwner:       50,
+		SandboxOutputMaxBytes:    runtime.DefaultOutputMaxBytes,
+		SandboxOutputMaxFiles:    runtime.DefaultOutputMaxFiles,
 		VolumeRetention:          Duration(30 * 24 * time.Hour),
 		MaxWatchesPerPrincipal:   streamlimit.DefaultMax,
 		MaxConnections:           1024,
@@ -408,6 +449,12 @@ func Defaults() Config {
 func (c Config) DefaultResources() runtime.Resources {
 	return runtime.Resources{NanoCPUs: int64(c.DefaultCPUs * 1e9), MemoryBytes: c.DefaultMemoryBytes, PidsLimit: c.DefaultPids,
 		DiskBytes: c.DefaultDiskBytes}
+}
+
+// SandboxOutput returns the bound of each sandbox's output kept on the
+// host (SandboxOutputMaxBytes, SandboxOutputMaxFiles).
+func (c Config) SandboxOutput() runtime.OutputLimit {
+	return runtime.OutputLimit{MaxBytes: c.SandboxOutputMaxBytes, MaxFiles: c.SandboxOutputMaxFiles}
 }
 
 // restartLimit maps Config.RestartLimit to lease.Config.RestartLimit,
@@ -462,6 +509,10 @@ func (c Config) Validate() error {
 		return errors.New("max leases per owner, max ended per owner, max watches per principal and max connections must be positive")
 	case c.RestartWindow <= 0:
 		return errors.New("restart window must be positive")
+	case c.OpenHandsAppPort < 0 || c.OpenHandsAppPort > 65535 || c.OpenHandsAppPort == runtime.AgentPort:
+		return fmt.Errorf("openhands app port must be 1-65535 and not the agent's %d, got %d", runtime.AgentPort, c.OpenHandsAppPort)
+	case c.OpenHandsPauseMode != "" && c.OpenHandsPauseMode != "freeze" && c.OpenHandsPauseMode != "hibernate":
+		return fmt.Errorf("openhands pause mode must be freeze or hibernate, got %q", c.OpenHandsPauseMode)
 	case c.DefaultIdlePolicy != "" && c.DefaultIdlePolicy != "expire" && c.DefaultIdlePolicy != "freeze" && c.DefaultIdlePolicy != "hibernate":
 		return fmt.Errorf("default idle policy must be expire, freeze or hibernate, got %q", c.DefaultIdlePolicy)
 	case c.ReadHeaderTimeout <= 0 || c.IdleTimeout <= 0:
@@ -472,6 +523,14 @@ func (c Config) Validate() error {
 	}
 	if err := c.validateEgress(); err != nil { // network.go
 		return err
+	}
+	for name, image := range c.E2BTemplates {
+		if strings.TrimSpace(name) == "" || strings.TrimSpace(image) == "" {
+			return fmt.Errorf("e2b template %q=%q: name and image required", name, image)
+		}
+	}
+	if c.E2BListen != "" && c.E2BListen == c.Listen {
+		return fmt.Errorf("e2b listen %q must differ from listen", c.E2BListen)
 	}
 	seen := map[string]bool{}
 	for _, cl := range c.Clients {

@@ -4,56 +4,60 @@ import (
 	"context"
 	"testing"
 
-	"github.com/berth-dev/berth/pkg/runtime"
+	"k8s.io/client-go/rest"
 )
 
-// leaderRT is a runtime that elects (like kubernetes.Runtime).
-type leaderRT struct {
-	runtime.Runtime
+// fakeCluster is a Cluster that elects this replica at once and shares a
+// fixed secret (as kubernetes.Runtime would).
+type fakeCluster struct {
 	identity string
+	secret   []byte
 }
 
-func (l *leaderRT) RunLeader(ctx context.Context, identity string, lead func(context.Context)) error {
-	l.identity = identity
+func (c *fakeCluster) RESTConfig() *rest.Config { return &rest.Config{} }
+func (c *fakeCluster) Namespace() string        { return "berth" }
+func (c *fakeCluster) SharedSecret(context.Context, int) ([]byte, error) {
+	return c.secret, nil
+}
+func (c *fakeCluster) RunLeader(ctx context.Context, identity string, lead func(context.Context)) error {
+	c.identity = identity
 	lead(ctx)
 	return nil
 }
 
-// The lease manager's reaper is elected only on a runtime that elects; the
-// replica takes part under its instance id.
+// The lease manager's reaper is elected only on a cluster; the replica
+// takes part under its instance id.
 func TestElectorOf(t *testing.T) {
-	if electorOf(struct{ runtime.Runtime }{}, "i") != nil {
-		t.Fatal("a runtime without RunLeader got an elector")
+	if electorOf(nil, "i") != nil {
+		t.Fatal("no cluster, yet an elector")
 	}
-	rt := &leaderRT{}
-	elect := electorOf(rt, "instance-1")
+	c := &fakeCluster{}
+	elect := electorOf(c, "instance-1")
 	if elect == nil {
-		t.Fatal("no elector for a runtime with RunLeader")
+		t.Fatal("no elector on a cluster")
 	}
 	led := false
-	if err := elect(context.Background(), func(context.Context) { led = true }); err != nil || !led || rt.identity != "instance-1" {
-		t.Fatalf("elect: err %v, led %v, identity %q", err, led, rt.identity)
+	if err := elect(context.Background(), func(context.Context) { led = true }); err != nil || !led || c.identity != "instance-1" {
+		t.Fatalf("elect: err %v, led %v, identity %q", err, led, c.identity)
 	}
 }
 
-// sharingRT is a runtime whose replicas share the token secret.
-type sharingRT struct {
-	runtime.Runtime
-	secret []byte
-}
-
-func (s *sharingRT) SharedSecret(context.Context, int) ([]byte, error) { return s.secret, nil }
-
-// The token secret comes from a runtime that shares it, else from the data
-// directory.
+// The token secret comes from the cluster, else from the data directory.
 func TestLoadSecret(t *testing.T) {
 	shared := []byte("0123456789abcdef0123456789abcdef")
-	got, err := loadSecret(context.Background(), Config{DataDir: t.TempDir()}, &sharingRT{secret: shared})
+	got, err := loadSecret(context.Background(), Config{DataDir: t.TempDir()}, &fakeCluster{secret: shared})
 	if err != nil || string(got) != string(shared) {
 		t.Fatalf("shared: %q, %v", got, err)
 	}
-	got, err = loadSecret(context.Background(), Config{DataDir: t.TempDir()}, struct{ runtime.Runtime }{})
+	got, err = loadSecret(context.Background(), Config{DataDir: t.TempDir()}, nil)
 	if err != nil || len(got) < 16 || string(got) == string(shared) {
 		t.Fatalf("file: %d bytes, %v", len(got), err)
+	}
+}
+
+// A store that needs the cluster is refused without one.
+func TestOpenStoreNeedsCluster(t *testing.T) {
+	if _, err := openStore(context.Background(), Config{DataDir: t.TempDir(), LeaseStore: "kubernetes"}, nil, "i", nil); err == nil {
+		t.Fatal("a kubernetes lease store opened without a cluster")
 	}
 }

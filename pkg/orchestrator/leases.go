@@ -124,6 +124,10 @@ func (s *leaseServer) Acquire(ctx context.Context, req *orchv1.AcquireRequest) (
 	}
 	ar.Persist, ar.Mounts = req.GetWorkspace().GetPersist(), fromHostMounts(req.Mounts) // volumes.go
 	ar.Network = acquireNetwork(req.Network)
+	if a := req.GetApp(); a != nil {
+		ar.App = &lease.App{Command: a.GetCommand(), WorkDir: a.GetWorkingDir()}
+	}
+	ar.WorkDir = req.WorkingDir
 	for _, p := range req.PublicPorts {
 		ar.PublicPorts = append(ar.PublicPorts, int(p))
 	}
@@ -408,6 +412,7 @@ func toLease(l lease.Lease) *orchv1.Lease {
 		Paused:   string(l.Paused), PausedAt: ts(l.PausedAt), IdlePolicy: string(l.IdlePolicy),
 		SecretNames: l.SecretNames,
 		Pool:        l.Pool, // docs/pools.md
+		WorkingDir:  l.WorkDir,
 	}
 	for _, p := range l.PublicPorts {
 		out.PublicPorts = append(out.PublicPorts, int32(p))

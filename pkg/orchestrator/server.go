@@ -26,6 +26,7 @@ import (
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"github.com/berth-dev/berth/pkg/lease"
+	"github.com/berth-dev/berth/pkg/orchestrator/ohruntime"
 	"github.com/berth-dev/berth/pkg/proxy"
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/streamlimit"
@@ -59,8 +60,10 @@ type Server struct {
 	health   *health.Server
 	inproc   *edge.InProc
 	handler  http.Handler
-	cancel   context.CancelFunc
-	proxy    *proxy.Proxy
+	// e2b is the E2B listener's handler (e2b.go).
+	e2b    http.Handler
+	cancel context.CancelFunc
+	proxy  *proxy.Proxy
 	// streams bounds each caller's concurrent long-lived streams (lease
 	// watches, log follows, and the proxy's terminal attaches and file
 	// watches): Config.MaxWatchesPerPrincipal.
@@ -74,51 +77,44 @@ type Server struct {
 	own map[string]bool
 }
 
-// secretSharer is a runtime whose replicas share the secret that signs
-// lease tokens (the Kubernetes backend: a Secret of its namespace).
-type secretSharer interface {
-	SharedSecret(ctx context.Context, minLen int) ([]byte, error)
-}
-
-// loadSecret returns the secret that signs lease tokens: the one rt shares
-// among replicas, else the data directory's file (made on first start).
-func loadSecret(ctx context.Context, cfg Config, rt runtime.Runtime) ([]byte, error) {
-	if ss, ok := rt.(secretSharer); ok {
-		return ss.SharedSecret(ctx, lease.MinSecretLen)
+// loadSecret returns the secret that signs lease tokens: the one the
+// cluster's replicas share, else the data directory's file (made on first
+// start).
+func loadSecret(ctx context.Context, cfg Config, c Cluster) ([]byte, error) {
+	if c != nil {
+		return c.SharedSecret(ctx, lease.MinSecretLen)
 	}
 	return lease.LoadOrCreateSecret(filepath.Join(cfg.DataDir, lease.SecretFileName))
 }
 
-// leaderRunner is a runtime whose replicas elect one of them to run expiry
-// and reaping (the Kubernetes backend: kubernetes.Runtime.RunLeader).
-type leaderRunner interface {
-	RunLeader(ctx context.Context, identity string, lead func(ctx context.Context)) error
-}
-
-// electorOf returns lease.Config.Elect for rt, nil when rt elects nothing
-// (one orchestrator per host: its reaper always runs).
-func electorOf(rt runtime.Runtime, identity string) func(context.Context, func(context.Context)) error {
-	lr, ok := rt.(leaderRunner)
-	if !ok {
+// electorOf returns lease.Config.Elect for c, nil without a cluster (one
+// orchestrator per host: its reaper always runs).
+func electorOf(c Cluster, identity string) func(context.Context, func(context.Context)) error {
+	if c == nil {
 		return nil
 	}
-	return func(ctx context.Context, lead func(context.Context)) error { return lr.RunLeader(ctx, identity, lead) }
+	return func(ctx context.Context, lead func(context.Context)) error { return c.RunLeader(ctx, identity, lead) }
 }
 
 // instanceFile holds the orchestrator's instance id in the data directory.
 const instanceFile = "instance-id"
 
-// New opens the data directory, starts the lease manager on rt (reconciling
-// it with the containers rt finds) and builds the API. Close releases what
-// New opened; sandboxes keep running and are adopted by the next start.
-func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) (*Server, error) {
+// New opens the data directory, starts the lease manager on p's runtime
+// (reconciling it with the containers the runtime finds) and builds the
+// API. Close releases what New opened; sandboxes keep running and are
+// adopted by the next start.
+func New(ctx context.Context, cfg Config, p Platform, log *slog.Logger) (*Server, error) {
+	rt := p.Runtime
+	if rt == nil {
+		return nil, errors.New("orchestrator: no runtime")
+	}
 	if log == nil {
 		log = slog.Default()
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("orchestrator: data dir: %w", err)
 	}
-	secret, err := loadSecret(ctx, cfg, rt)
+	secret, err := loadSecret(ctx, cfg, p.Cluster)
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: secret: %w", err)
 	}
@@ -126,7 +122,7 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: instance id: %w", err)
 	}
-	store, err := openStore(ctx, cfg, rt, instance, log)
+	store, err := openStore(ctx, cfg, p.Cluster, instance, log)
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: lease store: %w", err)
 	}
@@ -139,6 +135,7 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 	m, err := lease.New(lease.Config{
 		Store: store, Runtime: rt, InstanceID: instance, Secret: secret,
 		Egress: leaseEgress(eg), DefaultNetwork: lease.NetworkPolicy(cfg.defaultNetwork()), NetworkCeiling: cfg.networkCeiling(),
+		AppPort:      cfg.OpenHandsAppPort,
 		DefaultImage: cfg.DefaultImage, DefaultTTL: time.Duration(cfg.DefaultTTL), MaxTTL: time.Duration(cfg.MaxTTL),
 		DefaultIdleTimeout: time.Duration(cfg.DefaultIdleTimeout), MaxLive: cfg.MaxLeases,
 		DefaultResources:  cfg.DefaultResources(),
@@ -165,7 +162,7 @@ func New(ctx context.Context, cfg Config, rt runtime.Runtime, log *slog.Logger) 
 		Pools:             leasePools(cfg.Pools), // config.go, docs/pools.md
 		MaxPooled:         cfg.MaxPooled,
 		AgentConfigurer:   newAgentConfigurer(), // agentconfig.go
-		Elect:             electorOf(rt, instance),
+		Elect:             electorOf(p.Cluster, instance),
 		Logger:            log.With("component", "lease"),
 
 		MaxVolumesPerOwner:       cfg.MaxVolumesPerOwner, // volumes.go
@@ -271,6 +268,8 @@ func (s *Server) buildAPI() error {
 	mux.Handle(proxy.RoutePrefix, px) // not under MaxBytesHandler: bodies stream
 	// Signed URLs carry their own credential (proxy/signed.go).
 	mux.Handle(proxy.SignedPrefix, px)
+	// openhands_runtime.go: OpenHands' runtime API over the lease service.
+	mux.Handle(ohruntime.Prefix, http.MaxBytesHandler(s.openHandsRuntime(), 1<<20))
 	api := s.authHTTP(http.MaxBytesHandler(gw, 4<<20))
 	// dashboard.go: the web dashboard at /ui, over api and the proxy.
 	if err := s.mountDashboard(mux, api, px); err != nil {
@@ -278,6 +277,7 @@ func (s *Server) buildAPI() error {
 	}
 	mux.Handle("/", api)
 	s.handler = rec.HTTP(px.HostRouter(mux))
+	s.e2b = rec.HTTP(s.e2bHandler())
 	return nil
 }
 

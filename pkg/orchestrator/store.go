@@ -7,11 +7,8 @@ import (
 	"path/filepath"
 	"regexp"
 
-	"k8s.io/client-go/rest"
-
 	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/lease/kubestore"
-	"github.com/berth-dev/berth/pkg/runtime"
 )
 
 // leaseStore is a lease.Store the Server closes.
@@ -20,26 +17,18 @@ type leaseStore interface {
 	Close() error
 }
 
-// clusterRuntime is a runtime whose cluster can hold the lease records of
-// several orchestrator replicas (kubernetes.Runtime).
-type clusterRuntime interface {
-	RESTConfig() *rest.Config
-	Namespace() string
-}
-
-// openStore opens the lease store cfg.LeaseStore names: the namespace's
-// BerthLease objects (kubestore: shared by every replica, which makes the
-// lease manager run in fleet mode, pkg/lease/replicas.go) on the
-// kubernetes runtime by default, else the bbolt file in the data dir.
-func openStore(ctx context.Context, cfg Config, rt runtime.Runtime, instance string, log *slog.Logger) (leaseStore, error) {
-	cr, isCluster := rt.(clusterRuntime)
-	if cfg.LeaseStore == "local" || (cfg.LeaseStore == "" && !isCluster) {
+// openStore opens the lease store cfg.LeaseStore names: the cluster
+// namespace's BerthLease objects (kubestore: shared by every replica, which
+// makes the lease manager run in fleet mode, pkg/lease/replicas.go) by
+// default on a cluster, else the bbolt file in the data dir.
+func openStore(ctx context.Context, cfg Config, c Cluster, instance string, log *slog.Logger) (leaseStore, error) {
+	if cfg.LeaseStore == "local" || (cfg.LeaseStore == "" && c == nil) {
 		return lease.OpenBolt(filepath.Join(cfg.DataDir, lease.DBFileName))
 	}
-	if !isCluster {
+	if c == nil {
 		return nil, fmt.Errorf("lease store %q needs the kubernetes runtime", cfg.LeaseStore)
 	}
-	return kubestore.New(ctx, kubestore.Config{REST: cr.RESTConfig(), Namespace: cr.Namespace(), Instance: instance, Fleet: cfg.Fleet,
+	return kubestore.New(ctx, kubestore.Config{REST: c.RESTConfig(), Namespace: c.Namespace(), Instance: instance, Fleet: cfg.Fleet,
 		Logger: log.With("component", "kubestore")})
 }
 

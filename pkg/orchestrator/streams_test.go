@@ -1,16 +1,15 @@
 package orchestrator_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/internal/testsupport/orchtest"
+	"github.com/berth-dev/berth/internal/testsupport/streamtest"
 	"github.com/berth-dev/berth/pkg/orchestrator"
 	"github.com/berth-dev/berth/pkg/streamlimit"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
@@ -21,72 +20,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
-
-// follow is one open GET /v1/leases/{id}/logs?follow=true.
-type follow struct {
-	code   int
-	msg    string      // the error message of a refused one
-	lines  chan string // "source:text" of an admitted one
-	cancel context.CancelFunc
-}
-
-// openFollow opens a log follow of lease id with tok.
-func openFollow(t *testing.T, base, id, tok string) *follow {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/leases/"+id+"/logs?follow=true", nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		cancel()
-		t.Errorf("log follow: %v", err)
-		return &follow{cancel: cancel}
-	}
-	f := &follow{code: resp.StatusCode, cancel: func() { cancel(); resp.Body.Close() }}
-	if resp.StatusCode != http.StatusOK {
-		// A refused stream's status comes as {"error": {...}} (the
-		// gateway's stream error form) or as a plain status body.
-		var m struct {
-			Message string
-			Error   struct{ Message string }
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&m)
-		f.msg = m.Message + m.Error.Message
-		f.cancel()
-		return f
-	}
-	f.lines = make(chan string, 64)
-	go func() {
-		defer close(f.lines)
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			var line struct{ Result struct{ Source, Text string } }
-			if json.Unmarshal(sc.Bytes(), &line) == nil {
-				f.lines <- line.Result.Source + ":" + line.Result.Text
-			}
-		}
-	}()
-	return f
-}
-
-// waitLine waits for a line of f containing want.
-func (f *follow) waitLine(t *testing.T, want string) {
-	t.Helper()
-	deadline := time.After(30 * time.Second)
-	for {
-		select {
-		case l, ok := <-f.lines:
-			if !ok {
-				t.Fatalf("the follow ended before a line with %q", want)
-			}
-			if strings.Contains(l, want) {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("no line with %q", want)
-		}
-	}
-}
 
 // limitMsg is the start of the refusal naming the limit max.
 func limitMsg(max int) string {
@@ -106,61 +39,43 @@ func TestLogFollowsPerLeaseToken(t *testing.T) {
 	otherID, otherTok := acquireFor(t, s, "follows-other")
 	max := streamlimit.DefaultMax
 	const n = 30
-	fs := make([]*follow, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { fs[i] = openFollow(t, s.Base, id, tok) })
+	admitted := streamtest.Flood(t, n, s.Base, id, tok, limitMsg(max))
+	if len(admitted) != max {
+		t.Fatalf("%d of %d admitted, want %d", len(admitted), n, max)
 	}
-	wg.Wait()
-	var admitted []*follow
-	refused := 0
-	for _, f := range fs {
-		switch {
-		case f.code == http.StatusOK:
-			admitted = append(admitted, f)
-			t.Cleanup(f.cancel)
-		case f.code == http.StatusTooManyRequests && strings.HasPrefix(f.msg, limitMsg(max)):
-			refused++
-		default:
-			t.Fatalf("log follow: %d %q", f.code, f.msg)
-		}
-	}
-	if len(admitted) != max || refused != n-max {
-		t.Fatalf("%d admitted, %d refused; want %d and %d", len(admitted), refused, max, n-max)
-	}
-	if f := openFollow(t, s.Base, otherID, otherTok); f.code != http.StatusOK {
-		t.Fatalf("another lease's follow: %d %q", f.code, f.msg)
+	if f := streamtest.OpenLogFollow(t, s.Base, otherID, otherTok); f.Code != http.StatusOK {
+		t.Fatalf("another lease's follow: %d %q", f.Code, f.Msg)
 	} else {
-		f.cancel()
+		f.Cancel()
 	}
 	// The admitted ones keep working: each sees the pause.
 	if code, _, b := signCall(t, "POST", s.Base+"/v1/leases/"+id+":pause", tok, `{"mode":"hibernate"}`); code != 200 {
 		t.Fatalf("pause: %d %s", code, b)
 	}
 	for _, f := range admitted {
-		f.waitLine(t, "transition:paused (hibernate)")
+		f.WaitLine(t, "transition:paused (hibernate)")
 	}
 	// Closing three frees three slots (once the server sees them gone).
 	for _, f := range admitted[:3] {
-		f.cancel()
+		f.Cancel()
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for accepted := 0; accepted < 3; {
-		f := openFollow(t, s.Base, id, tok)
+		f := streamtest.OpenLogFollow(t, s.Base, id, tok)
 		switch {
-		case f.code == http.StatusOK:
+		case f.Code == http.StatusOK:
 			accepted++
-			t.Cleanup(f.cancel)
-		case f.code != http.StatusTooManyRequests:
-			t.Fatalf("log follow after closing: %d %q", f.code, f.msg)
+			t.Cleanup(f.Cancel)
+		case f.Code != http.StatusTooManyRequests:
+			t.Fatalf("log follow after closing: %d %q", f.Code, f.Msg)
 		case time.Now().After(deadline):
 			t.Fatalf("closed follows did not free their slots: %d of 3 accepted", accepted)
 		default:
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if f := openFollow(t, s.Base, id, tok); f.code != http.StatusTooManyRequests {
-		t.Fatalf("a follow past the limit again: %d", f.code)
+	if f := streamtest.OpenLogFollow(t, s.Base, id, tok); f.Code != http.StatusTooManyRequests {
+		t.Fatalf("a follow past the limit again: %d", f.Code)
 	}
 	// A plain read (no follow) ends by itself and is not limited.
 	if code, _, b := signCall(t, "GET", s.Base+"/v1/leases/"+id+"/logs", tok, ""); code != 200 {
@@ -226,8 +141,8 @@ func TestStreamLimitSharedAcrossKinds(t *testing.T) {
 	}
 	code, _, b := signCall(t, "GET", s.Base+"/v1/sandboxes/"+id+"/v1/files:watch?path=/tmp", tok, "")
 	refused("a REST file watch", code, b)
-	f := openFollow(t, s.Base, id, tok)
-	refused("a log follow", f.code, f.msg)
+	f := streamtest.OpenLogFollow(t, s.Base, id, tok)
+	refused("a log follow", f.Code, f.Msg)
 	wctx2, wcancel2 := context.WithCancel(as(tok))
 	defer wcancel2()
 	for _, method := range []string{"/berth.agent.v1.TerminalService/Connect", "/berth.agent.v1.FileService/Watch"} {

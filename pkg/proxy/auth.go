@@ -25,6 +25,7 @@ const (
 	accessLease           // the lease's own token
 	accessOperator        // the operator token
 	accessPublic          // a public preview port, no token needed
+	accessApp             // an app's event socket, no token needed (the app checks its key)
 )
 
 func (a access) String() string {
@@ -35,6 +36,8 @@ func (a access) String() string {
 		return "operator"
 	case accessPublic:
 		return "public"
+	case accessApp:
+		return "app"
 	}
 	return "none"
 }
@@ -153,6 +156,9 @@ type opened struct {
 	acc     access
 	matched string
 	rt      lease.Route
+	// hold keeps a pause off the lease until the agent answered (nil
+	// without a Holder); the caller calls hold.Done when the request ends.
+	hold *lease.Hold
 }
 
 // origin describes a request for the operator access log.
@@ -163,8 +169,9 @@ type origin struct {
 // open is the sequence every route runs before it forwards to lease id:
 // authorize the candidate tokens (unless port is one of the lease's public
 // preview ports; 0 for the agent's API), look the lease up, resume it if it
-// is PAUSED (the caller sees latency, not an error), and check that it can
-// take traffic; an operator's access is logged. A failed
+// is PAUSED (the caller sees latency, not an error) and hold it (admit),
+// and check that it can take traffic; an operator's access is logged. On
+// success the caller must call op.hold.Done when the request ends. A failed
 // authorization answers before a missing lease, so that only a valid token
 // learns whether a lease exists.
 func (p *Proxy) open(ctx context.Context, id string, ts *tokens, port int, o origin) (opened, *routeError) {
@@ -185,13 +192,14 @@ func (p *Proxy) open(ctx context.Context, id string, ts *tokens, port int, o ori
 	} else {
 		op.acc = accessPublic
 	}
-	if lerr == nil && op.rt.State == lease.StatePaused {
-		op.rt, lerr = p.resume(ctx, id)
+	if lerr == nil {
+		op.rt, op.hold, lerr = p.admit(ctx, id, op.rt)
 	}
 	if lerr == nil {
 		lerr = usable(id, op.rt)
 	}
 	if lerr != nil {
+		op.hold.Done()
 		return opened{}, lerr
 	}
 	if op.acc == accessOperator {
@@ -209,6 +217,45 @@ type Resumer interface {
 }
 
 var _ Resumer = (*lease.Manager)(nil)
+
+// Holder is the optional part of a LeaseRouter that admits a request to a
+// lease: it resumes a PAUSED lease and holds a READY one so that no pause
+// lands between the resume and the request reaching the agent (see
+// lease.Manager.Use, which implements it). Without it the proxy resumes
+// through Resumer, and a racing pause may still answer 409 or 502.
+type Holder interface {
+	// Use waits for the lease to be READY (resuming it when PAUSED) and
+	// holds it; a lease in another state comes back with a nil Hold.
+	Use(ctx context.Context, id string) (lease.Route, *lease.Hold, error)
+}
+
+var _ Holder = (*lease.Manager)(nil)
+
+// admit resumes and holds lease id (route rt, just looked up) for a
+// request, with the LeaseRouter's Holder, or resumes it with its Resumer
+// when it is PAUSED. A lease that could not be resumed is a 503.
+func (p *Proxy) admit(ctx context.Context, id string, rt lease.Route) (lease.Route, *lease.Hold, *routeError) {
+	h, ok := p.leases.(Holder)
+	if !ok {
+		if rt.State != lease.StatePaused {
+			return rt, nil, nil
+		}
+		rt, lerr := p.resume(ctx, id)
+		return rt, nil, lerr
+	}
+	rt, hold, err := h.Use(ctx, id)
+	if err == nil {
+		return rt, hold, nil
+	}
+	rt, lerr := p.lookup(id)
+	if lerr != nil {
+		return rt, nil, lerr
+	}
+	if rt.State == lease.StatePaused {
+		return rt, nil, newRouteError(http.StatusServiceUnavailable, errdefs.ErrUnavailable, "lease %s is PAUSED and could not be resumed: %s", id, err.Error())
+	}
+	return rt, nil, newRouteError(http.StatusServiceUnavailable, errdefs.ErrUnavailable, "lease %s is %s and could not take the request: %s", id, rt.State, err.Error())
+}
 
 // resume resumes paused lease id and returns its route afterwards. A
 // resume that fails while the lease stays PAUSED is a 503.

@@ -46,6 +46,30 @@ func (e *env) workdir(t *testing.T, id, tok string) string {
 	return strings.TrimSpace(out)
 }
 
+// waitDiskBelow waits until the refused upload's temporary file is gone
+// from dir and a disk measurement taken after that puts lease id under n
+// bytes: the disk is measured every 100ms, and one taken while the file
+// still existed counts it until the next.
+func waitDiskBelow(t *testing.T, e *env, id, dir string, n int64) {
+	t.Helper()
+	eventually(t, 10*time.Second, "no temporary upload file", func() bool {
+		entries, _ := os.ReadDir(dir)
+		for _, en := range entries {
+			if strings.HasPrefix(en.Name(), ".berth-upload-") {
+				return false
+			}
+		}
+		return true
+	})
+	gone := time.Now()
+	m := e.orch.Srv.Manager()
+	eventually(t, 10*time.Second, "a disk measurement without the refused upload", func() bool {
+		l, err := m.Get(context.Background(), id)
+		rt, rerr := m.Route(id)
+		return err == nil && rerr == nil && l.Usage.MeasuredAt.After(gone) && rt.DiskUsed < n
+	})
+}
+
 func checkRefused(t *testing.T, r reply, what string) {
 	t.Helper()
 	if r.code != http.StatusInsufficientStorage {
@@ -93,6 +117,9 @@ func TestUploadOverDiskLimitRefused(t *testing.T) {
 		}
 	}
 
+	// A measurement may have run while the cut upload's temporary file was
+	// still there: wait for one taken after it went.
+	waitDiskBelow(t, e, id, dir, 512<<10)
 	// An upload that fits goes through and counts at once.
 	small := strings.Repeat("y", 1<<20)
 	r = do(t, "PUT", e.sandboxURL(id, "/v1/files"+dir+"/small.bin"), "", bearerHdr(tok), small)
@@ -120,7 +147,12 @@ func TestUploadRefusedWhileOverLimit(t *testing.T) {
 	if r.code != 200 {
 		t.Fatalf("exec: %d %s", r.code, r.body)
 	}
-	eventually(t, 5*time.Second, "disk warning", func() bool { return len(e.lease(t, id).Warnings) > 0 })
+	// A measurement may have started while the file was being written:
+	// wait for one of the whole file.
+	eventually(t, 5*time.Second, "disk warning", func() bool {
+		l := e.lease(t, id)
+		return len(l.Warnings) > 0 && l.Usage.DiskBytes == 3000000
+	})
 	if w := e.lease(t, id).Warnings[0]; !strings.HasPrefix(w, "disk limit exceeded: ") {
 		t.Fatalf("warning %q", w)
 	}
@@ -174,6 +206,7 @@ func TestGRPCUploadOverDiskLimit(t *testing.T) {
 		}
 		return true
 	})
+	waitDiskBelow(t, e, id, dir, 512<<10)
 	if err := upload("ok.bin", 2); err != nil { // 1 MiB
 		t.Fatalf("small upload: %v", err)
 	}

@@ -65,4 +65,8 @@
 // Every proxied request or call touches its lease (postponing the idle
 // timeout), and long-lived ones (exec streams, log follows, WebSockets, gRPC
 // streams) keep touching it every Config.TouchInterval while they are open.
+// With a LeaseRouter that is a Holder (lease.Manager), a request also holds
+// its lease from the resume until the agent answered, so a racing pause
+// waits for it or is resumed after (the caller sees latency, not 409 or
+// 502), and the idle policy leaves a lease with a request in flight alone.
 package proxy

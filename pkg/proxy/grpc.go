@@ -129,6 +129,7 @@ type grpcCall struct {
 	rt         lease.Route
 	budget     *grpcUploadBudget // an upload held to the lease's disk limit
 	release    func()            // gives back the call's stream slot (streams.go)
+	hold       *lease.Hold       // the lease's hold (auth.go, open); relayGRPC ends it
 }
 
 // resolveGRPC finds the lease a call names (metadata x-berth-lease, or the
@@ -165,18 +166,21 @@ func (p *Proxy) resolveGRPC(ctx context.Context, method string) (*grpcCall, erro
 		return nil, rerr
 	}
 	if rerr := orchestratorOnly(method); rerr != nil { // orchestratoronly.go
+		op.hold.Done()
 		return nil, rerr
 	}
 	budget, berr := limitGRPCUpload(method, id, op.rt)
 	if berr != nil {
+		op.hold.Done()
 		p.log.Info("upload refused: disk limit", "lease_id", id, "method", method)
 		return nil, berr
 	}
 	release, rerr := p.acquireStream(id, op.acc, method) // streams.go
 	if rerr != nil {
+		op.hold.Done()
 		return nil, rerr
 	}
-	return &grpcCall{id: id, method: method, md: md, rt: op.rt, budget: budget, release: release}, nil
+	return &grpcCall{id: id, method: method, md: md, rt: op.rt, budget: budget, release: release, hold: op.hold}, nil
 }
 
 // relayGRPC calls c's agent with the caller's metadata (its token swapped
@@ -186,6 +190,7 @@ func (p *Proxy) relayGRPC(ss grpc.ServerStream, c *grpcCall) (err error) {
 	ctx := ss.Context()
 	id, method, budget := c.id, c.method, c.budget
 	defer c.release()
+	defer c.hold.Done()
 	stop := p.track(id)
 	p.metrics.inFlight.Add(1)
 	defer func() {
@@ -209,10 +214,17 @@ func (p *Proxy) relayGRPC(ss grpc.ServerStream, c *grpcCall) (err error) {
 	if err != nil {
 		return p.upstreamErr(ctx, id, method, err)
 	}
+	if longStream(method) {
+		// A terminal or a watch may stay silent as long as it likes: a
+		// pause does not wait for its first answer (auth.go, admit).
+		c.hold.Answered()
+	}
 	go p.pumpUp(ss, cs, budget, cancel)
 
 	// agent → client
-	if hdr, _ := cs.Header(); hdr != nil {
+	hdr, _ := cs.Header()
+	c.hold.Answered() // the agent answered (or the call failed): a pause may go on
+	if hdr != nil {
 		if err := ss.SendHeader(hdr); err != nil {
 			cancel()
 			return p.upstreamErr(ctx, id, method, err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/berth-dev/berth/internal/edge"
 	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/lease"
 )
 
 // target is where one request goes; it travels in the request's context
@@ -33,12 +35,20 @@ type target struct {
 	status     int         // final status, for metrics
 	upload     *budgetBody // an upload held to the lease's disk limit (disk.go)
 	uploadMsg  string      // the 507's message should it pass the limit
+	// hold is the lease's hold (auth.go, open), answered when the
+	// upstream's response headers arrive or forwarding fails.
+	hold *lease.Hold
 	// disposition, when set, is the Content-Disposition of a successful
 	// response (signed downloads, signed.go).
 	disposition string
 	// wsProtocols, when set, replaces the upgrade's subprotocols: those
 	// offered without the tokens (websocket.go).
 	wsProtocols *[]string
+	// editHeader, when set, edits the upstream request's headers last
+	// (ServePort, port.go).
+	editHeader func(http.Header)
+	// jsonErrors answers a preview's upstream failures as JSON (ServePort).
+	jsonErrors bool
 }
 
 type targetKey struct{}
@@ -75,11 +85,18 @@ func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath s
 			ts.add(tok)
 		}
 	}
-	op, rerr := p.open(r.Context(), id, &ts, 0, origin{"http", r.Method, r.URL.Path, r.RemoteAddr})
+	var op opened
+	var rerr *routeError
+	if !wsToken && isAppSocket(r, rawPath, &ts) {
+		op, rerr = p.openAppSocket(id) // openhands.go
+	} else {
+		op, rerr = p.open(r.Context(), id, &ts, 0, origin{"http", r.Method, r.URL.Path, r.RemoteAddr})
+	}
 	if rerr != nil {
 		p.fail(w, r, false, id, rerr)
 		return
 	}
+	defer op.hold.Done()
 	rt := op.rt
 	path, err := url.PathUnescape(rawPath)
 	if err != nil {
@@ -102,7 +119,7 @@ func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath s
 	defer release()
 	t := &target{
 		leaseID: id, host: rt.Endpoint, path: path, rawPath: rawPath, rawQuery: r.URL.RawQuery,
-		agentToken: p.leases.AgentToken(id), stripAuth: true,
+		agentToken: p.leases.AgentToken(id), stripAuth: true, hold: op.hold,
 	}
 	if wsToken {
 		t.wsProtocols = &wt.rest
@@ -171,7 +188,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 		}
 		p.metrics.http(t.status)
 	}()
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+	ctx := context.WithValue(r.Context(), targetKey{}, t)
+	if t.hold != nil && longStream(t.path) {
+		// A terminal or a watch may stay silent as long as it likes: a
+		// pause waits for it only until its request was sent (auth.go, admit).
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { t.hold.Answered() }})
+	}
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // rewrite builds the upstream request.
@@ -201,12 +224,18 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if t.agentToken != "" {
 		h.Set("Authorization", "Bearer "+t.agentToken)
 	}
+	if t.editHeader != nil {
+		t.editHeader(h)
+	}
 }
 
-// modifyResponse records the upstream's status.
+// modifyResponse records the upstream's status and confines a preview's
+// answer (confine.go).
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	if t := targetFrom(res.Request.Context()); t != nil {
+		t.hold.Answered() // a pause may go on (a stream is under way)
 		t.status = res.StatusCode
+		confine(res.Header, t.onOrchestratorOrigin()) // confine.go
 		if t.disposition != "" && res.StatusCode/100 == 2 && res.Header.Get("Content-Disposition") == "" {
 			res.Header.Set("Content-Disposition", t.disposition)
 		}
@@ -228,6 +257,7 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 	if t == nil { // not reached: every request carries a target
 		t = &target{}
 	}
+	t.hold.Answered()
 	if t.upload != nil && t.upload.exceeded.Load() {
 		p.refuseUpload(w, r, t, t.uploadMsg, true)
 		return
@@ -254,7 +284,8 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	p.log.Warn("proxy upstream error", "lease_id", t.leaseID, "method", r.Method, "path", r.URL.Path,
 		"upstream", t.host, "status", st, "error", err.Error())
-	if t.preview {
+	if t.preview && !t.jsonErrors {
+		confine(w.Header(), t.onOrchestratorOrigin())
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(st)
 		_, _ = w.Write([]byte(msg + "\n"))

@@ -34,6 +34,37 @@ func isOpenHealth(r *http.Request, path string, ts *tokens) bool {
 	return ts.empty() && path == openHealthPath && (r.Method == http.MethodGet || r.Method == http.MethodHead)
 }
 
+// appSocketPrefix is the agent path of the OpenHands agent-server's event
+// WebSocket, /sockets/events/{conversation id}.
+const appSocketPrefix = "/sockets/events/"
+
+// isAppSocket reports whether r is a WebSocket upgrade of an app's event
+// stream without any token: the OpenHands SDK opens it without headers and
+// sends its key in the first frame, for the app to check.
+func isAppSocket(r *http.Request, path string, ts *tokens) bool {
+	rest, ok := strings.CutPrefix(path, appSocketPrefix)
+	return ok && rest != "" && ts.empty() && r.Method == http.MethodGet && isWebSocketUpgrade(r.Header)
+}
+
+// openAppSocket lets a tokenless app socket (isAppSocket) through to lease
+// id when the lease runs an app (lease.Route.App), which checks the key
+// itself in the stream's first frame. Any other lease answers what a
+// missing token answers everywhere (401, before whether the lease exists).
+// It does not resume a paused lease (the conversation's authenticated
+// calls do).
+func (p *Proxy) openAppSocket(id string) (opened, *routeError) {
+	var none tokens
+	rt, lerr := p.lookup(id)
+	if lerr != nil || !rt.App {
+		_, _, aerr := p.authorize(id, &none)
+		return opened{}, aerr
+	}
+	if lerr := usable(id, rt); lerr != nil {
+		return opened{}, lerr
+	}
+	return opened{acc: accessApp, rt: rt}, nil
+}
+
 // serveOpenHealth answers GET /v1/sandboxes/{lease}/health without a
 // token: 200 when the lease exists and its agent answers (or the lease is
 // PAUSED: it resumes on its next authenticated call), the usual 404, 409

@@ -128,3 +128,49 @@ func TestOpenHandsUploadHeldToDiskLimit(t *testing.T) {
 		t.Errorf("small upload: %d %s", r.code, r.body)
 	}
 }
+
+// TestOpenHandsAppSocket: a WebSocket upgrade of /sockets/events/{id}
+// without any token passes to a lease that runs an app (with the agent's
+// token, as every request), and only there: the same upgrade to a lease
+// without an app, a tokenless non-upgrade, and another tokenless path of an
+// app lease are 401; a missing lease answers 401 too (before existence).
+func TestOpenHandsAppSocket(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	port := listenHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusTeapot) // no upgrade: enough to see it arrived
+	}))
+	fr := newFakeRouter()
+	e := mountProxy(t, nil, fr, nil)
+	withApp, without := fakeID(1), fakeID(2)
+	agent := "127.0.0.1:" + strconv.Itoa(port)
+	fr.set(withApp, lease.Route{State: lease.StateReady, Endpoint: agent, App: true})
+	fr.set(without, lease.Route{State: lease.StateReady, Endpoint: agent})
+	upgrade := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"},
+		"Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}}
+	for _, tc := range []struct {
+		id, path string
+		hdr      http.Header
+		want     int
+	}{
+		{withApp, "/sockets/events/c1", upgrade, http.StatusTeapot},
+		{without, "/sockets/events/c1", upgrade, 401},
+		{fakeID(3), "/sockets/events/c1", upgrade, 401},
+		{withApp, "/sockets/events/c1", nil, 401},
+		{withApp, "/sockets/events/", upgrade, 401},
+		{withApp, "/sockets/bash-events", upgrade, 401},
+		{withApp, "/api/conversations", upgrade, 401},
+	} {
+		if r := do(t, "GET", e.sandboxURL(tc.id, tc.path), "", tc.hdr, ""); r.code != tc.want {
+			t.Errorf("GET %s of %s (upgrade %v): %d %s, want %d", tc.path, tc.id, tc.hdr != nil, r.code, r.body, tc.want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0] != "/sockets/events/c1 Bearer agent-"+withApp {
+		t.Fatalf("the agent saw %q", seen)
+	}
+}

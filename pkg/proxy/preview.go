@@ -28,6 +28,7 @@ func (p *Proxy) servePreview(w http.ResponseWriter, r *http.Request, id string, 
 		p.fail(w, r, true, id, rerr)
 		return
 	}
+	defer op.hold.Done()
 	rt, matched := op.rt, op.matched
 	if qtok != "" && matched == strings.TrimSpace(qtok) && (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.Header.Get("Upgrade") == "" {
 		p.bootstrap(w, r, matched, prefix, rawQuery)
@@ -41,6 +42,7 @@ func (p *Proxy) servePreview(w http.ResponseWriter, r *http.Request, id string, 
 	// An Authorization header that carries a berth token is not passed to
 	// the previewed port; any other (the app's own) is.
 	t.stripAuth = p.hasBerthAuth(r.Header)
+	t.hold = op.hold
 	p.forward(w, r, t)
 }
 

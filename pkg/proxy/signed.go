@@ -202,21 +202,27 @@ func (p *Proxy) verifySigned(r *http.Request, s lease.SignedScope, parts signedP
 }
 
 // openSigned verifies parts against scope s (verifySigned), then looks
-// the lease up, resumes it when PAUSED and checks that it takes traffic (so
-// a URL stops working when its lease ends).
-func (p *Proxy) openSigned(r *http.Request, s lease.SignedScope, parts signedParts) (lease.Route, *routeError) {
+// the lease up, resumes and holds it (admit) and checks that it takes
+// traffic (so a URL stops working when its lease ends). On success the
+// caller calls the hold's Done when the request ends.
+func (p *Proxy) openSigned(r *http.Request, s lease.SignedScope, parts signedParts) (lease.Route, *lease.Hold, *routeError) {
 	if rerr := p.verifySigned(r, s, parts); rerr != nil {
-		return lease.Route{}, rerr
+		return lease.Route{}, nil, rerr
 	}
 	id := s.LeaseID
 	rt, rerr := p.lookup(id)
-	if rerr == nil && rt.State == lease.StatePaused {
-		rt, rerr = p.resume(r.Context(), id)
+	var hold *lease.Hold
+	if rerr == nil {
+		rt, hold, rerr = p.admit(r.Context(), id, rt)
 	}
 	if rerr == nil {
 		rerr = usable(id, rt)
 	}
-	return rt, rerr
+	if rerr != nil {
+		hold.Done()
+		return rt, nil, rerr
+	}
+	return rt, hold, nil
 }
 
 // serveSignedPort proxies a request of a signed port URL.
@@ -229,11 +235,12 @@ func (p *Proxy) serveSignedPort(w http.ResponseWriter, r *http.Request, id strin
 		parts.method = lease.AnyMethod
 	}
 	s := lease.SignedScope{LeaseID: id, Kind: lease.SignedPort, Port: port, Method: parts.method}
-	rt, rerr := p.openSigned(r, s, parts)
+	rt, hold, rerr := p.openSigned(r, s, parts)
 	if rerr != nil {
 		p.fail(w, r, true, id, rerr)
 		return
 	}
+	defer hold.Done()
 	prefix := SignedPrefix + id + "/ports/" + strconv.Itoa(port)
 	if parts.fromQuery && (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
 		r.Header.Get("Upgrade") == "" && strings.Contains(r.Header.Get("Accept"), "text/html") {
@@ -250,6 +257,7 @@ func (p *Proxy) serveSignedPort(w http.ResponseWriter, r *http.Request, id strin
 	// Authorization.
 	signedCookies(r.Header, true)
 	t.stripAuth = p.hasBerthAuth(r.Header)
+	t.hold = hold
 	if parts.fromQuery {
 		w.Header().Set("Referrer-Policy", "no-referrer")
 	}
@@ -302,17 +310,18 @@ func (p *Proxy) serveSignedFile(w http.ResponseWriter, r *http.Request, id, rawP
 		p.fail(w, r, false, id, errForbidden("invalid signature: %s is not part of a file URL", SignedMethodQuery))
 		return
 	}
-	rt, rerr := p.openSigned(r, s, parts)
+	rt, hold, rerr := p.openSigned(r, s, parts)
 	if rerr != nil {
 		p.fail(w, r, false, id, rerr)
 		return
 	}
+	defer hold.Done()
 	agentPath := strings.TrimSuffix(filesPrefix, "/") + s.Path
 	// No query reaches the agent (upload mode, offsets): the holder of the
 	// URL gets exactly the signed operation. Range headers pass.
 	t := &target{
 		leaseID: id, host: rt.Endpoint, path: agentPath, rawPath: (&url.URL{Path: agentPath}).EscapedPath(),
-		agentToken: p.leases.AgentToken(id), stripAuth: true,
+		agentToken: p.leases.AgentToken(id), stripAuth: true, hold: hold,
 	}
 	if s.Kind == lease.SignedDownload {
 		t.disposition = mimeAttachment(pathpkg.Base(s.Path))

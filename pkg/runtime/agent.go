@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"debug/elf"
+	"encoding/json"
 	"os"
 	"strconv"
 
@@ -23,6 +24,15 @@ const (
 	// TokenPath is the token file (mode 0400, owned by root, so the
 	// commands the agent runs as the lease's user cannot read it).
 	TokenPath = AgentDir + "/" + TokenFile
+	// AgentStateDir holds the agent's own state: what ConfigService.Configure
+	// gave it (the env and secrets of the lease that claimed a pooled
+	// sandbox), kept for a restart of the sandbox. Every backend mounts a
+	// directory of the sandbox's own here, outside the image's file system
+	// (Docker: an anonymous volume, without the image's content; containerd:
+	// a bind mount of a host directory; Kubernetes: an emptyDir), so a
+	// snapshot never captures it and a fork starts without it. The agent's
+	// default --state-file is configure.json in it.
+	AgentStateDir = "/var/lib/berth-agent"
 	// DefaultWorkDir is the agent's working directory when the image sets none.
 	DefaultWorkDir = "/workspace"
 	// HealthPath is the agent's unauthenticated readiness endpoint
@@ -39,12 +49,21 @@ const (
 	// values in its output and removes this variable (not the secrets) from
 	// the environment of the commands it runs.
 	AgentSecretsEnv = AgentEnvPrefix + "SECRETS"
+	// AgentAppKeyEnv carries the key of the sandbox's app (App.Key); the
+	// agent removes it from its environment and gives it to the app only.
+	AgentAppKeyEnv = AgentEnvPrefix + "APP_KEY"
 )
 
 // AgentCommand is how a backend starts the agent as a sandbox's PID 1.
 type AgentCommand struct {
 	// WorkDir is the working directory of the commands the agent runs.
 	WorkDir string
+	// KeepWorkDirOwner makes the agent give WorkDir to the default user
+	// only when it creates it (--own-workdir=false): set for a directory
+	// the lease chose (Spec.WorkDir), which may be a system one such as
+	// /etc. Default false: a root-owned WorkDir (the backend's workspace,
+	// the image's working directory) is given to the default user.
+	KeepWorkDirOwner bool
 	// User is the default user of those commands ("" for the agent's
 	// default: root).
 	User string
@@ -53,15 +72,23 @@ type AgentCommand struct {
 	// TokenInEnv says the token comes in AgentTokenEnv (the backend sets
 	// it) rather than in the file TokenPath.
 	TokenInEnv bool
+	// App is the app the agent runs as a supervised child (Spec.App); nil
+	// for none.
+	App *App
 }
 
 // Args returns the agent's command line: AgentPath listening on AgentPort
-// on every interface, with the working directory, the user, the root
-// policy and the token file.
+// (its own API) and EnvdPort (E2B's envd protocol) on every interface,
+// with the working directory, the user, the root policy and the token
+// file.
 func (c AgentCommand) Args() []string {
 	args := []string{AgentPath,
 		"--listen", "0.0.0.0:" + strconv.Itoa(AgentPort),
+		"--envd-listen", "0.0.0.0:" + strconv.Itoa(EnvdPort),
 		"--workdir", c.WorkDir}
+	if c.KeepWorkDirOwner {
+		args = append(args, "--own-workdir=false")
+	}
 	if c.User != "" {
 		args = append(args, "--user", c.User)
 	}
@@ -70,6 +97,13 @@ func (c AgentCommand) Args() []string {
 	}
 	if !c.TokenInEnv {
 		args = append(args, "--token-file", TokenPath)
+	}
+	if c.App != nil && len(c.App.Command) > 0 {
+		argv, _ := json.Marshal(c.App.Command) // strings always marshal
+		args = append(args, "--app", string(argv), "--app-port", strconv.Itoa(c.App.Port))
+		if c.App.WorkDir != "" {
+			args = append(args, "--app-dir", c.App.WorkDir)
+		}
 	}
 	return args
 }

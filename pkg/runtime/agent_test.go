@@ -40,11 +40,15 @@ func TestAgentCommandArgs(t *testing.T) {
 		want []string
 	}{
 		{"token file", runtime.AgentCommand{WorkDir: "/workspace"},
-			[]string{"/.berth/sandbox-agent", "--listen", "0.0.0.0:7000", "--workdir", "/workspace", "--token-file", "/.berth/token"}},
+			[]string{"/.berth/sandbox-agent", "--listen", "0.0.0.0:7000", "--envd-listen", "0.0.0.0:49983", "--workdir", "/workspace", "--token-file", "/.berth/token"}},
 		{"token in env", runtime.AgentCommand{WorkDir: "/src", TokenInEnv: true},
-			[]string{"/.berth/sandbox-agent", "--listen", "0.0.0.0:7000", "--workdir", "/src"}},
+			[]string{"/.berth/sandbox-agent", "--listen", "0.0.0.0:7000", "--envd-listen", "0.0.0.0:49983", "--workdir", "/src"}},
 		{"user and no root", runtime.AgentCommand{WorkDir: "/w", User: "1000:1000", DenyRootUser: true},
-			[]string{"/.berth/sandbox-agent", "--listen", "0.0.0.0:7000", "--workdir", "/w", "--user", "1000:1000", "--allow-root=false", "--token-file", "/.berth/token"}},
+			[]string{"/.berth/sandbox-agent", "--listen", "0.0.0.0:7000", "--envd-listen", "0.0.0.0:49983", "--workdir", "/w", "--user", "1000:1000", "--allow-root=false", "--token-file", "/.berth/token"}},
+		{"chosen work dir", runtime.AgentCommand{WorkDir: "/etc", KeepWorkDirOwner: true, TokenInEnv: true},
+			[]string{"/.berth/sandbox-agent", "--listen", "0.0.0.0:7000", "--envd-listen", "0.0.0.0:49983", "--workdir", "/etc", "--own-workdir=false"}},
+		{"app", runtime.AgentCommand{WorkDir: "/w", TokenInEnv: true, App: &runtime.App{Command: []string{"/usr/local/bin/server", "--a b"}, Port: 8000, WorkDir: "/srv", Key: "k"}},
+			[]string{"/.berth/sandbox-agent", "--listen", "0.0.0.0:7000", "--envd-listen", "0.0.0.0:49983", "--workdir", "/w", "--app", `["/usr/local/bin/server","--a b"]`, "--app-port", "8000", "--app-dir", "/srv"}},
 	} {
 		if got := tc.in.Args(); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: Args() = %q, want %q", tc.name, got, tc.want)

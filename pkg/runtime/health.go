@@ -2,11 +2,15 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
 )
 
 // Health probe timeouts: a sandbox that is starting refuses connections at
@@ -47,13 +51,38 @@ func (h HealthProber) Probe(ctx context.Context, endpoint string) (bool, error) 
 	if err != nil {
 		return false, err
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
 	resp.Body.Close()
+	if resp.StatusCode == http.StatusInternalServerError {
+		var h struct {
+			Status string `json:"status"`
+			App    struct {
+				Reason string `json:"reason"`
+				Output string `json:"output"`
+			} `json:"app"`
+		}
+		if json.Unmarshal(body, &h) == nil && h.Status == appFailedStatus {
+			msg := h.App.Reason
+			if h.App.Output != "" {
+				msg += "; its last output:\n" + h.App.Output
+			}
+			return false, fmt.Errorf("%w: %s", ErrAppFailed, msg)
+		}
+	}
 	if resp.StatusCode != http.StatusOK {
 		return false, fmt.Errorf("GET %s: %s", HealthPath, resp.Status)
 	}
 	return true, nil
 }
+
+// appFailedStatus is the agent's /healthz status when the sandbox's app
+// could not start (agent.AppFailedStatus).
+const appFailedStatus = "APP_FAILED"
+
+// ErrAppFailed is the readiness error of a sandbox whose app (Spec.App)
+// could not start: WaitReady returns it at once, with the app's reason and
+// last output lines. It is errdefs.ErrFailedPrecondition.
+var ErrAppFailed = errdefs.Newf(errdefs.ErrFailedPrecondition, "the sandbox's app did not start")
 
 // Readiness polling: the probe interval doubles from readyPollMin to
 // readyPollMax; the backend's liveness check runs at most every
@@ -87,6 +116,9 @@ func (h HealthProber) WaitReady(ctx context.Context, endpoint string, alive func
 			return nil
 		}
 		lastErr = err
+		if errors.Is(err, ErrAppFailed) {
+			return err
+		}
 		if time.Since(lastCheck) >= readyCheckEvery {
 			lastCheck = time.Now()
 			if err := alive(ctx); err != nil {

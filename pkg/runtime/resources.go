@@ -62,3 +62,34 @@ func (r Resources) Validate(field string) error {
 	}
 	return nil
 }
+
+// OutputLimit bounds the output a sandbox's main process (the agent, PID
+// 1, and whatever writes to its stdout and stderr) leaves on the host: the
+// engine keeps at most MaxFiles files of at most MaxBytes each, rotating
+// (Docker: the json-file log driver's max-size and max-file; containerd:
+// berth's logging binary, see package shimlog). It is the host's disk,
+// not the sandbox's: the disk limit does not count it.
+type OutputLimit struct {
+	// MaxBytes is the size of one file; default DefaultOutputMaxBytes.
+	MaxBytes int64
+	// MaxFiles is the number of files kept, the one being written
+	// included; default DefaultOutputMaxFiles.
+	MaxFiles int
+}
+
+// The defaults of OutputLimit: 10 MiB × 2.
+const (
+	DefaultOutputMaxBytes = 10 << 20
+	DefaultOutputMaxFiles = 2
+)
+
+// WithDefaults returns o with zero fields set to the defaults.
+func (o OutputLimit) WithDefaults() OutputLimit {
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultOutputMaxBytes
+	}
+	if o.MaxFiles <= 0 {
+		o.MaxFiles = DefaultOutputMaxFiles
+	}
+	return o
+}

@@ -31,6 +31,12 @@ const (
 // AgentPort is the TCP port the agent listens on inside every sandbox.
 const AgentPort = 7000
 
+// EnvdPort is the TCP port inside every sandbox where the agent serves
+// E2B's envd protocol (its --envd-listen; E2B's SDKs reach envd on this
+// port). Like AgentPort it is reached on the sandbox's address, never
+// published on the host.
+const EnvdPort = 49983
+
 // Resources are per-sandbox limits. Zero means the backend default.
 type Resources struct {
 	// NanoCPUs is the CPU quota in units of 1e-9 CPUs (1e9 = one CPU).
@@ -116,6 +122,40 @@ type Spec struct {
 	// LabelPoolProfile: the sandbox is a warm pool's, created before any
 	// lease claims it. Default "": not pooled.
 	Pool, PoolProfile string
+	// App is a server the image carries that the agent runs as a
+	// supervised child and forwards the routes it does not serve to
+	// (docs/openhands.md). Default nil: none.
+	App *App
+	// WorkDir, when set, is the agent's working directory (its --workdir:
+	// the default directory of commands, terminals and git), created by
+	// the agent if missing. The sandbox's workspace storage stays where the
+	// backend puts it (AgentWorkDir). Default "": the image's, else
+	// DefaultWorkDir.
+	WorkDir string
+}
+
+// AgentWorkDir is the agent's working directory in a sandbox of s whose
+// backend chose dir (the image's, or DefaultWorkDir): Spec.WorkDir when
+// set, else dir.
+func (s Spec) AgentWorkDir(dir string) string {
+	if s.WorkDir != "" {
+		return s.WorkDir
+	}
+	return dir
+}
+
+// App is a sandbox's app (Spec.App).
+type App struct {
+	// Command is its command line. Required.
+	Command []string
+	// Port is the port it listens on inside the sandbox (1-65535, not
+	// AgentPort). Required.
+	Port int
+	// WorkDir is its working directory (absolute); "" for the agent's.
+	WorkDir string
+	// Key is given to the app (SESSION_API_KEY, OH_SESSION_API_KEYS_0) and
+	// sent by the agent on the requests it forwards. Default "": none.
+	Key string
 }
 
 // State is a sandbox's container state.
@@ -230,6 +270,15 @@ type Runtime interface {
 	// of files written (the engine walks the layer), so callers poll it
 	// sparingly. errdefs.ErrNotFound when there is no such sandbox.
 	Usage(ctx context.Context, id string) (Usage, error)
+}
+
+// ImageInspector is the optional part of a Runtime that reports the images
+// it has locally (Docker implements it). Callers type-assert.
+type ImageInspector interface {
+	// ImageSize returns the size in bytes of the local image ref;
+	// errdefs.ErrNotFound when there is none, errdefs.ErrInvalidArgument
+	// for a malformed reference.
+	ImageSize(ctx context.Context, ref string) (int64, error)
 }
 
 // Freezer is the optional part of a Runtime that freezes a sandbox's

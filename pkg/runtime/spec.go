@@ -77,10 +77,39 @@ func (s Spec) Validate() error {
 			return errdefs.InvalidArgument("labels", "invalid label key %q", k)
 		}
 	}
+	if err := s.App.validate(); err != nil {
+		return err
+	}
+	if s.WorkDir != "" && (!strings.HasPrefix(s.WorkDir, "/") || strings.ContainsFunc(s.WorkDir, unicode.IsControl)) {
+		return errdefs.InvalidArgument("working_dir", "%q is not an absolute path", s.WorkDir)
+	}
 	if err := ValidateMounts("mounts", s.Mounts); err != nil {
 		return err
 	}
 	return s.Resources.Validate("resources")
+}
+
+// validate checks an app (nil is none).
+func (a *App) validate() error {
+	if a == nil {
+		return nil
+	}
+	switch {
+	case len(a.Command) == 0 || a.Command[0] == "":
+		return errdefs.InvalidArgument("app.command", "required")
+	case a.Port < 1 || a.Port > 65535 || a.Port == AgentPort:
+		return errdefs.InvalidArgument("app.port", "%d: want 1-65535, not the agent's %d", a.Port, AgentPort)
+	case a.WorkDir != "" && !strings.HasPrefix(a.WorkDir, "/"):
+		return errdefs.InvalidArgument("app.working_dir", "%q is not absolute", a.WorkDir)
+	case strings.ContainsRune(a.WorkDir, 0) || strings.ContainsFunc(a.Key, unicode.IsSpace):
+		return errdefs.InvalidArgument("app", "working_dir contains NUL or key contains whitespace")
+	}
+	for _, arg := range a.Command {
+		if strings.ContainsRune(arg, 0) {
+			return errdefs.InvalidArgument("app.command", "an argument contains a NUL byte")
+		}
+	}
+	return nil
 }
 
 // validEnvVar checks one variable of field (env or secrets).
@@ -97,14 +126,17 @@ func validEnvVar(field, k, v string) error {
 }
 
 // Environ returns the variables a backend adds to the image's environment:
-// Env, Secrets, and AgentSecretsEnv naming the secrets (sorted) when there
-// are any.
+// Env, Secrets, AgentSecretsEnv naming the secrets (sorted) when there
+// are any, and AgentAppKeyEnv with the app's key when there is one.
 func (s Spec) Environ() map[string]string {
 	env := make(map[string]string, len(s.Env)+len(s.Secrets)+1)
 	maps.Copy(env, s.Env)
 	maps.Copy(env, s.Secrets)
 	if len(s.Secrets) > 0 {
 		env[AgentSecretsEnv] = strings.Join(slices.Sorted(maps.Keys(s.Secrets)), ",")
+	}
+	if s.App != nil && s.App.Key != "" {
+		env[AgentAppKeyEnv] = s.App.Key
 	}
 	return env
 }

@@ -133,6 +133,7 @@ func getLease(t *testing.T, o *orch, id string) lease.Lease {
 // TestLeasedConformance runs the suite against leased workspaces that go
 // through the orchestrator's proxy (it fails if the proxy is not mounted).
 func TestLeasedConformance(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	o := startOrch(t)
 	for _, tr := range []workspace.Transport{workspace.TransportREST, workspace.TransportGRPC} {
 		t.Run(tr.String(), func(t *testing.T) {
@@ -152,6 +153,7 @@ func TestLeasedConformance(t *testing.T) {
 // (acquire, renewals, release) whose calls reach the sandbox's agent
 // directly, whether or not the proxy is mounted.
 func TestLeasedDirectConformance(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	o := startOrch(t)
 	conformance.Run(t, func(t *testing.T) workspace.Workspace {
 		cfg := workspace.LeasedConfig{
@@ -180,14 +182,19 @@ func TestLeasedRenews(t *testing.T) {
 				t.Fatalf("Lease() = %+v, want a created lease with a token", ws.Lease())
 			}
 
-			time.Sleep(1500 * time.Millisecond)
-			if l := getLease(t, o, id); !l.ExpiresAt.After(first) {
-				t.Fatalf("expires_at %s did not move forward from %s", l.ExpiresAt, first)
+			// A renewal moves expires_at forward: wait for it (polled until
+			// a generous deadline, not a fixed sleep).
+			deadline := time.Now().Add(30 * time.Second)
+			for !getLease(t, o, id).ExpiresAt.After(first) {
+				if time.Now().After(deadline) {
+					t.Fatalf("expires_at did not move forward from %s in 30s", first)
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
 			// Past the TTL of the acquire, the lease is still live.
-			time.Sleep(2500 * time.Millisecond)
+			time.Sleep(time.Until(first) + 500*time.Millisecond)
 			if l := getLease(t, o, id); l.State != lease.StateReady {
-				t.Fatalf("after 4s with a 3s TTL the lease is %s: %s", l.State, l.Reason)
+				t.Fatalf("past the acquire's 3s TTL the lease is %s: %s", l.State, l.Reason)
 			}
 			if !ws.Lease().ExpiresAt.After(firstSeen) {
 				t.Fatalf("Lease().ExpiresAt stayed at %s", firstSeen)

@@ -3,7 +3,6 @@ package workspace
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -497,21 +496,6 @@ func (r *Remote) GitDiff(ctx context.Context, repo, file string) (GitDiff, error
 		out.Path, out.OldPath, out.Kind = d.GetPath(), d.GetOldPath(), changeKindOf(int(d.GetKind()))
 	}
 	return out, nil
-}
-
-// srcError records the error of an upload's source, to tell it apart from
-// the transport's.
-type srcError struct {
-	r   io.Reader
-	err error
-}
-
-func (s *srcError) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	if err != nil && !errors.Is(err, io.EOF) {
-		s.err = err
-	}
-	return n, err
 }
 
 // uploadSourceError wraps the error of an upload's source.

@@ -159,6 +159,7 @@ func proxiedREST(p *frontProxy) workspace.RemoteConfig {
 // TestRemoteRESTLeasePrefixConformance runs the suite through a proxy that
 // serves the agent only under /v1/sandboxes/{lease} with the lease token.
 func TestRemoteRESTLeasePrefixConformance(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	conformance.Run(t, func(t *testing.T) workspace.Workspace {
 		return newRemote(t, proxiedREST(newFrontProxy(t, startAgent(t))))
 	})

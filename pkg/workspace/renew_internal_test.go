@@ -128,12 +128,18 @@ func TestRenewLoopEndsWithItsContext(t *testing.T) {
 	l := newTestLeased(api, 10*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	go l.renewLoop(ctx)
-	time.Sleep(100 * time.Millisecond)
+	// Wait for the first renewal (an event), not a fixed time a loaded
+	// machine may not give the loop.
+	deadline := time.Now().Add(10 * time.Second)
+	for api.count() == 0 {
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatal("no renewal in 10s with a 10ms interval")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	cancel()
 	waitDone(t, l)
-	if api.count() == 0 {
-		t.Fatal("no renewal in 100ms with a 10ms interval")
-	}
 	if err := l.Err(); err != nil {
 		t.Fatalf("Err() = %v after a clean stop", err)
 	}

@@ -16,6 +16,7 @@ import (
 // TestWatchConformance runs the Watch subtests of the suite on every
 // implementation that needs no orchestrator (so -run Watch covers them).
 func TestWatchConformance(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	t.Run("Local", func(t *testing.T) {
 		conformance.RunWatch(t, func(t *testing.T) workspace.Workspace {
 			ws, err := workspace.NewLocal(t.TempDir(), workspace.WithLogger(quietLog()))

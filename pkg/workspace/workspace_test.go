@@ -43,6 +43,7 @@ func startAgent(t *testing.T) *testAgent {
 }
 
 func TestLocalConformance(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	conformance.Run(t, func(t *testing.T) workspace.Workspace {
 		ws, err := workspace.NewLocal(t.TempDir(), workspace.WithLogger(quietLog()))
 		if err != nil {
@@ -66,6 +67,7 @@ func newRemote(t *testing.T, cfg workspace.RemoteConfig) *workspace.Remote {
 }
 
 func TestRemoteGRPCConformance(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	conformance.Run(t, func(t *testing.T) workspace.Workspace {
 		a := startAgent(t)
 		ws := newRemote(t, workspace.RemoteConfig{Target: a.addr, Token: agentToken})
@@ -77,6 +79,7 @@ func TestRemoteGRPCConformance(t *testing.T) {
 }
 
 func TestRemoteRESTConformance(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	conformance.Run(t, func(t *testing.T) workspace.Workspace {
 		a := startAgent(t)
 		ws := newRemote(t, workspace.RemoteConfig{Target: a.base, Token: agentToken, Transport: workspace.TransportREST})

@@ -5,7 +5,8 @@
 #   scripts/k8s/test.sh CMD [ARG...]
 #
 #   - The cluster runs already (any of its processes is alive: a developer's
-#     `make k8s-up`, or another run's): it is reused and left running. When
+#     `make k8s-up`, or another run's): it is reused and left running, with
+#     this tree's deploy/kubernetes applied to it (up.sh does that too). When
 #     it is not healthy (node not Ready, or the orchestrator's 24-hour token
 #     refused) up.sh is run first: it starts only what is missing and
 #     renews the token.
@@ -63,6 +64,9 @@ fi
 if any_alive; then
 	if healthy; then
 		log "reusing the running test cluster (left running)"
+		# The manifests of this tree (its Role, ServiceAccounts): the
+		# cluster may have been started from another one.
+		kctl apply -f deploy/kubernetes/ >/dev/null || exit $?
 	else
 		log "the running test cluster is not healthy: scripts/k8s/up.sh (it starts what is missing; left running)"
 		scripts/k8s/up.sh || exit $?

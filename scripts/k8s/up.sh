@@ -27,6 +27,7 @@
 #   .berth/k8s/kubeconfig        the cluster admin (system:masters)
 #   .berth/k8s/berth.kubeconfig  the orchestrator's ServiceAccount berth/berth
 #                                (a 24 h token; the Role of deploy/kubernetes)
+# (The sandbox Pods run as berth/berth-sandbox, which has no rights.)
 # Idempotent: a second run only starts what is not running.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -398,8 +399,10 @@ if [[ -d deploy/kubernetes ]]; then
 	if [[ -f deploy/kubernetes/crd-berthleases.yaml ]]; then
 		kctl wait --for=condition=Established crd/berthleases.berth.dev --timeout=60s >/dev/null
 	fi
-	ns=$(kctl get -f deploy/kubernetes/ -o 'jsonpath={range .items[?(@.kind=="ServiceAccount")]}{.metadata.namespace}{"\n"}{end}' | head -1)
-	sa=$(kctl get -f deploy/kubernetes/ -o 'jsonpath={range .items[?(@.kind=="ServiceAccount")]}{.metadata.name}{"\n"}{end}' | head -1)
+	# The orchestrator's ServiceAccount: the one the RoleBinding names (the
+	# sandboxes' berth-sandbox has none).
+	ns=$(kctl get -f deploy/kubernetes/ -o 'jsonpath={range .items[?(@.kind=="RoleBinding")]}{.subjects[0].namespace}{"\n"}{end}' | head -1)
+	sa=$(kctl get -f deploy/kubernetes/ -o 'jsonpath={range .items[?(@.kind=="RoleBinding")]}{.subjects[0].name}{"\n"}{end}' | head -1)
 	if [[ -n $ns && -n $sa ]]; then
 		ns_init "$ns"
 		kubeconfig "$K8S_DIR/berth.kubeconfig" "system:serviceaccount:$ns:$sa" \

@@ -57,7 +57,7 @@ func StartWrapped(t testing.TB, mutate func(*orchestrator.Config), wrap func(net
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Close() })
-	srv, err := orchestrator.New(context.Background(), cfg, rt, log)
+	srv, err := orchestrator.New(context.Background(), cfg, orchestrator.Platform{Runtime: rt}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,6 +101,70 @@ func PythonPut(t testing.TB, rawURL, token string, size int) Response {
 // headers. A write or read failure (a reset) fails the test.
 func RawPut(t testing.TB, rawURL string, hdr http.Header, size int, chunked bool) Response {
 	t.Helper()
+	conn := dialPut(t, rawURL, hdr, size, chunked)
+	defer conn.Close()
+	if err := writeBody(conn, size, chunked, nil); err != nil {
+		t.Fatalf("raw PUT %s: writing the body: %v", rawURL, err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("raw PUT %s: reading the response after the whole body: %v", rawURL, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("raw PUT %s: reading the response body: %v", rawURL, err)
+	}
+	return Response{Status: resp.StatusCode, Body: string(body)}
+}
+
+// Streamed is what RawPutWhileReading saw.
+type Streamed struct {
+	// Status is the HTTP status code of the answer.
+	Status int
+	// Closes tells whether the answer said it closes the connection.
+	Closes bool
+	// Written is how many body bytes the client wrote before the
+	// connection failed or the body ended.
+	Written int64
+}
+
+// RawPutWhileReading PUTs size bytes to rawURL over TCP as a streaming
+// client does: it writes the body in the background while it reads the
+// answer. After the answer it stops reading, waits for the writer to end
+// (the server closing the connection ends it) and reports how much of the
+// body got written.
+func RawPutWhileReading(t testing.TB, rawURL string, hdr http.Header, size int, chunked bool) Streamed {
+	t.Helper()
+	conn := dialPut(t, rawURL, hdr, size, chunked)
+	defer conn.Close()
+	var written atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = writeBody(conn, size, chunked, &written)
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("raw PUT %s: reading the answer: %v", rawURL, err)
+	}
+	_ = resp.Body.Close()
+	// Close our reading side so a writer blocked on a full buffer returns
+	// once the server has closed; then give up on it after a while.
+	_ = conn.(*net.TCPConn).CloseRead()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = conn.Close()
+		<-done
+	}
+	return Streamed{Status: resp.StatusCode, Closes: resp.Close, Written: written.Load()}
+}
+
+// dialPut connects to rawURL's host and writes a PUT's request line and
+// headers (hdr, then Content-Length or chunked framing).
+func dialPut(t testing.TB, rawURL string, hdr http.Header, size int, chunked bool) net.Conn {
+	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatal(err)
@@ -108,9 +173,7 @@ func RawPut(t testing.TB, rawURL string, hdr http.Header, size int, chunked bool
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
-
 	var head strings.Builder
 	fmt.Fprintf(&head, "PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/octet-stream\r\n", u.RequestURI(), u.Host)
 	for k, vs := range hdr {
@@ -123,38 +186,35 @@ func RawPut(t testing.TB, rawURL string, hdr http.Header, size int, chunked bool
 	} else {
 		fmt.Fprintf(&head, "Content-Length: %d\r\n\r\n", size)
 	}
-	bw := bufio.NewWriterSize(conn, 64<<10)
-	if _, err := bw.WriteString(head.String()); err != nil {
+	if _, err := io.WriteString(conn, head.String()); err != nil {
+		conn.Close()
 		t.Fatalf("raw PUT %s: writing the headers: %v", rawURL, err)
 	}
-	chunk := bytes.Repeat([]byte("x"), 256<<10)
+	return conn
+}
+
+// writeBody writes size bytes of body to w, chunk-framed when chunked,
+// adding each chunk's length to written (when not nil) once it is sent.
+func writeBody(w io.Writer, size int, chunked bool, written *atomic.Int64) error {
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
 	for left := size; left > 0; {
 		n := min(left, len(chunk))
+		frame := chunk[:n]
 		if chunked {
-			fmt.Fprintf(bw, "%x\r\n", n)
+			frame = append(fmt.Appendf(nil, "%x\r\n", n), append(chunk[:n:n], '\r', '\n')...)
 		}
-		if _, err := bw.Write(chunk[:n]); err != nil {
-			t.Fatalf("raw PUT %s: writing the body, %d of %d bytes left: %v", rawURL, left, size, err)
+		if _, err := w.Write(frame); err != nil {
+			return fmt.Errorf("%d of %d bytes left: %w", left, size, err)
 		}
-		if chunked {
-			bw.WriteString("\r\n")
+		if written != nil {
+			written.Add(int64(n))
 		}
 		left -= n
 	}
 	if chunked {
-		bw.WriteString("0\r\n\r\n")
+		if _, err := io.WriteString(w, "0\r\n\r\n"); err != nil {
+			return fmt.Errorf("the last chunk: %w", err)
+		}
 	}
-	if err := bw.Flush(); err != nil {
-		t.Fatalf("raw PUT %s: writing the end of the body: %v", rawURL, err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("raw PUT %s: reading the response after the whole body: %v", rawURL, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("raw PUT %s: reading the response body: %v", rawURL, err)
-	}
-	return Response{Status: resp.StatusCode, Body: string(body)}
+	return nil
 }

@@ -65,20 +65,6 @@ func sumBytes(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-func sumFile(t testing.TB, p string) string {
-	t.Helper()
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 // dirNames returns the names in dir.
 func dirNames(t testing.TB, dir string) []string {
 	t.Helper()

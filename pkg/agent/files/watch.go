@@ -2,6 +2,7 @@ package files
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/agent/files/watch"
@@ -34,6 +35,11 @@ type WatchOptions struct {
 // or more than Config.MaxWatchDirs directories watched by all of them, is
 // ResourceExhausted (a running watch that outgrows the directory budget
 // ends with that error).
+// isUploadTemp reports whether a base name is an upload's temporary file:
+// a watch does not show them, and shows the upload as its target's
+// creation however the kernel's events fell into bursts.
+func isUploadTemp(name string) bool { return strings.HasPrefix(name, TempPrefix) }
+
 func (f *FS) Watch(ctx context.Context, path string, opts WatchOptions) (*watch.Watcher, error) {
 	p, err := checkPath("path", path, true)
 	if err != nil {
@@ -54,6 +60,7 @@ func (f *FS) Watch(ctx context.Context, path string, opts WatchOptions) (*watch.
 		MapErr:    osError,
 		Logger:    f.log,
 		OnEnd:     lim.EndWatch,
+		Hidden:    isUploadTemp,
 	})
 	if err != nil {
 		lim.EndWatch()

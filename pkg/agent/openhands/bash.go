@@ -229,7 +229,7 @@ func (s *store) search(q query) ([]*event, string) {
 	} else {
 		cmds = s.order
 	}
-	var evs []*event
+	evs := []*event{} // an empty page is [] in JSON, never null
 	for _, c := range cmds {
 		if q.kind != kindOutput && q.commandID == "" {
 			// The agent-server files a BashCommand under no command id, so
@@ -414,14 +414,16 @@ func completeUTF8(b []byte) int {
 }
 
 // exitCode is the agent-server's exit code for st: -1 after a timeout,
-// 128+N for a command ended by signal N, else its status.
+// -N for a command whose shell was ended by signal N (Python's returncode,
+// which the agent-server reports), else its status.
 func exitCode(st process.ExitStatus) int {
 	switch {
 	case st.TimedOut:
 		return -1
 	case st.Signal != "":
+		// As the agent-server (Python's returncode): minus the signal.
 		if sig, err := process.ParseSignal(st.Signal); err == nil {
-			return 128 + int(sig)
+			return -int(sig)
 		}
 		return -1
 	}
@@ -439,6 +441,8 @@ func (h *Handler) run(ctx context.Context, cmdLine, cwd string, timeout int) (*c
 		res, err := h.runner.Stream(ctx, process.Spec{
 			Command: cmdLine, Cwd: cwd,
 			Timeout: time.Duration(timeout) * time.Second, KillGrace: killGrace,
+			// As the agent-server: `nohup server &` outlives its command.
+			KeepGroup: true,
 		}, func(ev process.Event) error {
 			switch ev.Kind {
 			case process.EventStarted:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -54,6 +55,10 @@ type Config struct {
 	Version string
 	// Logger receives the handler's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Fallback, when set, serves the /api routes this handler does not
+	// (the sandbox's app, e.g. an agent-server's /api/conversations), with
+	// the request as it came. Default nil: those are 404.
+	Fallback http.Handler
 }
 
 // Handler serves the OpenHands agent-server subset. Create it with New;
@@ -108,6 +113,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rest, ok := strings.CutPrefix(p, ConversationPrefix); ok {
 		id, tail, found := strings.Cut(rest, "/")
 		if id == "" || !found {
+			if h.cfg.Fallback != nil {
+				h.cfg.Fallback.ServeHTTP(w, r)
+				return
+			}
 			h.fail(w, r, errdefs.NotFound("no route %s", p))
 			return
 		}
@@ -136,6 +145,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		if id, ok := strings.CutPrefix(p, "/api/bash/bash_events/"); ok && r.Method == http.MethodGet && !strings.Contains(id, "/") {
 			h.getBash(w, id)
+			return
+		}
+		if h.cfg.Fallback != nil {
+			h.cfg.Fallback.ServeHTTP(w, r)
 			return
 		}
 		h.fail(w, r, errdefs.NotFound("no route %s %s in the OpenHands agent-server subset berth serves (see docs/openhands.md)", r.Method, p))
@@ -388,6 +401,38 @@ type gitChange struct {
 	Path   string `json:"path"`
 }
 
+// maxNestedFiles bounds the files listed of one untracked directory.
+const maxNestedFiles = 10000
+
+// nestedFiles lists the files under dir (relative to the repository top
+// level top, ending in "/") as ADDED, without any .git directory, at most
+// maxNestedFiles of them; dir itself when it cannot be read.
+func nestedFiles(top, dir string) []gitChange {
+	var out []gitChange
+	root := filepath.Join(top, filepath.FromSlash(dir))
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return nil // unreadable: skipped
+		case d.IsDir() && d.Name() == ".git":
+			return filepath.SkipDir
+		case d.IsDir():
+			return nil
+		case len(out) >= maxNestedFiles:
+			return filepath.SkipAll
+		}
+		rel, err := filepath.Rel(top, path)
+		if err == nil {
+			out = append(out, gitChange{Status: "ADDED", Path: filepath.ToSlash(rel)})
+		}
+		return nil
+	})
+	if top == "" || err != nil || len(out) == 0 {
+		return []gitChange{{Status: "ADDED", Path: strings.TrimSuffix(dir, "/")}}
+	}
+	return out
+}
+
 // changeStatus maps a change kind to GitChangeStatus.
 func changeStatus(k git.ChangeKind) string {
 	switch k {
@@ -424,7 +469,18 @@ func (h *Handler) gitChanges(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]gitChange, 0, len(st.Files))
 	for _, f := range st.Files {
-		out = append(out, gitChange{Status: changeStatus(f.Kind), Path: f.Path})
+		switch {
+		case f.Kind == git.KindRenamed:
+			// The SDK's git helpers see a rename as the old path gone and
+			// the new one added.
+			out = append(out, gitChange{Status: "DELETED", Path: f.OldPath}, gitChange{Status: "ADDED", Path: f.Path})
+		case f.Kind == git.KindUntracked && strings.HasSuffix(f.Path, "/"):
+			// A nested repository (git shows its directory only): its
+			// files, as the agent-server lists them.
+			out = append(out, nestedFiles(closestRepo(p), f.Path)...)
+		default:
+			out = append(out, gitChange{Status: changeStatus(f.Kind), Path: f.Path})
+		}
 	}
 	slices.SortStableFunc(out, func(a, b gitChange) int { return strings.Compare(a.Path, b.Path) })
 	writeJSON(w, http.StatusOK, out)

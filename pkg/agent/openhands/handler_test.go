@@ -12,7 +12,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -138,9 +140,89 @@ func TestBashPolling(t *testing.T) {
 		t.Errorf("timeout: exit %d stderr %q", code, errs)
 	}
 	_, _, code, _ = runPolled(t, srv.URL, `kill -TERM $$`, 10)
-	if code != 128+15 {
-		t.Errorf("killed by SIGTERM: exit %d, want 143", code)
+	if code != -15 {
+		t.Errorf("killed by SIGTERM: exit %d, want -15 (the agent-server's)", code)
 	}
+}
+
+// TestBackgroundChildOutlivesCommand: as on the agent-server, a detached
+// child (`nohup sleep 30 >/dev/null 2>&1 &`) keeps running after its
+// command ended, while a timed-out command's group is still stopped.
+func TestBackgroundChildOutlivesCommand(t *testing.T) {
+	srv, dir := newTestServer(t, nil)
+	pidFile := filepath.Join(dir, "child.pid")
+	_, _, code, _ := runPolled(t, srv.URL, `nohup sleep 30 >/dev/null 2>&1 & echo $! > `+pidFile, 10)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	// The command's end was seen; the child must still be alive now.
+	if !running(pid) {
+		t.Fatalf("the background child %d is gone after its command ended", pid)
+	}
+	// A command that times out still takes its whole group with it.
+	_, _, code, _ = runPolled(t, srv.URL, `sleep 60 & echo $! > `+pidFile+`; wait`, 1)
+	if code != -1 {
+		t.Fatalf("timeout: exit %d", code)
+	}
+	b, _ = os.ReadFile(pidFile)
+	pid2, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid2 <= 0 {
+		t.Fatalf("pid file %q", b)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for running(pid2) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid2, syscall.SIGKILL)
+			t.Fatalf("the timed-out command's child %d is still running", pid2)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGitChangesAsTheSDK: a staged rename is the old path DELETED and the
+// new one ADDED, and a nested repository's files are listed (ADDED
+// inner/n.txt, not inner), as the agent-server's git helpers answer; on a
+// real repository with the real git.
+func TestGitChangesAsTheSDK(t *testing.T) {
+	srv, dir := newTestServer(t, nil)
+	repo := filepath.Join(dir, "repo")
+	_, errs, code, _ := runPolled(t, srv.URL, `set -e; git init -q `+repo+`; cd `+repo+`
+git config user.email t@example.com; git config user.name t
+printf 'c\n' > c.txt; git add .; git commit -qm init; git mv c.txt moved.txt
+mkdir -p inner/deep && git -C inner init -q && printf 'n\n' > inner/n.txt && printf 'd\n' > inner/deep/d.txt`, 30)
+	if code != 0 {
+		t.Fatalf("setup: exit %d: %s", code, errs)
+	}
+	var changes []gitChange
+	getJSON(t, srv.URL+"/api/git/changes?path="+url.QueryEscape(repo), http.StatusOK, &changes)
+	got := map[string]string{}
+	for _, c := range changes {
+		got[c.Path] = c.Status
+	}
+	want := map[string]string{"c.txt": "DELETED", "moved.txt": "ADDED", "inner/n.txt": "ADDED", "inner/deep/d.txt": "ADDED"}
+	if fmt.Sprint(got) != fmt.Sprint(want) || len(changes) != len(want) {
+		t.Errorf("changes %v, want %v", changes, want)
+	}
+}
+
+// running reports whether pid is a live process: it exists and is not a
+// zombie (a killed child waiting to be reaped).
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	return ok && !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
 }
 
 func TestFilesAndErrors(t *testing.T) {

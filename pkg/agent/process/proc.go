@@ -283,14 +283,17 @@ func (p *proc) signalGroup(sig syscall.Signal) {
 	}
 }
 
-// finish runs after the leader exited: it kills what is left of the group,
-// reaps the leader, drains the output and records the exit status.
+// finish runs after the leader exited: it kills what is left of the group
+// (unless the plan keeps it), reaps the leader, drains the output and
+// records the exit status.
 func (p *proc) finish() {
 	var waitErr error
 	if p.peeked {
 		p.mu.Lock()
 		// The leader is a zombie, so the group id is still ours.
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		if !p.pl.keep {
+			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		}
 		waitErr = p.cmd.Wait()
 		p.reaped = true
 		p.mu.Unlock()
@@ -301,7 +304,9 @@ func (p *proc) finish() {
 		p.mu.Unlock()
 		// Best effort: the leader is gone, the group id is very probably
 		// still ours as long as members are left.
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		if !p.pl.keep {
+			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		}
 	}
 
 	st := ExitStatus{Duration: p.leaderAt.Sub(p.startedAt), TimedOut: p.timedOut.Load()}

@@ -48,6 +48,13 @@ type Spec struct {
 	// half from the head and half from the tail; default 1 MiB. Stream and
 	// background output are not affected.
 	OutputLimit int64
+	// KeepGroup leaves the other members of the command's process group
+	// running when the leader exits (a shell's `nohup server &`), instead
+	// of killing them; a timeout, a cancellation or Close still stops the
+	// whole group while the leader runs. Output they still write after the
+	// leader exited is read for at most drainDelay. Default false: a
+	// command leaves no strays. Exec and Stream only.
+	KeepGroup bool
 }
 
 // plan is a validated Spec, resolved for starting.
@@ -61,6 +68,7 @@ type plan struct {
 	timeout time.Duration
 	grace   time.Duration
 	limit   int64
+	keep    bool // Spec.KeepGroup
 }
 
 // prepare validates s and resolves it into a plan. defTimeout is used when
@@ -93,6 +101,7 @@ func (r *Runner) prepare(s Spec, defTimeout time.Duration) (plan, error) {
 		timeout: s.Timeout,
 		grace:   s.KillGrace,
 		limit:   s.OutputLimit,
+		keep:    s.KeepGroup,
 	}
 	if pl.timeout == 0 {
 		pl.timeout = defTimeout

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	ossignal "os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -87,8 +88,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Masker replaces secret values in the terminal's output (scrollback
 	// and clients); default nil: output is passed as is. A tail that could
-	// start a value is held back until more output, or 100 ms of quiet.
+	// start a value is held back until more output, or MaskQuiet of quiet.
 	Masker *mask.Masker
+	// MaskQuiet is how long a held-back tail waits for more output before
+	// it is passed on as it is; default 100 ms. A value split across a
+	// longer pause is not masked (masking is best effort).
+	MaskQuiet time.Duration
 }
 
 // Spec describes a session to open.
@@ -135,6 +140,9 @@ func New(cfg Config) *Manager {
 	if cfg.EndedRetention <= 0 {
 		cfg.EndedRetention = DefaultEndedRetention
 	}
+	if cfg.MaskQuiet <= 0 {
+		cfg.MaskQuiet = DefaultMaskQuiet
+	}
 	if cfg.KillGrace <= 0 {
 		cfg.KillGrace = DefaultKillGrace
 	}
@@ -144,6 +152,7 @@ func New(cfg Config) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	restoreHangup()
 	m := &Manager{
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -439,4 +448,27 @@ func newID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "t-" + hex.EncodeToString(b[:])
+}
+
+var hangupOnce sync.Once
+
+// restoreHangup makes the shells this process starts hang up on SIGHUP
+// again when the process itself was started with SIGHUP ignored (under
+// nohup, by some supervisors): an ignored signal stays ignored across
+// exec, and a session's shell would then outlive Kill until the SIGKILL
+// of the kill grace. A handled signal is reset to its default by exec, so
+// a handler that discards SIGHUP keeps this process ignoring it and gives
+// the children the default back.
+func restoreHangup() {
+	hangupOnce.Do(func() {
+		if !ossignal.Ignored(syscall.SIGHUP) {
+			return
+		}
+		c := make(chan os.Signal, 1)
+		ossignal.Notify(c, syscall.SIGHUP)
+		go func() {
+			for range c {
+			}
+		}()
+	})
 }

@@ -158,9 +158,9 @@ func (s *Session) read() {
 			}
 			if ms.Pending() && !s.draining.Load() {
 				// A held-back tail that could start a secret waits for the
-				// next output, but no longer than maskQuiet: a terminal
-				// must not sit on an echo.
-				_ = s.ptmx.SetReadDeadline(time.Now().Add(maskQuiet))
+				// next output, but no longer than Config.MaskQuiet: a
+				// terminal must not sit on an echo.
+				_ = s.ptmx.SetReadDeadline(time.Now().Add(s.m.cfg.MaskQuiet))
 			}
 		}
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && ms.Pending() && !s.draining.Load() {
@@ -181,9 +181,9 @@ func (s *Session) read() {
 	}
 }
 
-// maskQuiet is how long a terminal holds back output that could start a
-// secret value (Config.Masker) before passing it on unmasked.
-const maskQuiet = 100 * time.Millisecond
+// DefaultMaskQuiet is Config.MaskQuiet's default: a held-back tail that
+// could start a secret waits this long for more output.
+const DefaultMaskQuiet = 100 * time.Millisecond
 
 // publish appends p to the scrollback and queues a copy for every client;
 // a client whose queue is full is disconnected, never waited for.

@@ -445,3 +445,33 @@ func TestSessionUser(t *testing.T) {
 	typeIn(t, s, "exit\n")
 	waitDone(t, s)
 }
+
+// TestKillHangsUpUnderNohup runs the kill check in a copy of this test
+// binary started under nohup (SIGHUP ignored, which exec passes on): the
+// session's shell must still end on SIGHUP, not on the grace's SIGKILL.
+func TestKillHangsUpUnderNohup(t *testing.T) {
+	if os.Getenv("BERTH_TERMINAL_NOHUP_CHILD") == "1" {
+		m := newManager(t, Config{KillGrace: time.Minute})
+		s := mustOpen(t, m, Spec{Argv: []string{"/bin/sh"}})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := m.Kill(ctx, s.ID(), ""); err != nil {
+			t.Fatal(err)
+		}
+		if e, _ := s.Exit(); e.Signal != "SIGHUP" {
+			t.Fatalf("killed shell: %+v, want SIGHUP", e)
+		}
+		return
+	}
+	nohup, err := exec.LookPath("nohup")
+	if err != nil {
+		t.Skip("no nohup")
+	}
+	cmd := exec.Command(nohup, os.Args[0], "-test.run=^TestKillHangsUpUnderNohup$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "BERTH_TERMINAL_NOHUP_CHILD=1")
+	cmd.Dir = t.TempDir() // nohup.out, if any, lands here
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("under nohup: %v\n%s", err, out)
+	}
+}

@@ -8,8 +8,10 @@
 // POST /ui/login (form field "token": the operator token or a client
 // token; lease tokens are refused) sets the cookie berth_ui (Path=/ui,
 // HttpOnly, SameSite=Strict, Secure over TLS) and answers
-// {"role","owner","csrf"}. The token never appears in a URL. csrf is
-// derived from the token (SHA-256 of a fixed prefix and the token) and is
+// {"role","owner","csrf"}. The token never appears in a URL. csrf is 256
+// random bits drawn at each sign-in and kept beside the token in the
+// cookie (which scripts cannot read), so it is valid for that session only:
+// a new sign-in (or a sign-out) makes the old value useless. It is
 // only ever returned by that sign-in answer: the page keeps it in
 // sessionStorage, so it lives in the tab that signed in and not in any
 // other page of the origin. Every /ui/api/ call must carry it as the
@@ -32,7 +34,7 @@ package ui
 
 import (
 	"context"
-	"crypto/sha256"
+	"crypto/rand"
 	"crypto/subtle"
 	"embed"
 	"encoding/base64"
@@ -202,10 +204,29 @@ func (h *Handler) serveStatic(w http.ResponseWriter, r *http.Request) {
 	h.static.ServeHTTP(w, r)
 }
 
-// csrfFor is the CSRF value of a session's token.
-func csrfFor(token string) string {
-	s := sha256.Sum256([]byte("berth-ui-csrf-v1\x00" + token))
-	return hex.EncodeToString(s[:])
+// newCSRF draws a session's CSRF value: 32 random bytes, hex.
+func newCSRF() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// sessionCookie is the cookie value of a session: the token, base64url,
+// a dot and the session's CSRF value.
+func sessionCookie(token, csrf string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(token)) + "." + csrf
+}
+
+// parseSession reads a session cookie's token and CSRF value; ok is false
+// for anything else (a cookie of an older berth, which signed in without
+// a CSRF value of its own, included).
+func parseSession(value string) (token, csrf string, ok bool) {
+	enc, csrf, found := strings.Cut(value, ".")
+	tok, err := base64.RawURLEncoding.DecodeString(enc)
+	if !found || err != nil || len(tok) == 0 || len(csrf) != 64 {
+		return "", "", false
+	}
+	return string(tok), csrf, true
 }
 
 // sameOrigin reports whether r was sent by a page of this origin (or by a
@@ -269,8 +290,9 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("dashboard sign-in", "role", roleOf(id), "owner", id.Owner, "remote_addr", r.RemoteAddr)
-	h.setCookie(w, r, base64.RawURLEncoding.EncodeToString([]byte(tok)), 0)
-	writeJSON(w, http.StatusOK, sessionInfo{Role: roleOf(id), Owner: id.Owner, CSRF: csrfFor(tok), Terminal: h.terminal})
+	csrf := newCSRF()
+	h.setCookie(w, r, sessionCookie(tok, csrf), 0)
+	writeJSON(w, http.StatusOK, sessionInfo{Role: roleOf(id), Owner: id.Owner, CSRF: csrf, Terminal: h.terminal})
 }
 
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
@@ -290,24 +312,24 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) (string, Ide
 		writeError(w, http.StatusForbidden, errdefs.Newf(errdefs.ErrPermissionDenied, "request from another site refused"))
 		return "", Identity{}, false
 	}
+	var tok, want string
 	c, err := r.Cookie(CookieName)
-	var tok []byte
-	if err == nil {
-		tok, err = base64.RawURLEncoding.DecodeString(c.Value)
+	ok := err == nil
+	if ok {
+		tok, want, ok = parseSession(c.Value)
 	}
-	if err != nil || len(tok) == 0 {
+	if !ok {
 		w.Header().Set(SignInHeader, "required")
 		writeError(w, http.StatusUnauthorized, errdefs.Newf(errdefs.ErrUnauthenticated, "not signed in"))
 		return "", Identity{}, false
 	}
-	id, ok := h.cfg.Auth(string(tok))
+	id, ok := h.cfg.Auth(tok)
 	if !ok {
 		h.setCookie(w, r, "", -1)
 		w.Header().Set(SignInHeader, "required")
 		writeError(w, http.StatusUnauthorized, errdefs.Newf(errdefs.ErrUnauthenticated, "the session's token is no longer valid: sign in again"))
 		return "", Identity{}, false
 	}
-	want := csrfFor(string(tok))
 	got := r.Header.Get(CSRFHeader)
 	if got == "" && isWebSocket(r) {
 		// A browser's WebSocket cannot set headers: the page offers the
@@ -319,7 +341,7 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) (string, Ide
 		writeError(w, http.StatusForbidden, errdefs.Newf(errdefs.ErrPermissionDenied, "missing or wrong %s header: sign in again in this tab", CSRFHeader))
 		return "", Identity{}, false
 	}
-	return string(tok), id, true
+	return tok, id, true
 }
 
 func (h *Handler) session(w http.ResponseWriter, r *http.Request) {

@@ -345,3 +345,38 @@ func TestTerminalUpgradeNeedsCSRFProtocol(t *testing.T) {
 		t.Errorf("upgrade: HTTP %d, protocol %q, want 101 with berth.terminal.v1", r.code, r.h.Get("Sec-WebSocket-Protocol"))
 	}
 }
+
+// TestCSRFIsRandomPerSession: two sign-ins with the same token get
+// different CSRF values, and neither session's value opens the other: a
+// value read once (by a page that should not have it) is worth nothing
+// after the operator signs in again. The value is not derived from the
+// token.
+func TestCSRFIsRandomPerSession(t *testing.T) {
+	c, _ := newClient(t)
+	a, b := c.mustLogin(orchtest.OperatorToken), c.mustLogin(orchtest.OperatorToken)
+	if a.csrf == b.csrf || len(a.csrf) != 64 {
+		t.Fatalf("two sign-ins got CSRF values %q and %q: want different random values", a.csrf, b.csrf)
+	}
+	if a.cookie == b.cookie {
+		t.Fatal("two sign-ins got the same session cookie")
+	}
+	for _, x := range []struct {
+		name string
+		s    session
+		want int
+	}{
+		{"session a", a, http.StatusOK},
+		{"session b", b, http.StatusOK},
+		{"a's cookie, b's value", session{cookie: a.cookie, csrf: b.csrf}, http.StatusForbidden},
+		{"b's cookie, a's value", session{cookie: b.cookie, csrf: a.csrf}, http.StatusForbidden},
+	} {
+		if r := c.api(x.s, "GET", "/v1/leases", ""); r.code != x.want {
+			t.Errorf("%s: HTTP %d %s, want %d", x.name, r.code, r.body, x.want)
+		}
+	}
+	// A cookie of the old form (the token alone) is no session.
+	old := session{cookie: ui.CookieName + "=" + strings.SplitN(strings.TrimPrefix(a.cookie, ui.CookieName+"="), ".", 2)[0], csrf: a.csrf}
+	if r := c.api(old, "GET", "/v1/leases", ""); r.code != http.StatusUnauthorized {
+		t.Errorf("a cookie without its session value: HTTP %d %s, want 401", r.code, r.body)
+	}
+}

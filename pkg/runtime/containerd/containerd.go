@@ -118,6 +118,9 @@ type Config struct {
 	// fields take runtime.DefaultResources(): 1 CPU, 512 MiB memory without
 	// swap, 512 pids, no disk limit.
 	DefaultResources runtime.Resources
+	// Output bounds each sandbox's output kept on the host (rotated
+	// files); zero fields take runtime.OutputLimit's defaults.
+	Output runtime.OutputLimit
 	// ReadyTimeout applies when Spec.ReadyTimeout is zero. Default
 	// runtime.DefaultReadyTimeout (30s).
 	ReadyTimeout time.Duration

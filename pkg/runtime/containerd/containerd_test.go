@@ -51,6 +51,7 @@ const (
 var (
 	agentBinary string // built by TestMain (or $BERTH_AGENT_BINARY)
 	skipReason  string // set when containerd is unusable here
+	shortSkip   bool   // -short: no test here touches containerd
 	shellOK     bool   // shellImage is in the namespace
 	baseOK      bool   // baseImage is in the namespace
 	testRT      *containerd.Runtime
@@ -62,6 +63,10 @@ func TestMain(m *testing.M) {
 
 func testMain(m *testing.M) int {
 	flag.Parse()
+	if testing.Short() {
+		shortSkip = true
+		return m.Run()
+	}
 	if os.Geteuid() != 0 {
 		skipReason = "the containerd backend needs root (network namespaces, CNI, mounts); run the tests as root"
 		return m.Run()
@@ -168,6 +173,9 @@ func baseConfig() containerd.Config {
 
 func requireContainerd(tb testing.TB) {
 	tb.Helper()
+	if shortSkip {
+		tb.Skip("needs containerd: skipped with -short")
+	}
 	if skipReason != "" {
 		testenv.SkipOrFail(tb, skipReason)
 	}

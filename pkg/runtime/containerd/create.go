@@ -21,7 +21,6 @@ import (
 	ctd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
-	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -210,6 +209,9 @@ func (r *Runtime) specOpts(id string, spec runtime.Spec, info imageInfo) []oci.S
 	}
 	mounts := []specs.Mount{
 		bind(filepath.Join(dir, "berth"), runtime.AgentDir, "ro"),
+		// The agent's state (runtime.AgentStateDir): a host directory of
+		// this sandbox's, so a snapshot (the rootfs diff) never holds it.
+		bind(filepath.Join(dir, agentStateDir), runtime.AgentStateDir, "noexec", "rw"),
 		bind(filepath.Join(dir, "hosts"), "/etc/hosts", "noexec", "rw"),
 		bind(filepath.Join(dir, "hostname"), "/etc/hostname", "noexec", "rw"),
 		bind(filepath.Join(dir, "resolv.conf"), "/etc/resolv.conf", "noexec", "rw"),
@@ -224,7 +226,7 @@ func (r *Runtime) specOpts(id string, spec runtime.Spec, info imageInfo) []oci.S
 	if user == "" {
 		user = info.config.User
 	}
-	args := runtime.AgentCommand{WorkDir: workDir, User: user, DenyRootUser: spec.DenyRootUser}.Args()
+	args := runtime.AgentCommand{WorkDir: spec.AgentWorkDir(workDir), KeepWorkDirOwner: spec.WorkDir != "", User: user, DenyRootUser: spec.DenyRootUser, App: spec.App}.Args()
 	hostBase, _ := r.hostRoot()
 	return []oci.SpecOpts{
 		oci.WithDefaultUnixDevices,
@@ -323,7 +325,7 @@ func (r *Runtime) start(ctx context.Context, c ctd.Container, spec runtime.Spec,
 	// the cleanup looked for it, or empty cgroups); ctx is checked after.
 	tctx, cancel := runtime.Detached(ctx)
 	defer cancel()
-	task, err := c.NewTask(tctx, cio.LogFile(r.logPath(id)))
+	task, err := c.NewTask(tctx, r.taskIO(id))
 	if err != nil {
 		return runtime.Sandbox{}, r.startErr(err, "create task", id)
 	}

@@ -9,6 +9,7 @@ import (
 
 	ctd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 	dockerclient "github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -201,7 +202,7 @@ func (r *Runtime) ImportFromDocker(ctx context.Context, refs ...string) ([]strin
 	for _, ref := range refs {
 		ins, err := cli.ImageInspect(ctx, ref)
 		if err != nil {
-			if dockerclient.IsErrNotFound(err) {
+			if cerrdefs.IsNotFound(err) {
 				return nil, fmt.Errorf("%w: image %s is not present in the Docker Engine; build it (make images)", errdefs.ErrNotFound, ref)
 			}
 			return nil, fmt.Errorf("%w: docker: inspect image %s: %w", errdefs.ErrUnavailable, ref, err)

@@ -8,12 +8,15 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
 	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/v2/pkg/cio"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
+	"github.com/berth-dev/berth/pkg/runtime/containerd/shimlog"
 )
 
 var _ runtime.LogStreamer = (*Runtime)(nil)
@@ -21,11 +24,22 @@ var _ runtime.LogStreamer = (*Runtime)(nil)
 // logPoll is how often a followed log file is checked for new output.
 const logPoll = 250 * time.Millisecond
 
-// StreamLogs reads the sandbox's output from the file its task writes
-// stdout and stderr to (cio.LogFile: StateDir/sandboxes/ID/log; the two
-// streams are not told apart, so every line is runtime.LogOutput, and the
-// file has no times, so LogOptions.Since is ignored). With Follow it polls
-// the file until ctx ends or the task stops.
+// taskIO is the output of sandbox id's task: berth's logging binary (the
+// sandbox's copy of sandbox-agent, run by the task's shim; package shimlog)
+// writes stdout and stderr to StateDir/sandboxes/ID/log, rotated at
+// Config.Output's bound (log.1 …).
+func (r *Runtime) taskIO(id string) cio.Creator {
+	o := r.cfg.Output.WithDefaults()
+	bin := filepath.Join(r.sandboxDir(id), "berth", runtime.AgentFile)
+	return cio.BinaryIO(bin, map[string]string{shimlog.Arg: shimlog.Encode(r.logPath(id), o.MaxBytes, o.MaxFiles)})
+}
+
+// StreamLogs reads the sandbox's output from the file its task's logging
+// binary writes stdout and stderr to (taskIO; the two streams are not
+// told apart, so every line is runtime.LogOutput, and the file has no
+// times, so LogOptions.Since is ignored; Tail reads the current file
+// only). With Follow it polls the file until ctx ends or the task stops,
+// and goes on in the new file when the log was rotated.
 func (r *Runtime) StreamLogs(ctx context.Context, id string, opts runtime.LogOptions, fn func(runtime.LogLine) error) error {
 	if id == "" {
 		return errdefs.InvalidArgument("id", "container id is required")
@@ -107,6 +121,13 @@ func (r *Runtime) StreamLogs(ctx context.Context, id string, opts runtime.LogOpt
 		if !opts.Follow {
 			break
 		}
+		if f != nil && rotated(f, r.logPath(id)) {
+			// At the end of a file moved to log.1: what follows is in
+			// the new one, from its start.
+			f.Close()
+			f = nil
+			continue
+		}
 		// At the end of the file: stop when the task did, else wait.
 		if time.Since(lastCheck) >= time.Second {
 			lastCheck = time.Now()
@@ -125,6 +146,14 @@ func (r *Runtime) StreamLogs(ctx context.Context, id string, opts runtime.LogOpt
 		return fn(runtime.LogLine{Stream: runtime.LogOutput, Text: string(bytes.ToValidUTF8(pending, []byte("?")))})
 	}
 	return nil
+}
+
+// rotated reports whether path is no longer the file f (the log was
+// rotated, or removed).
+func rotated(f *os.File, path string) bool {
+	a, err1 := f.Stat()
+	b, err2 := os.Stat(path)
+	return err1 == nil && (err2 != nil || !os.SameFile(a, b))
 }
 
 // seekTail positions f at the start of its last n lines (looking back at

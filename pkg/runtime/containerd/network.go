@@ -184,6 +184,10 @@ func (r *Runtime) sandboxDir(id string) string {
 	return filepath.Join(r.cfg.StateDir, "sandboxes", id)
 }
 
+// agentStateDir is the directory of a sandbox's host directory mounted at
+// runtime.AgentStateDir.
+const agentStateDir = "agent-state"
+
 // logPath is the file the shim appends sandbox id's output to.
 func (r *Runtime) logPath(id string) string { return filepath.Join(r.sandboxDir(id), "log") }
 
@@ -191,6 +195,7 @@ func (r *Runtime) logPath(id string) string { return filepath.Join(r.sandboxDir(
 //
 //	berth/sandbox-agent  hard link to the agent copy (0555)  -> /.berth (ro)
 //	berth/token          the agent token (0400)
+//	agent-state/         the agent's state (0700)            -> /var/lib/berth-agent
 //	hostname, hosts, resolv.conf                             -> /etc/...
 //	log                  the agent's output (written by the shim)
 func (r *Runtime) writeSandboxFiles(id, token string, dns []string) error {
@@ -224,6 +229,14 @@ func (r *Runtime) writeSandboxFiles(id, token string, dns []string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("%w: containerd: place the agent for %s: %w", errdefs.ErrInternal, id, err)
+	}
+	state := filepath.Join(dir, agentStateDir)
+	if err := os.Mkdir(state, 0o700); err != nil {
+		return fmt.Errorf("%w: containerd: %w", errdefs.ErrInternal, err)
+	}
+	// With user namespaces the agent is not the host's root.
+	if err := r.chownToSandboxRoot(state); err != nil {
+		return fmt.Errorf("%w: containerd: %w", errdefs.ErrInternal, err)
 	}
 	files := []struct {
 		name string

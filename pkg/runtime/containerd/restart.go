@@ -10,7 +10,6 @@ import (
 	"github.com/containerd/containerd/api/services/tasks/v1"
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/core/containers"
-	"github.com/containerd/containerd/v2/pkg/cio"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
@@ -88,7 +87,7 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 	// As in Create: task creation and start are not cancelled half-way.
 	tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer tcancel()
-	task, err := cont.NewTask(tctx, cio.LogFile(r.logPath(id)))
+	task, err := cont.NewTask(tctx, r.taskIO(id))
 	if err != nil {
 		return runtime.Sandbox{}, r.startErr(err, "create task", id)
 	}

@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -35,10 +37,19 @@ func (r *Runtime) backend() runtime.Backend {
 	return runtime.Backend{Name: engineName, Noun: sandboxNoun, Log: r.log, Output: r.tailLogs, Remove: r.remove}
 }
 
-// ContainerName is the name of the container of lease leaseID. Naming by
-// lease makes Create at most once per lease: a second Create for the same
-// lease fails with errdefs.ErrAlreadyExists while the first container exists.
-func ContainerName(leaseID string) string { return "berth-" + leaseID }
+// ContainerName is the name of the container of lease leaseID whose agent
+// token is agentToken. Naming by lease makes Create at most once per lease:
+// a second Create for the same lease (and token) fails with
+// errdefs.ErrAlreadyExists while the first container exists. The name
+// says nothing of the lease: Docker's embedded DNS answers other sandboxes'
+// reverse lookups with it, so it is a hash keyed by the secret token, not
+// the lease id, and a pool's member and the lease that claimed it look
+// alike. The lease id is in the container's labels, which only the
+// operator sees.
+func ContainerName(leaseID, agentToken string) string {
+	h := sha256.Sum256([]byte("berth-container-name\x00" + leaseID + "\x00" + agentToken))
+	return "berth-" + hex.EncodeToString(h[:12])
+}
 
 // Create creates a hardened container from spec.Image (which must be present
 // locally; any image works, even one with no files), injects the agent and
@@ -106,7 +117,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if useOpt {
 		setDiskLimit(hc, disk)
 	}
-	name := ContainerName(spec.LeaseID)
+	name := ContainerName(spec.LeaseID, spec.AgentToken)
 	resp, err := r.containerCreate(ctx, cfg, hc, name)
 	if useOpt {
 		switch {
@@ -208,7 +219,7 @@ func (r *Runtime) containerConfig(spec runtime.Spec, workDir, netID, agentVolume
 	// With the agent volume (shared and read-only) the token comes in the
 	// environment, which the agent clears for the commands it runs.
 	tokenInEnv := agentVolume != ""
-	entrypoint := runtime.AgentCommand{WorkDir: workDir, User: spec.User, DenyRootUser: spec.DenyRootUser, TokenInEnv: tokenInEnv}.Args()
+	entrypoint := runtime.AgentCommand{WorkDir: spec.AgentWorkDir(workDir), KeepWorkDirOwner: spec.WorkDir != "", User: spec.User, DenyRootUser: spec.DenyRootUser, TokenInEnv: tokenInEnv, App: spec.App}.Args()
 	if tokenInEnv {
 		env = append(env, runtime.AgentTokenEnv+"="+spec.AgentToken)
 	}
@@ -244,6 +255,9 @@ func (r *Runtime) containerConfig(spec runtime.Spec, workDir, netID, agentVolume
 			MemorySwap: res.MemoryBytes, // equal to Memory: no swap
 			PidsLimit:  &pids,
 		},
+		// The engine's log of the agent's output, rotated by berth's
+		// own bound whatever the daemon's default log options are.
+		LogConfig:     outputLog(r.cfg.Output),
 		SecurityOpt:   []string{"no-new-privileges:true"},
 		CapDrop:       []string{"ALL"},
 		CapAdd:        runtime.Capabilities(),
@@ -258,6 +272,7 @@ func (r *Runtime) containerConfig(spec runtime.Spec, workDir, netID, agentVolume
 	if agentVolume != "" {
 		hc.Mounts = []mount.Mount{agentMount(agentVolume)}
 	}
+	hc.Mounts = append(hc.Mounts, agentStateMount(cfg.Labels))
 	hc.Mounts = append(hc.Mounts, engineMounts(spec.Mounts)...)
 	return cfg, hc
 }
@@ -449,4 +464,15 @@ func (r *Runtime) writeArchive(w io.Writer, a archive) error {
 		}
 	}
 	return tw.Close()
+}
+
+// outputLog is the log configuration of a sandbox: the json-file driver
+// (which berth's log reading and docker logs both read) keeping at most
+// o.MaxFiles files of o.MaxBytes.
+func outputLog(o runtime.OutputLimit) container.LogConfig {
+	o = o.WithDefaults()
+	return container.LogConfig{Type: "json-file", Config: map[string]string{
+		"max-size": strconv.FormatInt(o.MaxBytes, 10),
+		"max-file": strconv.Itoa(o.MaxFiles),
+	}}
 }

@@ -11,10 +11,11 @@
 //     (field "image"); a missing image is errdefs.ErrNotFound telling the
 //     user to run `make images` (no registry is reachable, nothing is pulled).
 //  2. The sandbox network is created on first use (see Networking).
-//  3. ContainerCreate named ContainerName(lease) — at most one container per
-//     lease; a second Create for a live lease is errdefs.ErrAlreadyExists —
+//  3. ContainerCreate named ContainerName(lease, token) — a name that says
+//     nothing of the lease, at most one container per lease; a second
+//     Create for a live lease is errdefs.ErrAlreadyExists —
 //     with entrypoint
-//     `/.berth/sandbox-agent --listen 0.0.0.0:7000 --workdir WORKDIR [--user USER] [--allow-root=false] --token-file /.berth/token`
+//     `/.berth/sandbox-agent --listen 0.0.0.0:7000 --envd-listen 0.0.0.0:49983 --workdir WORKDIR [--user USER] [--allow-root=false] --token-file /.berth/token`
 //     and no command (the image's entrypoint and command do not run), the
 //     image's environment plus Spec.Env and berth's labels. The container
 //     runs as root (the agent); USER, the user of the commands, is

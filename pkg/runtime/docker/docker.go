@@ -48,6 +48,9 @@ type Config struct {
 	// fields take runtime.DefaultResources(): 1 CPU (NanoCPUs 1e9), 512 MiB
 	// memory without swap, 512 pids, no disk limit.
 	DefaultResources runtime.Resources
+	// Output bounds each sandbox's output kept on the host (rotated
+	// files); zero fields take runtime.OutputLimit's defaults.
+	Output runtime.OutputLimit
 	// Injection is how the agent gets into sandboxes: InjectCopy (default)
 	// or InjectVolume. See their docs.
 	Injection Injection
@@ -447,4 +450,14 @@ func (r *Runtime) fromSummary(c container.Summary) runtime.Sandbox {
 		}
 	}
 	return sb
+}
+
+// ImageSize returns the size of the local image ref (runtime.ImageInspector);
+// a missing one is errdefs.ErrNotFound.
+func (r *Runtime) ImageSize(ctx context.Context, ref string) (int64, error) {
+	img, err := r.cli.ImageInspect(ctx, ref)
+	if err != nil {
+		return 0, r.mapErr(err, "inspect image", ref)
+	}
+	return img.Size, nil
 }

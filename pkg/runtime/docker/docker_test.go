@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -44,6 +45,7 @@ const (
 var (
 	agentBinary string // built by TestMain (or $BERTH_AGENT_BINARY)
 	skipReason  string // set when Docker is unreachable
+	shortSkip   bool   // -short: no test here touches the engine
 	dockerCli   *client.Client
 )
 
@@ -52,6 +54,11 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		shortSkip = true
+		return m.Run()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cli, err := docker.NewClient()
@@ -113,6 +120,9 @@ func importImage(ctx context.Context, cli *client.Client, ref string, changes []
 
 func requireDocker(tb testing.TB) {
 	tb.Helper()
+	if shortSkip {
+		tb.Skip("needs the Docker Engine: skipped with -short")
+	}
 	if skipReason != "" {
 		testenv.SkipOrFail(tb, skipReason)
 	}
@@ -223,10 +233,16 @@ func TestAgentVolume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ins.Mounts) != 1 || ins.Mounts[0].Destination != runtime.AgentDir || ins.Mounts[0].RW || !strings.HasPrefix(ins.Mounts[0].Name, "berth-agent-") {
-		t.Fatalf("mounts = %+v, want the agent volume read-only at %s", ins.Mounts, runtime.AgentDir)
+	// The agent volume, read-only, and the sandbox's own anonymous
+	// volume for the agent's state (removed with the container). The
+	// engine lists mounts in no fixed order.
+	agentMount, stateMount := mountAt(ins.Mounts, runtime.AgentDir), mountAt(ins.Mounts, runtime.AgentStateDir)
+	if len(ins.Mounts) != 2 || agentMount == nil || stateMount == nil ||
+		agentMount.RW || !strings.HasPrefix(agentMount.Name, "berth-agent-") ||
+		!stateMount.RW || strings.HasPrefix(stateMount.Name, "berth-") {
+		t.Fatalf("mounts = %+v, want the agent volume read-only at %s and an anonymous one at %s", ins.Mounts, runtime.AgentDir, runtime.AgentStateDir)
 	}
-	vol, err := dockerCli.VolumeInspect(ctx, ins.Mounts[0].Name)
+	vol, err := dockerCli.VolumeInspect(ctx, agentMount.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,9 +266,19 @@ func TestAgentVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	ins2, _ := dockerCli.ContainerInspect(ctx, sb2.ID)
-	if len(ins2.Mounts) != 1 || ins2.Mounts[0].Name != ins.Mounts[0].Name {
-		t.Errorf("second runtime mounts %+v, want %s", ins2.Mounts, ins.Mounts[0].Name)
+	if m := mountAt(ins2.Mounts, runtime.AgentDir); len(ins2.Mounts) != 2 || m == nil || m.Name != agentMount.Name {
+		t.Errorf("second runtime mounts %+v, want %s at %s", ins2.Mounts, agentMount.Name, runtime.AgentDir)
 	}
+}
+
+// mountAt returns the mount at destination dst, or nil.
+func mountAt(mounts []container.MountPoint, dst string) *container.MountPoint {
+	for i := range mounts {
+		if mounts[i].Destination == dst {
+			return &mounts[i]
+		}
+	}
+	return nil
 }
 
 // spec returns a spec with a unique lease id and registers cleanup.
@@ -330,7 +356,7 @@ func TestHostConfigHardening(t *testing.T) {
 			}
 		}
 	}
-	wantEntry := []string{runtime.AgentPath, "--listen", "0.0.0.0:7000", "--workdir", "/workspace", "--token-file", runtime.TokenPath}
+	wantEntry := []string{runtime.AgentPath, "--listen", "0.0.0.0:7000", "--envd-listen", "0.0.0.0:49983", "--workdir", "/workspace", "--token-file", runtime.TokenPath}
 	if !slices.Equal([]string(ins.Config.Entrypoint), wantEntry) {
 		t.Errorf("Entrypoint = %v, want %v", ins.Config.Entrypoint, wantEntry)
 	}
@@ -345,7 +371,7 @@ func TestHostConfigHardening(t *testing.T) {
 			t.Errorf("the token is visible in the container's environment: %s", e)
 		}
 	}
-	if ins.Name != "/"+docker.ContainerName(spec.LeaseID) {
+	if ins.Name != "/"+docker.ContainerName(spec.LeaseID, spec.AgentToken) || strings.Contains(ins.Name, spec.LeaseID) {
 		t.Errorf("Name = %q", ins.Name)
 	}
 	if ins.Config.Labels[runtime.LabelInstance] != "docker-test" {

@@ -33,6 +33,24 @@ echo '{"k": "v"}' | jq -r .k | grep -qx v
 curl --version | head -n1
 git --version
 for t in make patch diff find ps less unzip xz; do command -v $t >/dev/null || { echo "missing $t"; exit 1; }; done
+# pip install as the sandbox user, without a venv or root: a wheel with a
+# module and a console script (built here: the sandbox has no network).
+python3 - <<'PY'
+import zipfile
+files = {
+    "berth_hello/__init__.py": "def main():\n    print('pip-user-ok')\n",
+    "berth_hello-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: berth-hello\nVersion: 1.0\n",
+    "berth_hello-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: berth-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    "berth_hello-1.0.dist-info/entry_points.txt": "[console_scripts]\nberth-hello = berth_hello:main\n",
+}
+record = "".join(f"{n},,\n" for n in files) + "berth_hello-1.0.dist-info/RECORD,,\n"
+with zipfile.ZipFile("/tmp/berth_hello-1.0-py3-none-any.whl", "w") as z:
+    for n, c in files.items():
+        z.writestr(n, c)
+    z.writestr("berth_hello-1.0.dist-info/RECORD", record)
+PY
+pip install --no-index --no-cache-dir /tmp/berth_hello-1.0-py3-none-any.whl >/tmp/pip.log 2>&1 || { cat /tmp/pip.log; exit 1; }
+cd / && berth-hello && python3 -c 'import berth_hello'
 echo ALL-OK
 `
 
@@ -87,7 +105,7 @@ func TestBaseImageTools(t *testing.T) {
 	t0 := time.Now()
 	out, code := runScript(t, baseImage, "sandbox", imageToolsScript)
 	t.Logf("%s in %s:\n%s", baseImage, time.Since(t0).Round(time.Millisecond), out)
-	if code != 0 || !strings.Contains(out, "ALL-OK") {
+	if code != 0 || !strings.Contains(out, "pip-user-ok") || !strings.Contains(out, "ALL-OK") {
 		t.Fatalf("exit %d", code)
 	}
 }
@@ -107,12 +125,18 @@ printf '#include <iostream>\nint main(){std::cout<<"cxx-ok"<<std::endl;}\n' >b.c
 node -e 'console.log("node-ok")'
 npm --version
 test "$(id -un)" = sandbox
+# npm install -g as the sandbox user (a package packed here: no network).
+mkdir -p /tmp/jsp && cd /tmp/jsp
+printf '{"name":"berth-hello","version":"1.0.0","bin":{"berth-hello-js":"i.js"}}' >package.json
+printf '#!/usr/bin/env node\nconsole.log("npm-user-ok")\n' >i.js
+npm pack --offline >/dev/null 2>&1 && npm install -g --offline ./berth-hello-1.0.0.tgz >/tmp/npm.log 2>&1 || { cat /tmp/npm.log; exit 1; }
+cd / && berth-hello-js
 echo ALL-OK
 `
 	t0 := time.Now()
 	out, code := runScript(t, devImage, "sandbox", script)
 	t.Logf("%s in %s:\n%s", devImage, time.Since(t0).Round(time.Millisecond), out)
-	for _, want := range []string{"c-ok", "cxx-ok", "node-ok", "ALL-OK"} {
+	for _, want := range []string{"c-ok", "cxx-ok", "node-ok", "npm-user-ok", "ALL-OK"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("exit %d, %q missing", code, want)
 		}

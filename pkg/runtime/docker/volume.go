@@ -72,6 +72,20 @@ func agentMount(name string) mount.Mount {
 	}
 }
 
+// agentStateMount is the sandbox's own anonymous volume at
+// runtime.AgentStateDir, labelled like the sandbox and removed with it
+// (Remove's RemoveVolumes). A commit (snapshot) never includes a volume, and
+// NoCopy leaves out whatever an image has at that path (a snapshot made
+// before the agent's state had its own volume), so a fork never applies
+// another lease's configuration.
+func agentStateMount(labels map[string]string) mount.Mount {
+	return mount.Mount{
+		Type:          mount.TypeVolume,
+		Target:        runtime.AgentStateDir,
+		VolumeOptions: &mount.VolumeOptions{NoCopy: true, Labels: labels},
+	}
+}
+
 // ensureAgentVolume makes sure the agent volume exists and holds this
 // agent, populating it through a never-started helper container created
 // from img (any local image will do; the engine may have no other). Several

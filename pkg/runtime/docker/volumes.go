@@ -175,11 +175,12 @@ func (r *Runtime) volumeSize(ctx context.Context, name, mountpoint string) int64
 }
 
 // writableVolumesSize is the size of the workspace volumes a container
-// mounts read-write (part of its Usage).
+// mounts read-write (part of its Usage); the agent's state volume (a few
+// hundred bytes of berth's own) is not one.
 func (r *Runtime) writableVolumesSize(ctx context.Context, mounts []container.MountPoint) int64 {
 	var total int64
 	for _, mp := range mounts {
-		if mp.Type != mount.TypeVolume || !mp.RW || mp.Name == "" {
+		if mp.Type != mount.TypeVolume || !mp.RW || mp.Name == "" || mp.Destination == runtime.AgentStateDir {
 			continue
 		}
 		if n := r.volumeSize(ctx, mp.Name, mp.Source); n > 0 {

@@ -40,32 +40,42 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	// context is checked after each.
 	dctx, dcancel := runtime.Detached(ctx)
 	defer dcancel()
-	secrets := r.cs.CoreV1().Secrets(r.cfg.Namespace)
-	if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-		// The lease's sandbox exists, or a Create that failed half-way
-		// left its Secret: only the Pod tells.
-		if _, perr := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(dctx, pod.Name, metav1.GetOptions{}); perr == nil {
-			return runtime.Sandbox{}, b.AlreadyExists(spec.LeaseID, pod.Name, err)
-		}
-		if _, err := secrets.Update(dctx, secret, metav1.UpdateOptions{}); err != nil {
-			return runtime.Sandbox{}, r.apiErr(err, "update secret", secret.Name)
-		}
-	} else if err != nil {
-		return runtime.Sandbox{}, r.apiErr(err, "create secret", secret.Name)
-	}
-	// The workspace claim; one left by a Create of this lease that failed
-	// half-way is used again.
+	// The workspace claim first, then the Secret: every Secret berth
+	// creates has its claim, so that ReconcileOrphans finds orphaned
+	// Secrets from the claims (the Role does not let the orchestrator list
+	// Secrets, which would read them all). A claim left by a Create of
+	// this lease that failed half-way is used again.
 	claims := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace)
 	claim, err := claims.Create(dctx, r.buildClaim(pod.ObjectMeta, res), metav1.CreateOptions{})
+	ownClaim := err == nil
 	if apierrors.IsAlreadyExists(err) {
 		claim, err = claims.Get(dctx, claimName(pod.Name), metav1.GetOptions{})
 	}
 	if err != nil {
-		_ = errors.Join(r.deleteSecret(dctx, secret.Name), r.deleteClaim(dctx, claimName(pod.Name)))
 		return runtime.Sandbox{}, r.apiErr(err, "create persistentvolumeclaim", claimName(pod.Name))
 	}
+	secrets := r.cs.CoreV1().Secrets(r.cfg.Namespace)
+	if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		// The lease's sandbox exists, or a Create that failed half-way
+		// left its Secret: only the Pod tells. A leftover is replaced
+		// (deleted and created again: the Role grants no update).
+		if _, perr := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(dctx, pod.Name, metav1.GetOptions{}); perr == nil {
+			return runtime.Sandbox{}, b.AlreadyExists(spec.LeaseID, pod.Name, err)
+		}
+		if err := r.deleteSecret(dctx, secret.Name); err != nil {
+			return runtime.Sandbox{}, err
+		}
+		if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); err != nil {
+			return runtime.Sandbox{}, r.apiErr(err, "create secret again", secret.Name)
+		}
+	} else if err != nil {
+		if ownClaim {
+			_ = r.deleteClaim(dctx, claim.Name)
+		}
+		return runtime.Sandbox{}, r.apiErr(err, "create secret", secret.Name)
+	}
 	if err := r.waitBound(ctx, claim); err != nil {
-		_ = errors.Join(r.deleteSecret(dctx, secret.Name), r.deleteClaim(dctx, claim.Name))
+		_ = r.deleteStorage(dctx, pod.Name)
 		return runtime.Sandbox{}, c.Err(err)
 	}
 	created, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Create(dctx, pod, metav1.CreateOptions{})
@@ -73,7 +83,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		return runtime.Sandbox{}, b.AlreadyExists(spec.LeaseID, pod.Name, err)
 	}
 	if err != nil {
-		_ = errors.Join(r.deleteSecret(dctx, secret.Name), r.deleteClaim(dctx, claim.Name))
+		_ = r.deleteStorage(dctx, pod.Name)
 		return runtime.Sandbox{}, r.apiErr(err, "create pod", pod.Name)
 	}
 	if err := ctx.Err(); err != nil {
@@ -93,7 +103,7 @@ func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod) (runtime.Sandb
 	wctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	go r.watchFailureEvents(wctx, pod, stop)
-	running, err := r.waitPod(wctx, pod.Name, pod.ResourceVersion, func(p *corev1.Pod) (bool, error) {
+	running, err := r.waitPod(wctx, pod.Name, func(p *corev1.Pod) (bool, error) {
 		if err := podProblem(p); err != nil {
 			return false, err
 		}
@@ -119,19 +129,20 @@ func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod) (runtime.Sandb
 	return sb, nil
 }
 
-// waitPod watches Pod name from resourceVersion rv until done says it is
-// done (or fails), ctx ends or the Pod is deleted; a watch that the API
-// server closes is opened again.
-func (r *Runtime) waitPod(ctx context.Context, name, rv string, done func(*corev1.Pod) (bool, error)) (*corev1.Pod, error) {
+// waitPod watches Pod name, from the version it reads first, until done
+// says it is done (or fails), ctx ends or the Pod is deleted; a watch that
+// the API server closes is opened again.
+func (r *Runtime) waitPod(ctx context.Context, name string, done func(*corev1.Pod) (bool, error)) (*corev1.Pod, error) {
 	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
 	// The current state first: it may be done already.
-	if p, err := pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
+	p, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
 		return nil, r.apiErr(err, "get pod", name)
-	} else if ok, err := done(p); err != nil || ok {
-		return p, err
-	} else {
-		rv = p.ResourceVersion
 	}
+	if ok, err := done(p); err != nil || ok {
+		return p, err
+	}
+	rv := p.ResourceVersion
 	for {
 		w, err := pods.Watch(ctx, metav1.ListOptions{
 			FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
@@ -147,9 +158,6 @@ func (r *Runtime) waitPod(ctx context.Context, name, rv string, done func(*corev
 		w.Stop()
 		if err != nil || !closed {
 			return p, err
-		}
-		if p != nil {
-			rv = p.ResourceVersion
 		}
 		// Closed by the server (a timeout, or too old a version): read
 		// the Pod again and go on.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,16 @@ const (
 	DefaultNamespace = "berth"
 	// DefaultAgentImage is the agent image scripts/k8s/agent-image.sh builds.
 	DefaultAgentImage = "berth/k8s-agent:latest"
+	// DefaultSandboxServiceAccount is the ServiceAccount of the sandbox
+	// Pods (deploy/kubernetes/serviceaccount.yaml): no token mounted, no
+	// RoleBinding.
+	DefaultSandboxServiceAccount = "berth-sandbox"
+	// DefaultDNSNamespace and DefaultDNSPodLabel select the cluster's DNS
+	// Pods, the only peers the sandboxes' NetworkPolicy lets them reach on
+	// port 53 (kube-dns and CoreDNS both carry k8s-app=kube-dns in
+	// kube-system).
+	DefaultDNSNamespace = "kube-system"
+	DefaultDNSPodLabel  = "k8s-app=kube-dns"
 )
 
 // Config configures the Kubernetes backend.
@@ -57,10 +68,21 @@ type Config struct {
 	// images are imported rather than pulled (make k8s-up).
 	AgentImagePullPolicy corev1.PullPolicy
 	ImagePullPolicy      corev1.PullPolicy
+	// ServiceAccount is the ServiceAccount the sandbox Pods run as: one
+	// with no rights (no RoleBinding) whose token is never mounted (the
+	// Pods also set automountServiceAccountToken: false). It must exist in
+	// Namespace: the API server refuses a Pod naming a missing one, and
+	// Create fails with that error. Default DefaultSandboxServiceAccount.
+	ServiceAccount string
 	// NetworkPolicy makes New ensure the namespace's NetworkPolicy
 	// (networkPolicyName; see network.go). Enforcement depends on the
 	// cluster's network plugin.
 	NetworkPolicy bool
+	// DNSNamespace and DNSPodLabels select the cluster's DNS Pods: the
+	// NetworkPolicy lets sandboxes reach port 53 of those Pods only.
+	// Default DefaultDNSNamespace and DefaultDNSPodLabel.
+	DNSNamespace string
+	DNSPodLabels map[string]string
 	// InstanceID becomes the instance label of sandboxes whose Spec leaves
 	// InstanceID empty.
 	InstanceID string
@@ -149,6 +171,22 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = runtime.DefaultReadyTimeout
+	}
+	if cfg.ServiceAccount == "" {
+		cfg.ServiceAccount = DefaultSandboxServiceAccount
+	}
+	if errs := validation.IsDNS1123Subdomain(cfg.ServiceAccount); len(errs) > 0 {
+		return nil, errdefs.InvalidArgument("service account", "%q: %s", cfg.ServiceAccount, errs[0])
+	}
+	if cfg.DNSNamespace == "" {
+		cfg.DNSNamespace = DefaultDNSNamespace
+	}
+	if len(cfg.DNSPodLabels) == 0 {
+		k, v, _ := strings.Cut(DefaultDNSPodLabel, "=")
+		cfg.DNSPodLabels = map[string]string{k: v}
+	}
+	if err := validateDNSPeer(cfg.DNSNamespace, cfg.DNSPodLabels); err != nil {
+		return nil, err
 	}
 	if cfg.LeaderLease == "" {
 		cfg.LeaderLease = DefaultLeaderLease
@@ -258,7 +296,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	pod, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return errors.Join(r.deleteSecret(ctx, secretName(id)), r.deleteClaim(ctx, claimName(id)))
+		return r.deleteStorage(ctx, id)
 	case err != nil:
 		return r.apiErr(err, "get pod", id)
 	case !runtime.IsManaged(pod.Labels):
@@ -275,7 +313,17 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return r.apiErr(err, "delete pod", id)
 	}
-	return errors.Join(r.deleteSecret(ctx, secretName(id)), r.deleteClaim(ctx, claimName(id)))
+	return r.deleteStorage(ctx, id)
+}
+
+// deleteStorage deletes sandbox pod's Secret, then its workspace claim:
+// the claim stays while the Secret does, so that ReconcileOrphans, which
+// finds orphaned Secrets from the claims, removes it later.
+func (r *Runtime) deleteStorage(ctx context.Context, pod string) error {
+	if err := r.deleteSecret(ctx, secretName(pod)); err != nil {
+		return err
+	}
+	return r.deleteClaim(ctx, claimName(pod))
 }
 
 func (r *Runtime) deleteClaim(ctx context.Context, name string) error {
@@ -314,7 +362,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) erro
 	}
 	wctx, cancel := context.WithTimeout(ctx, grace+stopGrace*time.Second+5*time.Second)
 	defer cancel()
-	_, err = r.waitPod(wctx, id, pod.ResourceVersion, func(p *corev1.Pod) (bool, error) {
+	_, err = r.waitPod(wctx, id, func(p *corev1.Pod) (bool, error) {
 		return sandboxOf(p).State == runtime.StateExited, nil
 	})
 	if err != nil {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -49,7 +51,7 @@ func TestPodName(t *testing.T) {
 }
 
 func TestBuildObjects(t *testing.T) {
-	r := &Runtime{cfg: Config{Namespace: "ns", AgentImage: "agent:1", InstanceID: "inst",
+	r := &Runtime{cfg: Config{Namespace: "ns", AgentImage: "agent:1", InstanceID: "inst", ServiceAccount: "sandbox-sa",
 		AgentImagePullPolicy: corev1.PullNever, ImagePullPolicy: corev1.PullNever}}
 	spec := runtime.Spec{
 		LeaseID: "Lease_1", ConversationID: strings.Repeat("c", 100), Image: "img:1", AgentToken: "tok",
@@ -113,8 +115,8 @@ func TestBuildObjects(t *testing.T) {
 	if req := c.Resources.Requests; req.Cpu().MilliValue() != 50 || req.Memory().Value() != 64<<20 {
 		t.Errorf("requests = %v, want a tenth of the CPU and a quarter of the memory", req)
 	}
-	if *pod.Spec.AutomountServiceAccountToken || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
-		t.Errorf("pod spec: automount %v restart %s", *pod.Spec.AutomountServiceAccountToken, pod.Spec.RestartPolicy)
+	if *pod.Spec.AutomountServiceAccountToken || pod.Spec.RestartPolicy != corev1.RestartPolicyNever || pod.Spec.ServiceAccountName != "sandbox-sa" {
+		t.Errorf("pod spec: automount %v restart %s service account %q", *pod.Spec.AutomountServiceAccountToken, pod.Spec.RestartPolicy, pod.Spec.ServiceAccountName)
 	}
 	if init := pod.Spec.InitContainers[0]; init.Image != "agent:1" || !*init.SecurityContext.RunAsNonRoot || !*init.SecurityContext.ReadOnlyRootFilesystem {
 		t.Errorf("init container = %+v", init)
@@ -240,5 +242,66 @@ func TestBuildClaim(t *testing.T) {
 	c = r.buildClaim(pod.ObjectMeta, runtime.Resources{DiskBytes: 5 << 30})
 	if got := c.Spec.Resources.Requests[corev1.ResourceStorage]; got.Value() != 5<<30 || c.Spec.StorageClassName == nil || *c.Spec.StorageClassName != "fast" {
 		t.Errorf("claim: size %s class %v", got.String(), c.Spec.StorageClassName)
+	}
+}
+
+// TestNetworkPolicy: the sandboxes' policy lets them reach port 53 of the
+// cluster's DNS Pods only (one peer selecting both the namespace and the
+// Pods), not any Pod of any namespace.
+func TestNetworkPolicy(t *testing.T) {
+	r := &Runtime{cfg: Config{Namespace: "ns", DNSNamespace: "dns-ns", DNSPodLabels: map[string]string{"app": "coredns"}}}
+	np := r.networkPolicy()
+	if np.Name != networkPolicyName || np.Namespace != "ns" || np.Spec.PodSelector.MatchLabels[runtime.LabelManaged] != "true" {
+		t.Errorf("policy %s/%s selects %v", np.Namespace, np.Name, np.Spec.PodSelector)
+	}
+	// The orchestrator reaches the agent's API and its envd listener.
+	if len(np.Spec.Ingress) != 1 {
+		t.Fatalf("ingress rules: %+v, want one", np.Spec.Ingress)
+	}
+	var in []int
+	for _, p := range np.Spec.Ingress[0].Ports {
+		in = append(in, p.Port.IntValue())
+	}
+	if !slices.Equal(in, []int{runtime.AgentPort, runtime.EnvdPort}) {
+		t.Errorf("ingress ports %v, want the agent's %d and envd's %d", in, runtime.AgentPort, runtime.EnvdPort)
+	}
+	var dns []networkingv1.NetworkPolicyEgressRule
+	for _, rule := range np.Spec.Egress {
+		if len(rule.Ports) == 0 {
+			for _, peer := range rule.To {
+				if peer.IPBlock == nil || peer.NamespaceSelector != nil || peer.PodSelector != nil {
+					t.Errorf("an egress rule on every port allows %+v; want only public addresses", peer)
+				}
+			}
+			continue
+		}
+		dns = append(dns, rule)
+	}
+	if len(dns) != 1 {
+		t.Fatalf("egress rules with ports: %+v, want the DNS rule only", dns)
+	}
+	for _, p := range dns[0].Ports {
+		if p.Port == nil || p.Port.IntValue() != 53 {
+			t.Errorf("DNS rule port %+v", p)
+		}
+	}
+	if len(dns[0].To) != 1 {
+		t.Fatalf("DNS rule peers: %+v, want one", dns[0].To)
+	}
+	peer := dns[0].To[0]
+	if peer.IPBlock != nil || peer.NamespaceSelector == nil || peer.PodSelector == nil ||
+		!maps.Equal(peer.NamespaceSelector.MatchLabels, map[string]string{"kubernetes.io/metadata.name": "dns-ns"}) ||
+		!maps.Equal(peer.PodSelector.MatchLabels, map[string]string{"app": "coredns"}) ||
+		len(peer.NamespaceSelector.MatchExpressions)+len(peer.PodSelector.MatchExpressions) != 0 {
+		t.Errorf("DNS peer = %+v / %+v, want the Pods app=coredns of namespace dns-ns", peer.NamespaceSelector, peer.PodSelector)
+	}
+	if err := validateDNSPeer("kube-system", map[string]string{"k8s-app": "kube-dns"}); err != nil {
+		t.Error(err)
+	}
+	if err := validateDNSPeer("Kube System", nil); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("validateDNSPeer(bad namespace) = %v", err)
+	}
+	if err := validateDNSPeer("kube-system", map[string]string{"k8s-app": "bad value!"}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("validateDNSPeer(bad label) = %v", err)
 	}
 }

@@ -2,14 +2,18 @@ package kubernetes
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
@@ -26,13 +30,16 @@ const LabelOrchestrator = "app.kubernetes.io/name=berth-orchestrator"
 // agent's port (an orchestrator outside the cluster reaches Pods from
 // their node, which network plugins allow), egress to the internet only,
 // not to private and link-local ranges (other Pods, the nodes, the cloud's
-// metadata service) — except DNS. It is enforced only by a network plugin
-// that implements NetworkPolicy (Calico, Cilium, ...); on one that does
-// not (the plain bridge plugin of make k8s-up, which scripts/k8s/up.sh
-// makes up for with iptables rules) it is a statement, not a wall.
+// metadata service), and DNS (port 53, UDP and TCP) to the cluster's DNS
+// Pods only (Config.DNSNamespace and Config.DNSPodLabels), not to any Pod
+// of any namespace. It is enforced only by a network plugin that
+// implements NetworkPolicy (Calico, Cilium, ...); on one that does not
+// (the plain bridge plugin of make k8s-up, which scripts/k8s/up.sh makes
+// up for with iptables rules) it is a statement, not a wall.
 func (r *Runtime) networkPolicy() *networkingv1.NetworkPolicy {
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	agent := intstr.FromInt32(runtime.AgentPort)
+	envd := intstr.FromInt32(runtime.EnvdPort)
 	dns := intstr.FromInt32(53)
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: networkPolicyName, Namespace: r.cfg.Namespace,
@@ -43,22 +50,45 @@ func (r *Runtime) networkPolicy() *networkingv1.NetworkPolicy {
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{
 				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{
 					MatchLabels: map[string]string{"app.kubernetes.io/name": "berth-orchestrator"}}}},
-				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &agent}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &agent}, {Protocol: &tcp, Port: &envd}},
 			}},
 			Egress: []networkingv1.NetworkPolicyEgressRule{
 				{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{
 					CIDR:   "0.0.0.0/0",
 					Except: []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10", "127.0.0.0/8"},
 				}}}},
-				{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}},
+				// One peer with both selectors: the DNS Pods of the DNS
+				// namespace (two peers would allow either).
+				{To: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{namespaceNameLabel: r.cfg.DNSNamespace}},
+					PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(r.cfg.DNSPodLabels)},
+				}},
 					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}}},
 			},
 		},
 	}
 }
 
+// namespaceNameLabel is the label the API server sets on every namespace
+// to its name.
+const namespaceNameLabel = "kubernetes.io/metadata.name"
+
+// validateDNSPeer checks Config.DNSNamespace and Config.DNSPodLabels.
+func validateDNSPeer(ns string, podLabels map[string]string) error {
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return errdefs.InvalidArgument("dns namespace", "%q: %s", ns, errs[0])
+	}
+	for k, v := range podLabels {
+		if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
+			return errdefs.InvalidArgument("dns pod labels", "%s=%s: %s", k, v, errs[0])
+		}
+	}
+	return nil
+}
+
 // ensureNetworkPolicy creates the namespace's NetworkPolicy, or replaces
-// its spec when it differs from networkPolicy's.
+// its spec when it differs from networkPolicy's (one an older berth made,
+// or one edited by hand).
 func (r *Runtime) ensureNetworkPolicy(ctx context.Context) error {
 	want := r.networkPolicy()
 	np := r.cs.NetworkingV1().NetworkPolicies(r.cfg.Namespace)
@@ -66,6 +96,18 @@ func (r *Runtime) ensureNetworkPolicy(ctx context.Context) error {
 	if !apierrors.IsAlreadyExists(err) {
 		return r.apiErr(err, "create networkpolicy", networkPolicyName)
 	}
+	cur, err := np.Get(ctx, networkPolicyName, metav1.GetOptions{})
+	if err != nil {
+		return r.apiErr(err, "get networkpolicy", networkPolicyName)
+	}
+	if equality.Semantic.DeepEqual(cur.Spec, want.Spec) {
+		return nil
+	}
+	cur.Spec = want.Spec
+	if _, err := np.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		return r.apiErr(err, "update networkpolicy", networkPolicyName)
+	}
+	r.log.Info("kubernetes: sandboxes' NetworkPolicy updated", "networkpolicy", networkPolicyName)
 	return nil
 }
 
@@ -95,14 +137,12 @@ func (r *Runtime) reconcileLoop(ctx context.Context) {
 // ReconcileOrphans removes the Secrets and workspace claims berth created
 // for sandboxes whose Pod is gone (a Create or Remove cut short, an
 // orchestrator killed) once they are older than Config.OrphanAge, and
-// returns how many it removed.
+// returns how many it removed. Orphaned Secrets are found from the claims
+// (Create makes the claim before the Secret, Remove deletes the Secret
+// before the claim): the orchestrator may not list Secrets.
 // (Pods without a lease are the lease manager's to reconcile, through
 // List and Remove, as on every backend.)
 func (r *Runtime) ReconcileOrphans(ctx context.Context) (int, error) {
-	secrets, err := r.cs.CoreV1().Secrets(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(nil)})
-	if err != nil {
-		return 0, r.apiErr(err, "list secrets", "")
-	}
 	pods, err := r.cs.CoreV1().Pods(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(nil)})
 	if err != nil {
 		return 0, r.apiErr(err, "list pods", "")
@@ -111,24 +151,24 @@ func (r *Runtime) ReconcileOrphans(ctx context.Context) (int, error) {
 	for _, p := range pods.Items {
 		live[p.Name] = true
 	}
-	n := 0
-	for _, s := range secrets.Items {
-		pod := s.Labels[LabelSandbox]
-		if pod == "" || live[pod] || time.Since(s.CreationTimestamp.Time) < r.cfg.OrphanAge {
-			continue
-		}
-		if err := r.deleteSecret(ctx, s.Name); err != nil {
-			return n, err
-		}
-		n++
-	}
 	claims, err := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(nil)})
 	if err != nil {
-		return n, r.apiErr(err, "list persistentvolumeclaims", "")
+		return 0, r.apiErr(err, "list persistentvolumeclaims", "")
 	}
+	n := 0
 	for _, c := range claims.Items {
 		pod := c.Labels[LabelSandbox]
-		if pod == "" || live[pod] || c.DeletionTimestamp != nil || time.Since(c.CreationTimestamp.Time) < r.cfg.OrphanAge {
+		if pod == "" || live[pod] || time.Since(c.CreationTimestamp.Time) < r.cfg.OrphanAge {
+			continue
+		}
+		err := r.cs.CoreV1().Secrets(r.cfg.Namespace).Delete(ctx, secretName(pod), metav1.DeleteOptions{})
+		switch {
+		case err == nil:
+			n++
+		case !apierrors.IsNotFound(err):
+			return n, r.apiErr(err, "delete secret", secretName(pod))
+		}
+		if c.DeletionTimestamp != nil {
 			continue
 		}
 		if err := r.deleteClaim(ctx, c.Name); err != nil {

@@ -8,20 +8,23 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/berth-dev/berth/pkg/runtime"
 	k8s "github.com/berth-dev/berth/pkg/runtime/kubernetes"
 )
 
-// TestReconcileOrphans: a sandbox Secret whose Pod is gone (a Create or
-// Remove cut short) is removed once old enough; a live sandbox's is kept;
-// what berth did not create is never touched.
+// TestReconcileOrphans: a sandbox's Secret and workspace claim whose Pod
+// is gone (a Create or Remove cut short) are removed once old enough; a
+// live sandbox's are kept; what berth did not create is never touched.
+// The orchestrator may not list Secrets: it finds the orphaned ones from
+// the claims (Create makes the claim first).
 func TestReconcileOrphans(t *testing.T) {
 	admin, dir := needCluster(t)
 	ctx := context.Background()
 	// 2 s, not less: this runtime's reconciler also runs in the background
-	// while other tests may be between a Create's Secret and its Pod.
+	// while other tests may be between a Create's claim and its Pod.
 	const age = 2 * time.Second
 	rt, err := k8s.New(ctx, k8s.Config{Kubeconfig: filepath.Join(dir, "berth.kubeconfig"), OrphanAge: age})
 	if err != nil {
@@ -29,6 +32,9 @@ func TestReconcileOrphans(t *testing.T) {
 	}
 	defer rt.Close()
 	ns := rt.Namespace()
+	suffix := time.Now().Format("150405")
+	pod := "berth-orphan-" + suffix
+	managed := map[string]string{runtime.LabelManaged: "true", k8s.LabelSandbox: pod}
 	secret := func(name string, labels map[string]string) {
 		t.Helper()
 		_, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
@@ -37,10 +43,21 @@ func TestReconcileOrphans(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = admin.CoreV1().Secrets(ns).Delete(ctx, name, metav1.DeleteOptions{}) })
 	}
-	suffix := time.Now().Format("150405")
-	orphan, foreign := "berth-orphan-"+suffix+"-agent", "not-berth-"+suffix
-	secret(orphan, map[string]string{runtime.LabelManaged: "true", k8s.LabelSandbox: "berth-orphan-" + suffix})
-	secret(foreign, map[string]string{k8s.LabelSandbox: "berth-orphan-" + suffix})
+	orphan, foreign, claim := pod+"-agent", "not-berth-"+suffix, pod+"-workspace"
+	// A class no provisioner serves: the claim stays Pending, no volume.
+	class := "berth-test-none"
+	_, err = admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: claim, Labels: managed},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &class,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, claim, metav1.DeleteOptions{}) })
+	secret(orphan, managed)
+	secret(foreign, map[string]string{k8s.LabelSandbox: pod})
 	time.Sleep(age + 100*time.Millisecond)
 	n, err := rt.ReconcileOrphans(ctx)
 	if err != nil {
@@ -48,6 +65,11 @@ func TestReconcileOrphans(t *testing.T) {
 	}
 	if _, err := admin.CoreV1().Secrets(ns).Get(ctx, orphan, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("orphaned secret still there (removed %d): %v", n, err)
+	}
+	if c, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{}); err == nil && c.DeletionTimestamp == nil {
+		t.Errorf("orphaned claim not deleted (removed %d)", n)
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Error(err)
 	}
 	if _, err := admin.CoreV1().Secrets(ns).Get(ctx, foreign, metav1.GetOptions{}); err != nil {
 		t.Errorf("a secret berth did not create was touched: %v", err)

@@ -27,6 +27,10 @@ const (
 	// agentVolume is the emptyDir the agent is copied into, mounted
 	// read-only at runtime.AgentDir in the sandbox's container.
 	agentVolume = "berth-agent"
+	// agentStateVolume is the emptyDir at runtime.AgentStateDir: the
+	// agent's state stays out of the image's file system, as on the other
+	// backends, and lives as long as the Pod.
+	agentStateVolume = "berth-agent-state"
 	// workspaceVolume is the sandbox's PersistentVolumeClaim (claimName),
 	// mounted at workDir: it outlives the Pod, so the files survive a
 	// Restart and a hibernate (which replace the Pod), and goes with the
@@ -45,6 +49,8 @@ const (
 	agentInImage  = "/sandbox-agent"
 	// tokenKey is the key of the agent token in the sandbox's Secret.
 	tokenKey = "agent-token"
+	// appKeyKey is the key of the app's key (Spec.App.Key) in that Secret.
+	appKeyKey = "app-key"
 	// secretPrefix prefixes the keys of Spec.Secrets in that Secret.
 	secretPrefix = "secret."
 	// labelsAnnotation holds all of berth's labels of the sandbox as JSON,
@@ -241,6 +247,10 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 	if len(spec.Secrets) > 0 {
 		env = append(env, corev1.EnvVar{Name: runtime.AgentSecretsEnv, Value: spec.Environ()[runtime.AgentSecretsEnv]})
 	}
+	if spec.App != nil && spec.App.Key != "" {
+		secret.Data[appKeyKey] = []byte(spec.App.Key)
+		env = append(env, corev1.EnvVar{Name: runtime.AgentAppKeyEnv, ValueFrom: secretRef(secret.Name, appKeyKey)})
+	}
 
 	no, yes := false, true
 	grace := int64(stopGrace)
@@ -284,12 +294,16 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 		Name:            containerName,
 		Image:           spec.Image,
 		ImagePullPolicy: r.cfg.ImagePullPolicy,
-		Command: runtime.AgentCommand{WorkDir: workDir, User: spec.User,
-			DenyRootUser: spec.DenyRootUser, TokenInEnv: true}.Args(),
-		Env:   env,
-		Ports: []corev1.ContainerPort{{Name: "agent", ContainerPort: runtime.AgentPort, Protocol: corev1.ProtocolTCP}},
+		Command: runtime.AgentCommand{WorkDir: spec.AgentWorkDir(workDir), KeepWorkDirOwner: spec.WorkDir != "", User: spec.User,
+			DenyRootUser: spec.DenyRootUser, TokenInEnv: true, App: spec.App}.Args(),
+		Env: env,
+		Ports: []corev1.ContainerPort{
+			{Name: "agent", ContainerPort: runtime.AgentPort, Protocol: corev1.ProtocolTCP},
+			{Name: "envd", ContainerPort: runtime.EnvdPort, Protocol: corev1.ProtocolTCP},
+		},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: agentVolume, MountPath: runtime.AgentDir, ReadOnly: true},
+			{Name: agentStateVolume, MountPath: runtime.AgentStateDir},
 			{Name: workspaceVolume, MountPath: workDir},
 		},
 		Resources:       corev1.ResourceRequirements{Requests: requests(res), Limits: limits(res)},
@@ -300,6 +314,7 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 		Spec: corev1.PodSpec{
 			NodeName:                      r.cfg.NodeName,
 			RestartPolicy:                 corev1.RestartPolicyNever,
+			ServiceAccountName:            r.cfg.ServiceAccount,
 			AutomountServiceAccountToken:  &no,
 			EnableServiceLinks:            &no,
 			TerminationGracePeriodSeconds: &grace,
@@ -310,6 +325,7 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 			Containers:     []corev1.Container{main},
 			Volumes: []corev1.Volume{
 				{Name: agentVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: agentStateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: workspaceVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(name)}}},
 			},
 		},

@@ -3,7 +3,9 @@
 // names, with the configuration's agent, network and per-sandbox defaults.
 // It is the only package of the orchestrator command that imports the
 // backends, so pkg/orchestrator (the server) depends on the runtime
-// interface alone. (It is not called "runtime" so as not to shadow
+// interface alone; on Kubernetes it also hands over the cluster the
+// replicas share (orchestrator.Platform), built here rather than found by
+// the server inspecting the runtime's type. (It is not called "runtime" so as not to shadow
 // pkg/runtime, whose interface it returns.)
 package backend
 
@@ -13,12 +15,14 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/orchestrator"
 	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/runtime/containerd"
 	"github.com/berth-dev/berth/pkg/runtime/docker"
 	"github.com/berth-dev/berth/pkg/runtime/kubernetes"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 )
 
@@ -26,6 +30,19 @@ import (
 type Runtime interface {
 	runtime.Runtime
 	Close() error
+}
+
+// Backend is what New built: the runtime, and the cluster the replicas
+// share when the backend is one (Kubernetes).
+type Backend struct {
+	Runtime Runtime
+	// Cluster is nil but on Kubernetes.
+	Cluster orchestrator.Cluster
+}
+
+// Platform is what orchestrator.New runs on.
+func (b Backend) Platform() orchestrator.Platform {
+	return orchestrator.Platform{Runtime: b.Runtime, Cluster: b.Cluster}
 }
 
 // Timeouts of the containerd preparation New starts.
@@ -42,49 +59,53 @@ const (
 // errdefs.ErrUnavailable with a hint. The containerd backend also imports
 // the images the Docker Engine has (when there is one) and, with user
 // namespaces, prepares the default image in the background.
-func New(ctx context.Context, cfg orchestrator.Config, log *slog.Logger) (Runtime, error) {
+func New(ctx context.Context, cfg orchestrator.Config, log *slog.Logger) (Backend, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	var rt Runtime
+	var b Backend
 	switch cfg.Runtime {
 	case "docker", "":
 		d, err := docker.New(ctx, dockerConfig(cfg, log))
 		if err != nil {
-			return nil, fmt.Errorf("docker runtime: %w", err)
+			return Backend{}, fmt.Errorf("docker runtime: %w", err)
 		}
-		rt = d
+		b.Runtime = d
 	case "containerd":
 		c, err := containerd.New(ctx, containerdConfig(cfg, log))
 		if err != nil {
-			return nil, fmt.Errorf("containerd runtime: %w", err)
+			return Backend{}, fmt.Errorf("containerd runtime: %w", err)
 		}
 		prepareContainerd(ctx, c, cfg, log)
-		rt = c
+		b.Runtime = c
 	case "kubernetes":
 		// client-go logs (leader election, watches) through klog: send
 		// them to the orchestrator's log rather than raw to stderr.
 		klog.SetSlogLogger(log.With("component", "client-go"))
-		k, err := kubernetes.New(ctx, kubernetesConfig(cfg, log))
+		kcfg, err := kubernetesConfig(cfg, log)
 		if err != nil {
-			return nil, fmt.Errorf("kubernetes runtime: %w", err)
+			return Backend{}, fmt.Errorf("kubernetes runtime: %w", err)
 		}
-		rt = k
+		k, err := kubernetes.New(ctx, kcfg)
+		if err != nil {
+			return Backend{}, fmt.Errorf("kubernetes runtime: %w", err)
+		}
+		b.Runtime, b.Cluster = k, k
 	default:
-		return nil, fmt.Errorf("runtime %q is not supported (supported: docker, containerd, kubernetes)", cfg.Runtime)
+		return Backend{}, fmt.Errorf("runtime %q is not supported (supported: docker, containerd, kubernetes)", cfg.Runtime)
 	}
-	if err := rt.Ping(ctx); err != nil {
-		rt.Close()
-		return nil, fmt.Errorf("%s engine unreachable: %w", cfg.Runtime, err)
+	if err := b.Runtime.Ping(ctx); err != nil {
+		b.Runtime.Close()
+		return Backend{}, fmt.Errorf("%s engine unreachable: %w", cfg.Runtime, err)
 	}
-	return rt, nil
+	return b, nil
 }
 
 // dockerConfig is the Docker backend's configuration from cfg.
 func dockerConfig(cfg orchestrator.Config, log *slog.Logger) docker.Config {
 	return docker.Config{
 		AgentBinary: cfg.AgentBinary, Network: cfg.Network, Injection: docker.Injection(cfg.AgentInjection),
-		DefaultResources: cfg.DefaultResources(), HostInput: docker.HostInputMode(cfg.HostInput),
+		DefaultResources: cfg.DefaultResources(), HostInput: docker.HostInputMode(cfg.HostInput), Output: cfg.SandboxOutput(),
 		Logger: log.With("component", "docker"),
 	}
 }
@@ -98,22 +119,31 @@ func containerdConfig(cfg orchestrator.Config, log *slog.Logger) containerd.Conf
 	return containerd.Config{
 		AgentBinary: cfg.AgentBinary, Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace,
 		StateDir: cfg.ContainerdStateDir, CNIBinDirs: bins, Subnet: cfg.SandboxSubnet, Bridge: cfg.SandboxBridge,
-		DefaultResources: cfg.DefaultResources(), UserNamespaces: cfg.UserNamespaces, UserNSBase: cfg.UserNSBase,
+		DefaultResources: cfg.DefaultResources(), UserNamespaces: cfg.UserNamespaces, UserNSBase: cfg.UserNSBase, Output: cfg.SandboxOutput(),
 		Logger: log.With("component", "containerd"),
 	}
 }
 
 // kubernetesConfig is the Kubernetes backend's configuration from cfg.
-func kubernetesConfig(cfg orchestrator.Config, log *slog.Logger) kubernetes.Config {
+func kubernetesConfig(cfg orchestrator.Config, log *slog.Logger) (kubernetes.Config, error) {
 	pull := corev1.PullPolicy(cfg.KubernetesPullPolicy)
+	var dnsLabels map[string]string
+	if cfg.KubernetesDNSPodLabels != "" {
+		m, err := labels.ConvertSelectorToLabelsMap(cfg.KubernetesDNSPodLabels)
+		if err != nil {
+			return kubernetes.Config{}, fmt.Errorf("%w: k8s dns pod labels %q: %v", errdefs.ErrInvalidArgument, cfg.KubernetesDNSPodLabels, err)
+		}
+		dnsLabels = m
+	}
 	return kubernetes.Config{
 		Kubeconfig: cfg.Kubeconfig, Namespace: cfg.KubernetesNamespace, NodeName: cfg.KubernetesNode,
 		AgentImage: cfg.KubernetesAgentImage, AgentImagePullPolicy: pull, ImagePullPolicy: pull,
-		StorageClass:  cfg.KubernetesStorageClass,
-		NetworkPolicy: true, DefaultResources: cfg.DefaultResources(),
-		LeaderLease: kubernetes.LeaderLeaseOf(cfg.Fleet), LeaderLeaseDuration: time.Duration(cfg.LeaderLeaseDuration),
+		StorageClass: cfg.KubernetesStorageClass, ServiceAccount: cfg.KubernetesSandboxServiceAccount,
+		NetworkPolicy: true, DNSNamespace: cfg.KubernetesDNSNamespace, DNSPodLabels: dnsLabels,
+		DefaultResources: cfg.DefaultResources(),
+		LeaderLease:      kubernetes.LeaderLeaseOf(cfg.Fleet), LeaderLeaseDuration: time.Duration(cfg.LeaderLeaseDuration),
 		Logger: log.With("component", "kubernetes"),
-	}
+	}, nil
 }
 
 // prepareContainerd brings the locally built images over from the Docker

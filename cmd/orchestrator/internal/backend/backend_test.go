@@ -57,11 +57,21 @@ func TestKubernetesConfig(t *testing.T) {
 	cfg := orchestrator.Defaults()
 	cfg.Runtime, cfg.Kubeconfig, cfg.KubernetesNamespace, cfg.KubernetesNode = "kubernetes", "/k/config", "ns", "node1"
 	cfg.KubernetesAgentImage, cfg.KubernetesPullPolicy = "reg/agent:1", "Never"
-	k := kubernetesConfig(cfg, discard)
+	cfg.KubernetesSandboxServiceAccount, cfg.KubernetesDNSNamespace, cfg.KubernetesDNSPodLabels = "sb", "dns", "app=coredns,tier=dns"
+	k, err := kubernetesConfig(cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if k.Kubeconfig != "/k/config" || k.Namespace != "ns" || k.NodeName != "node1" || k.AgentImage != "reg/agent:1" ||
-		k.AgentImagePullPolicy != "Never" || k.ImagePullPolicy != "Never" || !k.NetworkPolicy || k.DefaultResources != cfg.DefaultResources() || k.Logger == nil {
+		k.AgentImagePullPolicy != "Never" || k.ImagePullPolicy != "Never" || !k.NetworkPolicy || k.DefaultResources != cfg.DefaultResources() || k.Logger == nil ||
+		k.ServiceAccount != "sb" || k.DNSNamespace != "dns" || len(k.DNSPodLabels) != 2 || k.DNSPodLabels["app"] != "coredns" || k.DNSPodLabels["tier"] != "dns" {
 		t.Errorf("kubernetes config: %+v", k)
 	}
+	cfg.KubernetesDNSPodLabels = "app!=coredns"
+	if _, err := kubernetesConfig(cfg, discard); err == nil {
+		t.Error("kubernetesConfig accepted dns pod labels that are no equalities")
+	}
+	cfg.KubernetesDNSPodLabels = ""
 	// Without a kubeconfig outside a cluster: a clear error naming the setting.
 	cfg.Kubeconfig = ""
 	if _, err := New(context.Background(), cfg, discard); err == nil || !strings.Contains(err.Error(), "kubeconfig") {

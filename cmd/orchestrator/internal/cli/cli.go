@@ -117,6 +117,7 @@ execute, 127 not found).`,
 			root.AddCommand(c)
 		}
 	}
+	add(groupDaemon, newDrainCommand(env)) // drain.go
 	add(groupLeases, newSnapshotCommand(env))
 	add(groupLeases, newVolumeCommand(env)) // volume.go
 	add(groupLeases, newLeaseCommand(env))

@@ -173,7 +173,6 @@ func printLeaseTable(w io.Writer, msg proto.Message, wide bool) {
 // table lays out rows in columns two spaces apart. Its widths only grow, so
 // rows printed later (--watch) line up with the ones printed first.
 type table struct {
-	header []string
 	rows   [][]string
 	widths []int
 	wide   bool

@@ -344,10 +344,9 @@ func pumpInput(in io.Reader, s *termSender, keys []byte, detach func()) {
 // termSender serialises the messages of the input, resize and signal
 // goroutines on the stream (gRPC allows one sender at a time).
 type termSender struct {
-	mu         sync.Mutex
-	stream     agentv1.TerminalService_ConnectClient
-	done       bool
-	rows, cols uint32
+	mu     sync.Mutex
+	stream agentv1.TerminalService_ConnectClient
+	done   bool
 }
 
 // send sends m and reports whether the stream still takes messages.

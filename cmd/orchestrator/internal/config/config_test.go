@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -120,7 +121,7 @@ func TestPrecedence(t *testing.T) {
 // name repeats, and that the names scripts use still exist.
 func TestEverySettingAllWays(t *testing.T) {
 	sample := map[string]string{"string": "x", "int": "7", "bytes": "7", "cpus": "7", "duration": "7s", "list": "a,b",
-		"clients": "o:tokentokentoken1", "pool": "name=p,max=1"}
+		"clients": "o:tokentokentoken1", "pool": "name=p,max=1", "pairs": "a=b"}
 	covered := map[string]string{}
 	names := map[string]bool{}
 	for _, s := range settings {
@@ -372,5 +373,27 @@ func TestDocs(t *testing.T) {
 				t.Errorf("docs/configuration.md does not name `%s`", n)
 			}
 		}
+	}
+}
+
+// TestE2BTemplates: --e2b-template adds up, repeated or comma-separated,
+// over the variable's; the file takes an object; a pair without an image
+// is refused.
+func TestE2BTemplates(t *testing.T) {
+	cfg, err := load(t, "", map[string]string{"BERTH_E2B_TEMPLATES": "a=img/a"},
+		"--e2b-template", "b=img/b", "--e2b-template=c=img/c,d=img/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "img/a", "b": "img/b", "c": "img/c", "d": "img/d"}
+	if !maps.Equal(cfg.E2BTemplates, want) {
+		t.Fatalf("templates %v, want %v", cfg.E2BTemplates, want)
+	}
+	cfg, err = load(t, `{"e2bTemplates": {"py": "python:3.12"}}`, nil)
+	if err != nil || !maps.Equal(cfg.E2BTemplates, map[string]string{"py": "python:3.12"}) {
+		t.Fatalf("file: %v %v", cfg.E2BTemplates, err)
+	}
+	if _, err := load(t, "", nil, "--e2b-template", "x="); err == nil || !strings.Contains(err.Error(), "NAME=VALUE") {
+		t.Fatalf("a pair without an image: %v", err)
 	}
 }

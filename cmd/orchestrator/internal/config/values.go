@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -287,3 +288,56 @@ func (v clientsValue) setJSON(raw json.RawMessage) error {
 // String never shows a token.
 func (v clientsValue) String() string { return "" }
 func (v clientsValue) Type() string   { return "clients" }
+
+// pairsValue maps names to values: NAME=VALUE, comma-separated in a flag
+// or variable, adding to what is set (the flag may be repeated); an
+// object of strings in the file.
+type pairsValue struct{ p *map[string]string }
+
+func (v pairsValue) Set(s string) error {
+	for _, pair := range strings.Split(s, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(pair, "=")
+		if name, val = strings.TrimSpace(name), strings.TrimSpace(val); !ok || name == "" || val == "" {
+			return fmt.Errorf("%q: want NAME=VALUE[,NAME=VALUE]", pair)
+		}
+		if *v.p == nil {
+			*v.p = map[string]string{}
+		}
+		(*v.p)[name] = val
+	}
+	return nil
+}
+
+func (v pairsValue) setJSON(raw json.RawMessage) error {
+	var m map[string]string
+	if err := strictJSON(raw, &m); err != nil {
+		return err
+	}
+	*v.p = m
+	return nil
+}
+
+func (v pairsValue) String() string {
+	names := make([]string, 0, len(*v.p))
+	for k := range *v.p {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for i, k := range names {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k + "=" + (*v.p)[k])
+	}
+	return b.String()
+}
+
+func (v pairsValue) Type() string { return "pairs" }
+
+// repeatable marks pairsValue: every --e2b-template flag is applied.
+func (pairsValue) repeatable() {}

@@ -364,7 +364,7 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) (int64, error) {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return 0, x.dir(name, p, mode, hdr.ModTime)
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+	case tar.TypeReg, tar.TypeGNUSparse: // the reader reports TypeRegA entries as TypeReg
 		if name == "." {
 			return -1, refuse(hdr.Name, "a file cannot be the target directory itself")
 		}

@@ -67,6 +67,12 @@ type Options struct {
 	// OnEnd, when set, is called once the watch has ended and released
 	// its inotify instance and budget (not when Start fails).
 	OnEnd func()
+	// Hidden, when set, names the files a watch does not report (by base
+	// name): the temporary files of the agent's own uploads. A file moved
+	// from a hidden name onto a shown one is reported as that path's
+	// creation (a modification when it was removed in the same burst), one
+	// moved onto a hidden name as the removal of its old path.
+	Hidden func(name string) bool
 }
 
 // Watcher is a running watch. Read its events from Events until the
@@ -298,6 +304,9 @@ func (w *Watcher) handle(ev fsnotify.Event, now time.Time) {
 	if !ok || w.ending {
 		return
 	}
+	if w.hidden(rel) && !ev.Has(fsnotify.Rename) {
+		return // a move-from is held: its move-to may show a file
+	}
 	switch {
 	case ev.Has(fsnotify.Create):
 		w.onCreate(rel, now)
@@ -380,6 +389,9 @@ func (w *Watcher) onGone(name string, now time.Time) {
 		w.ending = true
 		return
 	}
+	if w.hidden(rel) {
+		return
+	}
 	isDir := w.tree.isDir(rel)
 	if isDir {
 		w.forget(rel)
@@ -387,11 +399,27 @@ func (w *Watcher) onGone(name string, now time.Time) {
 	w.b.record(rel, KindRemoved, isDir, now)
 }
 
+// hidden reports whether rel's events are not reported (Options.Hidden).
+func (w *Watcher) hidden(rel string) bool {
+	return w.opts.Hidden != nil && rel != "" && w.opts.Hidden(path.Base(rel))
+}
+
 // onRename handles a move within the watched tree.
 func (w *Watcher) onRename(oldName, newName string, now time.Time) {
 	oldRel, ok1 := w.rel(oldName)
 	newRel, ok2 := w.rel(newName)
 	if !ok1 || !ok2 || oldRel == "" {
+		return
+	}
+	switch hideOld, hideNew := w.hidden(oldRel), w.hidden(newRel); {
+	case hideOld && hideNew:
+		return
+	case hideOld:
+		// An upload's temporary file moved into place.
+		w.onCreate(newRel, now)
+		return
+	case hideNew:
+		w.onGone(oldName, now)
 		return
 	}
 	isDir := w.tree.isDir(oldRel)

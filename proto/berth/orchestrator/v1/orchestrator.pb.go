@@ -446,7 +446,9 @@ type Lease struct {
 	// pool names the warm pool the sandbox was claimed from (the acquire
 	// took a ready sandbox instead of creating one); empty for a sandbox
 	// created for this lease. See docs/pools.md.
-	Pool          string `protobuf:"bytes,31,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pool string `protobuf:"bytes,31,opt,name=pool,proto3" json:"pool,omitempty"`
+	// working_dir is AcquireRequest.working_dir; empty for the image's.
+	WorkingDir    string `protobuf:"bytes,33,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -705,6 +707,13 @@ func (x *Lease) GetPool() string {
 	return ""
 }
 
+func (x *Lease) GetWorkingDir() string {
+	if x != nil {
+		return x.WorkingDir
+	}
+	return ""
+}
+
 // AcquireRequest asks for a conversation's sandbox.
 type AcquireRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -756,7 +765,17 @@ type AcquireRequest struct {
 	Mounts []*HostMount `protobuf:"bytes,15,rep,name=mounts,proto3" json:"mounts,omitempty"`
 	// network is what the sandbox may reach; unset takes the operator's
 	// default policy (open unless configured). See docs/network-policy.md.
-	Network       *NetworkPolicy `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkPolicy `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
+	// app is a server the image carries (OpenHands' agent-server) that the
+	// sandbox's agent runs as a supervised child and forwards the routes it
+	// does not serve itself to. Such a lease never takes a warm pool's
+	// sandbox. See docs/openhands.md. Default: none.
+	App *App `protobuf:"bytes,17,opt,name=app,proto3" json:"app,omitempty"`
+	// working_dir is the default working directory (absolute) of the
+	// sandbox's commands, terminals and git calls, created (owned by the
+	// sandbox's user) if missing. Empty takes the image's (or /workspace).
+	// Such a lease never takes a warm pool's sandbox.
+	WorkingDir    string `protobuf:"bytes,18,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -903,6 +922,77 @@ func (x *AcquireRequest) GetNetwork() *NetworkPolicy {
 	return nil
 }
 
+func (x *AcquireRequest) GetApp() *App {
+	if x != nil {
+		return x.App
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetWorkingDir() string {
+	if x != nil {
+		return x.WorkingDir
+	}
+	return ""
+}
+
+// App is a server the sandbox's agent runs as a supervised child, as the
+// sandbox's user, on the port the operator configures (8000 by default).
+type App struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// command is its command line; the first argument is required.
+	Command []string `protobuf:"bytes,1,rep,name=command,proto3" json:"command,omitempty"`
+	// working_dir is its working directory (absolute); empty for the
+	// sandbox's.
+	WorkingDir    string `protobuf:"bytes,2,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *App) Reset() {
+	*x = App{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *App) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*App) ProtoMessage() {}
+
+func (x *App) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use App.ProtoReflect.Descriptor instead.
+func (*App) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *App) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *App) GetWorkingDir() string {
+	if x != nil {
+		return x.WorkingDir
+	}
+	return ""
+}
+
 // NetworkPolicy is what a sandbox may reach, enforced on the host outside
 // the sandbox (docs/network-policy.md). Some destinations are always
 // denied: link-local and cloud metadata addresses, the host itself, other
@@ -928,7 +1018,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1030,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1043,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NetworkPolicy) GetMode() string {
@@ -989,7 +1079,7 @@ type SetNetworkRequest struct {
 
 func (x *SetNetworkRequest) Reset() {
 	*x = SetNetworkRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1091,7 @@ func (x *SetNetworkRequest) String() string {
 func (*SetNetworkRequest) ProtoMessage() {}
 
 func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1104,7 @@ func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNetworkRequest.ProtoReflect.Descriptor instead.
 func (*SetNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetNetworkRequest) GetId() string {
@@ -1046,7 +1136,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1148,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1161,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AcquireResponse) GetLease() *Lease {
@@ -1108,7 +1198,7 @@ type Workspace struct {
 
 func (x *Workspace) Reset() {
 	*x = Workspace{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1210,7 @@ func (x *Workspace) String() string {
 func (*Workspace) ProtoMessage() {}
 
 func (x *Workspace) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1223,7 @@ func (x *Workspace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workspace.ProtoReflect.Descriptor instead.
 func (*Workspace) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Workspace) GetPersist() bool {
@@ -1166,7 +1256,7 @@ type HostMount struct {
 
 func (x *HostMount) Reset() {
 	*x = HostMount{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1268,7 @@ func (x *HostMount) String() string {
 func (*HostMount) ProtoMessage() {}
 
 func (x *HostMount) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1281,7 @@ func (x *HostMount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostMount.ProtoReflect.Descriptor instead.
 func (*HostMount) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HostMount) GetHostPath() string {
@@ -1225,7 +1315,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1327,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1340,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetLeaseRequest) GetId() string {
@@ -1280,7 +1370,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1382,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1395,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListLeasesRequest) GetState() LeaseState {
@@ -1368,7 +1458,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1470,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1483,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -1422,7 +1512,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1524,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1537,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RenewRequest) GetId() string {
@@ -1475,7 +1565,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1577,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1590,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReleaseRequest) GetId() string {
@@ -1529,7 +1619,7 @@ type PauseRequest struct {
 
 func (x *PauseRequest) Reset() {
 	*x = PauseRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1631,7 @@ func (x *PauseRequest) String() string {
 func (*PauseRequest) ProtoMessage() {}
 
 func (x *PauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1644,7 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
 func (*PauseRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PauseRequest) GetId() string {
@@ -1581,7 +1671,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1683,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1696,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResumeRequest) GetId() string {
@@ -1629,7 +1719,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1731,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1744,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotRequest) GetId() string {
@@ -1699,7 +1789,7 @@ type LeaseSnapshot struct {
 
 func (x *LeaseSnapshot) Reset() {
 	*x = LeaseSnapshot{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1801,7 @@ func (x *LeaseSnapshot) String() string {
 func (*LeaseSnapshot) ProtoMessage() {}
 
 func (x *LeaseSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1814,7 @@ func (x *LeaseSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseSnapshot.ProtoReflect.Descriptor instead.
 func (*LeaseSnapshot) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseSnapshot) GetName() string {
@@ -1818,7 +1908,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1920,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1933,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListSnapshotsRequest) GetOwner() string {
@@ -1877,7 +1967,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +1979,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +1992,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*LeaseSnapshot {
@@ -1922,7 +2012,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2024,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2037,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteSnapshotRequest) GetName() string {
@@ -1966,7 +2056,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2068,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2081,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 // ReapRequest selects leases to release (operator only).
@@ -2010,7 +2100,7 @@ type ReapRequest struct {
 
 func (x *ReapRequest) Reset() {
 	*x = ReapRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2112,7 @@ func (x *ReapRequest) String() string {
 func (*ReapRequest) ProtoMessage() {}
 
 func (x *ReapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2125,7 @@ func (x *ReapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReapRequest.ProtoReflect.Descriptor instead.
 func (*ReapRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReapRequest) GetIds() []string {
@@ -2090,7 +2180,7 @@ type ReapResponse struct {
 
 func (x *ReapResponse) Reset() {
 	*x = ReapResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2192,7 @@ func (x *ReapResponse) String() string {
 func (*ReapResponse) ProtoMessage() {}
 
 func (x *ReapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,12 +2205,182 @@ func (x *ReapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReapResponse.ProtoReflect.Descriptor instead.
 func (*ReapResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReapResponse) GetReaped() []string {
 	if x != nil {
 		return x.Reaped
+	}
+	return nil
+}
+
+// DrainRequest says what Drain does to each live lease (operator only).
+type DrainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// mode is "hibernate" (pause each READY lease with mode hibernate: its
+	// container stops, its files stay, and it resumes after the host comes
+	// back; a lease already paused stays as it is) or "release" (release
+	// each live lease and remove its sandbox). Required.
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// reason is recorded on the releases of mode release; default "drained
+	// by operator".
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DrainRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *DrainRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DrainFailure is a lease Drain could not hibernate or release.
+type DrainFailure struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// error says why, with the error's category (FAILED_PRECONDITION: …).
+	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainFailure) Reset() {
+	*x = DrainFailure{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainFailure) ProtoMessage() {}
+
+func (x *DrainFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainFailure.ProtoReflect.Descriptor instead.
+func (*DrainFailure) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *DrainFailure) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *DrainFailure) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// DrainResponse lists what Drain did, lease ids sorted.
+type DrainResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// drained are the leases now hibernated (or paused before the call), or
+	// released, or that ended on their own while the drain ran.
+	Drained []string `protobuf:"bytes,1,rep,name=drained,proto3" json:"drained,omitempty"`
+	// failed are the leases left as they were, with why; a later Drain tries
+	// them again.
+	Failed        []*DrainFailure `protobuf:"bytes,2,rep,name=failed,proto3" json:"failed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainResponse) Reset() {
+	*x = DrainResponse{}
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainResponse) ProtoMessage() {}
+
+func (x *DrainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
+func (*DrainResponse) Descriptor() ([]byte, []int) {
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *DrainResponse) GetDrained() []string {
+	if x != nil {
+		return x.Drained
+	}
+	return nil
+}
+
+func (x *DrainResponse) GetFailed() []*DrainFailure {
+	if x != nil {
+		return x.Failed
 	}
 	return nil
 }
@@ -2138,7 +2398,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2410,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2423,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchRequest) GetOwner() string {
@@ -2191,7 +2451,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2463,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2476,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -2256,7 +2516,7 @@ type SignRequest struct {
 
 func (x *SignRequest) Reset() {
 	*x = SignRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2528,7 @@ func (x *SignRequest) String() string {
 func (*SignRequest) ProtoMessage() {}
 
 func (x *SignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2541,7 @@ func (x *SignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignRequest.ProtoReflect.Descriptor instead.
 func (*SignRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SignRequest) GetId() string {
@@ -2342,7 +2602,7 @@ type SignResponse struct {
 
 func (x *SignResponse) Reset() {
 	*x = SignResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2354,7 +2614,7 @@ func (x *SignResponse) String() string {
 func (*SignResponse) ProtoMessage() {}
 
 func (x *SignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2367,7 +2627,7 @@ func (x *SignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignResponse.ProtoReflect.Descriptor instead.
 func (*SignResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SignResponse) GetUrl() string {
@@ -2415,7 +2675,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2687,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2700,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LogsRequest) GetId() string {
@@ -2490,7 +2750,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2762,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2775,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LogEntry) GetTime() *timestamppb.Timestamp {
@@ -2567,7 +2827,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2839,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2852,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Volume) GetName() string {
@@ -2663,7 +2923,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[32]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2935,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[32]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2948,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{32}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListVolumesRequest) GetOwner() string {
@@ -2715,7 +2975,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[33]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +2987,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[33]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +3000,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{33}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -2760,7 +3020,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[34]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +3032,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[34]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +3045,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{34}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetVolumeRequest) GetName() string {
@@ -2805,7 +3065,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[35]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +3077,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[35]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +3090,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{35}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteVolumeRequest) GetName() string {
@@ -2849,7 +3109,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[36]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +3121,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[36]
+	mi := &file_berth_orchestrator_v1_orchestrator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +3134,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{36}
+	return file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{40}
 }
 
 var File_berth_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
@@ -2910,7 +3170,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xce\v\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xef\v\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x14\n" +
@@ -2948,10 +3208,12 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\tworkspace\x18\x1c \x01(\v2 .berth.orchestrator.v1.WorkspaceR\tworkspace\x128\n" +
 	"\x06mounts\x18\x1d \x03(\v2 .berth.orchestrator.v1.HostMountR\x06mounts\x12>\n" +
 	"\anetwork\x18\x1e \x01(\v2$.berth.orchestrator.v1.NetworkPolicyR\anetwork\x12\x12\n" +
-	"\x04pool\x18\x1f \x01(\tR\x04pool\x1a9\n" +
+	"\x04pool\x18\x1f \x01(\tR\x04pool\x12\x1f\n" +
+	"\vworking_dir\x18! \x01(\tR\n" +
+	"workingDir\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc8\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\b\n" +
 	"\x0eAcquireRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12+\n" +
@@ -2970,7 +3232,10 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\bsnapshot\x18\r \x01(\tR\bsnapshot\x12>\n" +
 	"\tworkspace\x18\x0e \x01(\v2 .berth.orchestrator.v1.WorkspaceR\tworkspace\x128\n" +
 	"\x06mounts\x18\x0f \x03(\v2 .berth.orchestrator.v1.HostMountR\x06mounts\x12>\n" +
-	"\anetwork\x18\x10 \x01(\v2$.berth.orchestrator.v1.NetworkPolicyR\anetwork\x1a9\n" +
+	"\anetwork\x18\x10 \x01(\v2$.berth.orchestrator.v1.NetworkPolicyR\anetwork\x12,\n" +
+	"\x03app\x18\x11 \x01(\v2\x1a.berth.orchestrator.v1.AppR\x03app\x12\x1f\n" +
+	"\vworking_dir\x18\x12 \x01(\tR\n" +
+	"workingDir\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
@@ -2979,7 +3244,11 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
+	"\x03App\x12\x18\n" +
+	"\acommand\x18\x01 \x03(\tR\acommand\x12\x1f\n" +
+	"\vworking_dir\x18\x02 \x01(\tR\n" +
+	"workingDir\"M\n" +
 	"\rNetworkPolicy\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x14\n" +
 	"\x05allow\x18\x02 \x03(\tR\x05allow\x12\x12\n" +
@@ -3058,7 +3327,16 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x03all\x18\x05 \x01(\bR\x03all\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\"&\n" +
 	"\fReapResponse\x12\x16\n" +
-	"\x06reaped\x18\x01 \x03(\tR\x06reaped\"?\n" +
+	"\x06reaped\x18\x01 \x03(\tR\x06reaped\":\n" +
+	"\fDrainRequest\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"?\n" +
+	"\fDrainFailure\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"f\n" +
+	"\rDrainResponse\x12\x18\n" +
+	"\adrained\x18\x01 \x03(\tR\adrained\x12;\n" +
+	"\x06failed\x18\x02 \x03(\v2#.berth.orchestrator.v1.DrainFailureR\x06failed\"?\n" +
 	"\fWatchRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\"\x83\x01\n" +
@@ -3124,7 +3402,7 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x14LEASE_STATE_RELEASED\x10\x04\x12\x17\n" +
 	"\x13LEASE_STATE_EXPIRED\x10\x05\x12\x16\n" +
 	"\x12LEASE_STATE_FAILED\x10\x06\x12\x16\n" +
-	"\x12LEASE_STATE_PAUSED\x10\a2\x97\n" +
+	"\x12LEASE_STATE_PAUSED\x10\a2\xeb\n" +
 	"\n" +
 	"\fLeaseService\x12X\n" +
 	"\aAcquire\x12%.berth.orchestrator.v1.AcquireRequest\x1a&.berth.orchestrator.v1.AcquireResponse\x12K\n" +
@@ -3142,7 +3420,8 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04Sign\x12\".berth.orchestrator.v1.SignRequest\x1a#.berth.orchestrator.v1.SignResponse\x12M\n" +
 	"\x04Logs\x12\".berth.orchestrator.v1.LogsRequest\x1a\x1f.berth.orchestrator.v1.LogEntry0\x01\x12T\n" +
 	"\n" +
-	"SetNetwork\x12(.berth.orchestrator.v1.SetNetworkRequest\x1a\x1c.berth.orchestrator.v1.Lease2\xa0\x02\n" +
+	"SetNetwork\x12(.berth.orchestrator.v1.SetNetworkRequest\x1a\x1c.berth.orchestrator.v1.Lease\x12R\n" +
+	"\x05Drain\x12#.berth.orchestrator.v1.DrainRequest\x1a$.berth.orchestrator.v1.DrainResponse2\xa0\x02\n" +
 	"\rVolumeService\x12]\n" +
 	"\x04List\x12).berth.orchestrator.v1.ListVolumesRequest\x1a*.berth.orchestrator.v1.ListVolumesResponse\x12M\n" +
 	"\x03Get\x12'.berth.orchestrator.v1.GetVolumeRequest\x1a\x1d.berth.orchestrator.v1.Volume\x12a\n" +
@@ -3161,7 +3440,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_berth_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(LeaseState)(0),                // 0: berth.orchestrator.v1.LeaseState
 	(*Resources)(nil),              // 1: berth.orchestrator.v1.Resources
@@ -3169,135 +3448,143 @@ var file_berth_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*Transition)(nil),             // 3: berth.orchestrator.v1.Transition
 	(*Lease)(nil),                  // 4: berth.orchestrator.v1.Lease
 	(*AcquireRequest)(nil),         // 5: berth.orchestrator.v1.AcquireRequest
-	(*NetworkPolicy)(nil),          // 6: berth.orchestrator.v1.NetworkPolicy
-	(*SetNetworkRequest)(nil),      // 7: berth.orchestrator.v1.SetNetworkRequest
-	(*AcquireResponse)(nil),        // 8: berth.orchestrator.v1.AcquireResponse
-	(*Workspace)(nil),              // 9: berth.orchestrator.v1.Workspace
-	(*HostMount)(nil),              // 10: berth.orchestrator.v1.HostMount
-	(*GetLeaseRequest)(nil),        // 11: berth.orchestrator.v1.GetLeaseRequest
-	(*ListLeasesRequest)(nil),      // 12: berth.orchestrator.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),     // 13: berth.orchestrator.v1.ListLeasesResponse
-	(*RenewRequest)(nil),           // 14: berth.orchestrator.v1.RenewRequest
-	(*ReleaseRequest)(nil),         // 15: berth.orchestrator.v1.ReleaseRequest
-	(*PauseRequest)(nil),           // 16: berth.orchestrator.v1.PauseRequest
-	(*ResumeRequest)(nil),          // 17: berth.orchestrator.v1.ResumeRequest
-	(*SnapshotRequest)(nil),        // 18: berth.orchestrator.v1.SnapshotRequest
-	(*LeaseSnapshot)(nil),          // 19: berth.orchestrator.v1.LeaseSnapshot
-	(*ListSnapshotsRequest)(nil),   // 20: berth.orchestrator.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),  // 21: berth.orchestrator.v1.ListSnapshotsResponse
-	(*DeleteSnapshotRequest)(nil),  // 22: berth.orchestrator.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil), // 23: berth.orchestrator.v1.DeleteSnapshotResponse
-	(*ReapRequest)(nil),            // 24: berth.orchestrator.v1.ReapRequest
-	(*ReapResponse)(nil),           // 25: berth.orchestrator.v1.ReapResponse
-	(*WatchRequest)(nil),           // 26: berth.orchestrator.v1.WatchRequest
-	(*LeaseEvent)(nil),             // 27: berth.orchestrator.v1.LeaseEvent
-	(*SignRequest)(nil),            // 28: berth.orchestrator.v1.SignRequest
-	(*SignResponse)(nil),           // 29: berth.orchestrator.v1.SignResponse
-	(*LogsRequest)(nil),            // 30: berth.orchestrator.v1.LogsRequest
-	(*LogEntry)(nil),               // 31: berth.orchestrator.v1.LogEntry
-	(*Volume)(nil),                 // 32: berth.orchestrator.v1.Volume
-	(*ListVolumesRequest)(nil),     // 33: berth.orchestrator.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),    // 34: berth.orchestrator.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),       // 35: berth.orchestrator.v1.GetVolumeRequest
-	(*DeleteVolumeRequest)(nil),    // 36: berth.orchestrator.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),   // 37: berth.orchestrator.v1.DeleteVolumeResponse
-	nil,                            // 38: berth.orchestrator.v1.Lease.LabelsEntry
-	nil,                            // 39: berth.orchestrator.v1.AcquireRequest.LabelsEntry
-	nil,                            // 40: berth.orchestrator.v1.AcquireRequest.EnvEntry
-	nil,                            // 41: berth.orchestrator.v1.AcquireRequest.SecretsEntry
-	(*timestamppb.Timestamp)(nil),  // 42: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 43: google.protobuf.Duration
+	(*App)(nil),                    // 6: berth.orchestrator.v1.App
+	(*NetworkPolicy)(nil),          // 7: berth.orchestrator.v1.NetworkPolicy
+	(*SetNetworkRequest)(nil),      // 8: berth.orchestrator.v1.SetNetworkRequest
+	(*AcquireResponse)(nil),        // 9: berth.orchestrator.v1.AcquireResponse
+	(*Workspace)(nil),              // 10: berth.orchestrator.v1.Workspace
+	(*HostMount)(nil),              // 11: berth.orchestrator.v1.HostMount
+	(*GetLeaseRequest)(nil),        // 12: berth.orchestrator.v1.GetLeaseRequest
+	(*ListLeasesRequest)(nil),      // 13: berth.orchestrator.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),     // 14: berth.orchestrator.v1.ListLeasesResponse
+	(*RenewRequest)(nil),           // 15: berth.orchestrator.v1.RenewRequest
+	(*ReleaseRequest)(nil),         // 16: berth.orchestrator.v1.ReleaseRequest
+	(*PauseRequest)(nil),           // 17: berth.orchestrator.v1.PauseRequest
+	(*ResumeRequest)(nil),          // 18: berth.orchestrator.v1.ResumeRequest
+	(*SnapshotRequest)(nil),        // 19: berth.orchestrator.v1.SnapshotRequest
+	(*LeaseSnapshot)(nil),          // 20: berth.orchestrator.v1.LeaseSnapshot
+	(*ListSnapshotsRequest)(nil),   // 21: berth.orchestrator.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),  // 22: berth.orchestrator.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),  // 23: berth.orchestrator.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil), // 24: berth.orchestrator.v1.DeleteSnapshotResponse
+	(*ReapRequest)(nil),            // 25: berth.orchestrator.v1.ReapRequest
+	(*ReapResponse)(nil),           // 26: berth.orchestrator.v1.ReapResponse
+	(*DrainRequest)(nil),           // 27: berth.orchestrator.v1.DrainRequest
+	(*DrainFailure)(nil),           // 28: berth.orchestrator.v1.DrainFailure
+	(*DrainResponse)(nil),          // 29: berth.orchestrator.v1.DrainResponse
+	(*WatchRequest)(nil),           // 30: berth.orchestrator.v1.WatchRequest
+	(*LeaseEvent)(nil),             // 31: berth.orchestrator.v1.LeaseEvent
+	(*SignRequest)(nil),            // 32: berth.orchestrator.v1.SignRequest
+	(*SignResponse)(nil),           // 33: berth.orchestrator.v1.SignResponse
+	(*LogsRequest)(nil),            // 34: berth.orchestrator.v1.LogsRequest
+	(*LogEntry)(nil),               // 35: berth.orchestrator.v1.LogEntry
+	(*Volume)(nil),                 // 36: berth.orchestrator.v1.Volume
+	(*ListVolumesRequest)(nil),     // 37: berth.orchestrator.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),    // 38: berth.orchestrator.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),       // 39: berth.orchestrator.v1.GetVolumeRequest
+	(*DeleteVolumeRequest)(nil),    // 40: berth.orchestrator.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),   // 41: berth.orchestrator.v1.DeleteVolumeResponse
+	nil,                            // 42: berth.orchestrator.v1.Lease.LabelsEntry
+	nil,                            // 43: berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	nil,                            // 44: berth.orchestrator.v1.AcquireRequest.EnvEntry
+	nil,                            // 45: berth.orchestrator.v1.AcquireRequest.SecretsEntry
+	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 47: google.protobuf.Duration
 }
 var file_berth_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	42, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
-	42, // 1: berth.orchestrator.v1.Usage.sampled_at:type_name -> google.protobuf.Timestamp
+	46, // 0: berth.orchestrator.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
+	46, // 1: berth.orchestrator.v1.Usage.sampled_at:type_name -> google.protobuf.Timestamp
 	0,  // 2: berth.orchestrator.v1.Transition.from:type_name -> berth.orchestrator.v1.LeaseState
 	0,  // 3: berth.orchestrator.v1.Transition.to:type_name -> berth.orchestrator.v1.LeaseState
-	42, // 4: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
-	38, // 5: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
+	46, // 4: berth.orchestrator.v1.Transition.at:type_name -> google.protobuf.Timestamp
+	42, // 5: berth.orchestrator.v1.Lease.labels:type_name -> berth.orchestrator.v1.Lease.LabelsEntry
 	1,  // 6: berth.orchestrator.v1.Lease.resources:type_name -> berth.orchestrator.v1.Resources
 	0,  // 7: berth.orchestrator.v1.Lease.state:type_name -> berth.orchestrator.v1.LeaseState
-	42, // 8: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
-	42, // 9: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
-	42, // 10: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 11: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
-	43, // 12: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	43, // 13: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
+	46, // 8: berth.orchestrator.v1.Lease.created_at:type_name -> google.protobuf.Timestamp
+	46, // 9: berth.orchestrator.v1.Lease.updated_at:type_name -> google.protobuf.Timestamp
+	46, // 10: berth.orchestrator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	46, // 11: berth.orchestrator.v1.Lease.last_activity_at:type_name -> google.protobuf.Timestamp
+	47, // 12: berth.orchestrator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	47, // 13: berth.orchestrator.v1.Lease.idle_timeout:type_name -> google.protobuf.Duration
 	3,  // 14: berth.orchestrator.v1.Lease.transitions:type_name -> berth.orchestrator.v1.Transition
-	42, // 15: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	46, // 15: berth.orchestrator.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
 	2,  // 16: berth.orchestrator.v1.Lease.usage:type_name -> berth.orchestrator.v1.Usage
-	42, // 17: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
-	9,  // 18: berth.orchestrator.v1.Lease.workspace:type_name -> berth.orchestrator.v1.Workspace
-	10, // 19: berth.orchestrator.v1.Lease.mounts:type_name -> berth.orchestrator.v1.HostMount
-	6,  // 20: berth.orchestrator.v1.Lease.network:type_name -> berth.orchestrator.v1.NetworkPolicy
-	43, // 21: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	43, // 22: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
-	39, // 23: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
+	46, // 17: berth.orchestrator.v1.Lease.paused_at:type_name -> google.protobuf.Timestamp
+	10, // 18: berth.orchestrator.v1.Lease.workspace:type_name -> berth.orchestrator.v1.Workspace
+	11, // 19: berth.orchestrator.v1.Lease.mounts:type_name -> berth.orchestrator.v1.HostMount
+	7,  // 20: berth.orchestrator.v1.Lease.network:type_name -> berth.orchestrator.v1.NetworkPolicy
+	47, // 21: berth.orchestrator.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	47, // 22: berth.orchestrator.v1.AcquireRequest.idle_timeout:type_name -> google.protobuf.Duration
+	43, // 23: berth.orchestrator.v1.AcquireRequest.labels:type_name -> berth.orchestrator.v1.AcquireRequest.LabelsEntry
 	1,  // 24: berth.orchestrator.v1.AcquireRequest.resources:type_name -> berth.orchestrator.v1.Resources
-	40, // 25: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
-	41, // 26: berth.orchestrator.v1.AcquireRequest.secrets:type_name -> berth.orchestrator.v1.AcquireRequest.SecretsEntry
-	9,  // 27: berth.orchestrator.v1.AcquireRequest.workspace:type_name -> berth.orchestrator.v1.Workspace
-	10, // 28: berth.orchestrator.v1.AcquireRequest.mounts:type_name -> berth.orchestrator.v1.HostMount
-	6,  // 29: berth.orchestrator.v1.AcquireRequest.network:type_name -> berth.orchestrator.v1.NetworkPolicy
-	6,  // 30: berth.orchestrator.v1.SetNetworkRequest.network:type_name -> berth.orchestrator.v1.NetworkPolicy
-	4,  // 31: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
-	0,  // 32: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
-	4,  // 33: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
-	43, // 34: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	42, // 35: berth.orchestrator.v1.LeaseSnapshot.created_at:type_name -> google.protobuf.Timestamp
-	43, // 36: berth.orchestrator.v1.LeaseSnapshot.duration:type_name -> google.protobuf.Duration
-	19, // 37: berth.orchestrator.v1.ListSnapshotsResponse.snapshots:type_name -> berth.orchestrator.v1.LeaseSnapshot
-	4,  // 38: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
-	3,  // 39: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
-	43, // 40: berth.orchestrator.v1.SignRequest.expires:type_name -> google.protobuf.Duration
-	42, // 41: berth.orchestrator.v1.SignResponse.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 42: berth.orchestrator.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
-	42, // 43: berth.orchestrator.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	3,  // 44: berth.orchestrator.v1.LogEntry.transition:type_name -> berth.orchestrator.v1.Transition
-	42, // 45: berth.orchestrator.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	42, // 46: berth.orchestrator.v1.Volume.last_used_at:type_name -> google.protobuf.Timestamp
-	32, // 47: berth.orchestrator.v1.ListVolumesResponse.volumes:type_name -> berth.orchestrator.v1.Volume
-	5,  // 48: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
-	11, // 49: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
-	12, // 50: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
-	14, // 51: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
-	15, // 52: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
-	16, // 53: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
-	17, // 54: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
-	24, // 55: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
-	18, // 56: berth.orchestrator.v1.LeaseService.Snapshot:input_type -> berth.orchestrator.v1.SnapshotRequest
-	20, // 57: berth.orchestrator.v1.LeaseService.ListSnapshots:input_type -> berth.orchestrator.v1.ListSnapshotsRequest
-	22, // 58: berth.orchestrator.v1.LeaseService.DeleteSnapshot:input_type -> berth.orchestrator.v1.DeleteSnapshotRequest
-	26, // 59: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
-	28, // 60: berth.orchestrator.v1.LeaseService.Sign:input_type -> berth.orchestrator.v1.SignRequest
-	30, // 61: berth.orchestrator.v1.LeaseService.Logs:input_type -> berth.orchestrator.v1.LogsRequest
-	7,  // 62: berth.orchestrator.v1.LeaseService.SetNetwork:input_type -> berth.orchestrator.v1.SetNetworkRequest
-	33, // 63: berth.orchestrator.v1.VolumeService.List:input_type -> berth.orchestrator.v1.ListVolumesRequest
-	35, // 64: berth.orchestrator.v1.VolumeService.Get:input_type -> berth.orchestrator.v1.GetVolumeRequest
-	36, // 65: berth.orchestrator.v1.VolumeService.Delete:input_type -> berth.orchestrator.v1.DeleteVolumeRequest
-	8,  // 66: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
-	4,  // 67: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
-	13, // 68: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
-	4,  // 69: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
-	4,  // 70: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
-	4,  // 71: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
-	4,  // 72: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
-	25, // 73: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
-	19, // 74: berth.orchestrator.v1.LeaseService.Snapshot:output_type -> berth.orchestrator.v1.LeaseSnapshot
-	21, // 75: berth.orchestrator.v1.LeaseService.ListSnapshots:output_type -> berth.orchestrator.v1.ListSnapshotsResponse
-	23, // 76: berth.orchestrator.v1.LeaseService.DeleteSnapshot:output_type -> berth.orchestrator.v1.DeleteSnapshotResponse
-	27, // 77: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
-	29, // 78: berth.orchestrator.v1.LeaseService.Sign:output_type -> berth.orchestrator.v1.SignResponse
-	31, // 79: berth.orchestrator.v1.LeaseService.Logs:output_type -> berth.orchestrator.v1.LogEntry
-	4,  // 80: berth.orchestrator.v1.LeaseService.SetNetwork:output_type -> berth.orchestrator.v1.Lease
-	34, // 81: berth.orchestrator.v1.VolumeService.List:output_type -> berth.orchestrator.v1.ListVolumesResponse
-	32, // 82: berth.orchestrator.v1.VolumeService.Get:output_type -> berth.orchestrator.v1.Volume
-	37, // 83: berth.orchestrator.v1.VolumeService.Delete:output_type -> berth.orchestrator.v1.DeleteVolumeResponse
-	66, // [66:84] is the sub-list for method output_type
-	48, // [48:66] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	44, // 25: berth.orchestrator.v1.AcquireRequest.env:type_name -> berth.orchestrator.v1.AcquireRequest.EnvEntry
+	45, // 26: berth.orchestrator.v1.AcquireRequest.secrets:type_name -> berth.orchestrator.v1.AcquireRequest.SecretsEntry
+	10, // 27: berth.orchestrator.v1.AcquireRequest.workspace:type_name -> berth.orchestrator.v1.Workspace
+	11, // 28: berth.orchestrator.v1.AcquireRequest.mounts:type_name -> berth.orchestrator.v1.HostMount
+	7,  // 29: berth.orchestrator.v1.AcquireRequest.network:type_name -> berth.orchestrator.v1.NetworkPolicy
+	6,  // 30: berth.orchestrator.v1.AcquireRequest.app:type_name -> berth.orchestrator.v1.App
+	7,  // 31: berth.orchestrator.v1.SetNetworkRequest.network:type_name -> berth.orchestrator.v1.NetworkPolicy
+	4,  // 32: berth.orchestrator.v1.AcquireResponse.lease:type_name -> berth.orchestrator.v1.Lease
+	0,  // 33: berth.orchestrator.v1.ListLeasesRequest.state:type_name -> berth.orchestrator.v1.LeaseState
+	4,  // 34: berth.orchestrator.v1.ListLeasesResponse.leases:type_name -> berth.orchestrator.v1.Lease
+	47, // 35: berth.orchestrator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	46, // 36: berth.orchestrator.v1.LeaseSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	47, // 37: berth.orchestrator.v1.LeaseSnapshot.duration:type_name -> google.protobuf.Duration
+	20, // 38: berth.orchestrator.v1.ListSnapshotsResponse.snapshots:type_name -> berth.orchestrator.v1.LeaseSnapshot
+	28, // 39: berth.orchestrator.v1.DrainResponse.failed:type_name -> berth.orchestrator.v1.DrainFailure
+	4,  // 40: berth.orchestrator.v1.LeaseEvent.lease:type_name -> berth.orchestrator.v1.Lease
+	3,  // 41: berth.orchestrator.v1.LeaseEvent.transition:type_name -> berth.orchestrator.v1.Transition
+	47, // 42: berth.orchestrator.v1.SignRequest.expires:type_name -> google.protobuf.Duration
+	46, // 43: berth.orchestrator.v1.SignResponse.expires_at:type_name -> google.protobuf.Timestamp
+	46, // 44: berth.orchestrator.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	46, // 45: berth.orchestrator.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	3,  // 46: berth.orchestrator.v1.LogEntry.transition:type_name -> berth.orchestrator.v1.Transition
+	46, // 47: berth.orchestrator.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	46, // 48: berth.orchestrator.v1.Volume.last_used_at:type_name -> google.protobuf.Timestamp
+	36, // 49: berth.orchestrator.v1.ListVolumesResponse.volumes:type_name -> berth.orchestrator.v1.Volume
+	5,  // 50: berth.orchestrator.v1.LeaseService.Acquire:input_type -> berth.orchestrator.v1.AcquireRequest
+	12, // 51: berth.orchestrator.v1.LeaseService.Get:input_type -> berth.orchestrator.v1.GetLeaseRequest
+	13, // 52: berth.orchestrator.v1.LeaseService.List:input_type -> berth.orchestrator.v1.ListLeasesRequest
+	15, // 53: berth.orchestrator.v1.LeaseService.Renew:input_type -> berth.orchestrator.v1.RenewRequest
+	16, // 54: berth.orchestrator.v1.LeaseService.Release:input_type -> berth.orchestrator.v1.ReleaseRequest
+	17, // 55: berth.orchestrator.v1.LeaseService.Pause:input_type -> berth.orchestrator.v1.PauseRequest
+	18, // 56: berth.orchestrator.v1.LeaseService.Resume:input_type -> berth.orchestrator.v1.ResumeRequest
+	25, // 57: berth.orchestrator.v1.LeaseService.Reap:input_type -> berth.orchestrator.v1.ReapRequest
+	19, // 58: berth.orchestrator.v1.LeaseService.Snapshot:input_type -> berth.orchestrator.v1.SnapshotRequest
+	21, // 59: berth.orchestrator.v1.LeaseService.ListSnapshots:input_type -> berth.orchestrator.v1.ListSnapshotsRequest
+	23, // 60: berth.orchestrator.v1.LeaseService.DeleteSnapshot:input_type -> berth.orchestrator.v1.DeleteSnapshotRequest
+	30, // 61: berth.orchestrator.v1.LeaseService.Watch:input_type -> berth.orchestrator.v1.WatchRequest
+	32, // 62: berth.orchestrator.v1.LeaseService.Sign:input_type -> berth.orchestrator.v1.SignRequest
+	34, // 63: berth.orchestrator.v1.LeaseService.Logs:input_type -> berth.orchestrator.v1.LogsRequest
+	8,  // 64: berth.orchestrator.v1.LeaseService.SetNetwork:input_type -> berth.orchestrator.v1.SetNetworkRequest
+	27, // 65: berth.orchestrator.v1.LeaseService.Drain:input_type -> berth.orchestrator.v1.DrainRequest
+	37, // 66: berth.orchestrator.v1.VolumeService.List:input_type -> berth.orchestrator.v1.ListVolumesRequest
+	39, // 67: berth.orchestrator.v1.VolumeService.Get:input_type -> berth.orchestrator.v1.GetVolumeRequest
+	40, // 68: berth.orchestrator.v1.VolumeService.Delete:input_type -> berth.orchestrator.v1.DeleteVolumeRequest
+	9,  // 69: berth.orchestrator.v1.LeaseService.Acquire:output_type -> berth.orchestrator.v1.AcquireResponse
+	4,  // 70: berth.orchestrator.v1.LeaseService.Get:output_type -> berth.orchestrator.v1.Lease
+	14, // 71: berth.orchestrator.v1.LeaseService.List:output_type -> berth.orchestrator.v1.ListLeasesResponse
+	4,  // 72: berth.orchestrator.v1.LeaseService.Renew:output_type -> berth.orchestrator.v1.Lease
+	4,  // 73: berth.orchestrator.v1.LeaseService.Release:output_type -> berth.orchestrator.v1.Lease
+	4,  // 74: berth.orchestrator.v1.LeaseService.Pause:output_type -> berth.orchestrator.v1.Lease
+	4,  // 75: berth.orchestrator.v1.LeaseService.Resume:output_type -> berth.orchestrator.v1.Lease
+	26, // 76: berth.orchestrator.v1.LeaseService.Reap:output_type -> berth.orchestrator.v1.ReapResponse
+	20, // 77: berth.orchestrator.v1.LeaseService.Snapshot:output_type -> berth.orchestrator.v1.LeaseSnapshot
+	22, // 78: berth.orchestrator.v1.LeaseService.ListSnapshots:output_type -> berth.orchestrator.v1.ListSnapshotsResponse
+	24, // 79: berth.orchestrator.v1.LeaseService.DeleteSnapshot:output_type -> berth.orchestrator.v1.DeleteSnapshotResponse
+	31, // 80: berth.orchestrator.v1.LeaseService.Watch:output_type -> berth.orchestrator.v1.LeaseEvent
+	33, // 81: berth.orchestrator.v1.LeaseService.Sign:output_type -> berth.orchestrator.v1.SignResponse
+	35, // 82: berth.orchestrator.v1.LeaseService.Logs:output_type -> berth.orchestrator.v1.LogEntry
+	4,  // 83: berth.orchestrator.v1.LeaseService.SetNetwork:output_type -> berth.orchestrator.v1.Lease
+	29, // 84: berth.orchestrator.v1.LeaseService.Drain:output_type -> berth.orchestrator.v1.DrainResponse
+	38, // 85: berth.orchestrator.v1.VolumeService.List:output_type -> berth.orchestrator.v1.ListVolumesResponse
+	36, // 86: berth.orchestrator.v1.VolumeService.Get:output_type -> berth.orchestrator.v1.Volume
+	41, // 87: berth.orchestrator.v1.VolumeService.Delete:output_type -> berth.orchestrator.v1.DeleteVolumeResponse
+	69, // [69:88] is the sub-list for method output_type
+	50, // [50:69] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_berth_orchestrator_v1_orchestrator_proto_init() }
@@ -3311,7 +3598,7 @@ func file_berth_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_orchestrator_v1_orchestrator_proto_rawDesc), len(file_berth_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   41,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -38,6 +38,7 @@ const (
 	LeaseService_Sign_FullMethodName           = "/berth.orchestrator.v1.LeaseService/Sign"
 	LeaseService_Logs_FullMethodName           = "/berth.orchestrator.v1.LeaseService/Logs"
 	LeaseService_SetNetwork_FullMethodName     = "/berth.orchestrator.v1.LeaseService/SetNetwork"
+	LeaseService_Drain_FullMethodName          = "/berth.orchestrator.v1.LeaseService/Drain"
 )
 
 // LeaseServiceClient is the client API for LeaseService service.
@@ -96,6 +97,15 @@ type LeaseServiceClient interface {
 	// follow it at once (open ones stay open), and it is kept with the lease
 	// across restarts. See docs/network-policy.md.
 	SetNetwork(ctx context.Context, in *SetNetworkRequest, opts ...grpc.CallOption) (*Lease, error)
+	// Drain takes this orchestrator out of service (operator only): from the
+	// call on it refuses every acquire that would create a lease, and every
+	// resume of a paused one, with UNAVAILABLE (an acquire that returns a
+	// live lease still works), and its warm pools empty; then each live
+	// lease homed here is hibernated or released, as mode says, a few at a
+	// time. Draining lasts until the orchestrator stops; it is not stored,
+	// so the next start accepts acquires again. Calling it again drains what
+	// is still live. See docs/orchestrator.md, "Stopping and draining".
+	Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error)
 }
 
 type leaseServiceClient struct {
@@ -274,6 +284,16 @@ func (c *leaseServiceClient) SetNetwork(ctx context.Context, in *SetNetworkReque
 	return out, nil
 }
 
+func (c *leaseServiceClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainResponse)
+	err := c.cc.Invoke(ctx, LeaseService_Drain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LeaseServiceServer is the server API for LeaseService service.
 // All implementations must embed UnimplementedLeaseServiceServer
 // for forward compatibility.
@@ -330,6 +350,15 @@ type LeaseServiceServer interface {
 	// follow it at once (open ones stay open), and it is kept with the lease
 	// across restarts. See docs/network-policy.md.
 	SetNetwork(context.Context, *SetNetworkRequest) (*Lease, error)
+	// Drain takes this orchestrator out of service (operator only): from the
+	// call on it refuses every acquire that would create a lease, and every
+	// resume of a paused one, with UNAVAILABLE (an acquire that returns a
+	// live lease still works), and its warm pools empty; then each live
+	// lease homed here is hibernated or released, as mode says, a few at a
+	// time. Draining lasts until the orchestrator stops; it is not stored,
+	// so the next start accepts acquires again. Calling it again drains what
+	// is still live. See docs/orchestrator.md, "Stopping and draining".
+	Drain(context.Context, *DrainRequest) (*DrainResponse, error)
 	mustEmbedUnimplementedLeaseServiceServer()
 }
 
@@ -384,6 +413,9 @@ func (UnimplementedLeaseServiceServer) Logs(*LogsRequest, grpc.ServerStreamingSe
 }
 func (UnimplementedLeaseServiceServer) SetNetwork(context.Context, *SetNetworkRequest) (*Lease, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetNetwork not implemented")
+}
+func (UnimplementedLeaseServiceServer) Drain(context.Context, *DrainRequest) (*DrainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
 }
 func (UnimplementedLeaseServiceServer) mustEmbedUnimplementedLeaseServiceServer() {}
 func (UnimplementedLeaseServiceServer) testEmbeddedByValue()                      {}
@@ -662,6 +694,24 @@ func _LeaseService_SetNetwork_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LeaseService_Drain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).Drain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_Drain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).Drain(ctx, req.(*DrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LeaseService_ServiceDesc is the grpc.ServiceDesc for LeaseService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -720,6 +770,10 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetNetwork",
 			Handler:    _LeaseService_SetNetwork_Handler,
+		},
+		{
+			MethodName: "Drain",
+			Handler:    _LeaseService_Drain_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
