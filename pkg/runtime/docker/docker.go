@@ -325,29 +325,73 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 // Pause freezes every process of the sandbox (cgroup freezer). Pausing a
 // sandbox that is not running (paused, stopped) is FailedPrecondition.
 func (r *Runtime) Pause(ctx context.Context, id string) error {
-	r.negotiate(ctx)
-	ins, err := r.inspectManaged(ctx, id)
-	if err != nil {
-		return err
-	}
-	if st := ins.State; st == nil || !st.Running || st.Paused {
-		return errdefs.FailedPrecondition("docker: cannot pause container %s: it is %s", id, stateText(ins))
-	}
-	return r.mapErr(r.cli.ContainerPause(ctx, id), "pause container", id)
+	return r.freeze(ctx, id, true)
 }
 
 // Resume thaws a paused sandbox. Resuming a sandbox that is not paused is
 // FailedPrecondition.
 func (r *Runtime) Resume(ctx context.Context, id string) error {
+	return r.freeze(ctx, id, false)
+}
+
+// pausedFlagSettle bounds how long Pause and Resume wait for the engine's
+// paused flag to show the state they can act on. The Docker daemon sets
+// that flag twice for every pause and unpause: when the call returns, and
+// again when containerd's event for it is handled, later and on its own
+// goroutine. In a quick pause, resume, pause the "paused" event of the first
+// pause can be handled after the resume, so the engine reports a running,
+// thawed container as paused (and refuses to pause it) until the "resumed"
+// event behind it arrives; the same happens the other way round. A flag
+// that disagrees with a running container is given this long to settle.
+const pausedFlagSettle = 2 * time.Second
+
+// freeze pauses (pause true) or resumes a sandbox, waiting out a stale
+// paused flag of a running container (pausedFlagSettle).
+func (r *Runtime) freeze(ctx context.Context, id string, pause bool) error {
 	r.negotiate(ctx)
-	ins, err := r.inspectManaged(ctx, id)
-	if err != nil {
-		return err
+	deadline := time.Now().Add(pausedFlagSettle)
+	wait := 5 * time.Millisecond
+	for {
+		ins, err := r.inspectManaged(ctx, id)
+		if err != nil {
+			return err
+		}
+		st := ins.State
+		switch {
+		case st == nil || !st.Running:
+			// Stopped, restarting or dead: no event will change that.
+			return r.notFreezable(id, ins, pause)
+		case st.Paused != pause:
+			var err error
+			if pause {
+				err = r.mapErr(r.cli.ContainerPause(ctx, id), "pause container", id)
+			} else {
+				err = r.mapErr(r.cli.ContainerUnpause(ctx, id), "unpause container", id)
+			}
+			// The daemon checks its flag again: a conflict is the same stale
+			// flag, seen between our inspect and the call.
+			if err == nil || !errdefs.IsFailedPrecondition(err) || time.Now().After(deadline) {
+				return err
+			}
+		case time.Now().After(deadline):
+			return r.notFreezable(id, ins, pause)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("docker: waiting for container %s to settle: %w", id, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 100*time.Millisecond)
 	}
-	if st := ins.State; st == nil || !st.Paused {
-		return errdefs.FailedPrecondition("docker: cannot resume container %s: it is %s, not paused", id, stateText(ins))
+}
+
+// notFreezable is the FailedPrecondition of a pause or resume the
+// container's state does not allow.
+func (r *Runtime) notFreezable(id string, ins container.InspectResponse, pause bool) error {
+	if pause {
+		return errdefs.FailedPrecondition("docker: cannot pause container %s: it is %s", id, stateText(ins))
 	}
-	return r.mapErr(r.cli.ContainerUnpause(ctx, id), "unpause container", id)
+	return errdefs.FailedPrecondition("docker: cannot resume container %s: it is %s, not paused", id, stateText(ins))
 }
 
 func stateText(ins container.InspectResponse) string {
