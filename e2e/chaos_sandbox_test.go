@@ -511,8 +511,8 @@ func chaosSandboxFaultsContainerd(t *testing.T, cfg chaosSizes, table *chaosTabl
 	requireCtrdImage(t, baseImage)
 	env := newCtrdEnv(t)
 	o := startCtrdOrch(t, env, func(c *orchestrator.Config) {
-		c.DiskInterval = orchestrator.Duration(time.Second)
-		c.DiskGrace = orchestrator.Duration(3 * time.Second)
+		c.Disk.Interval = time.Second
+		c.Disk.Grace = 3 * time.Second
 	})
 	// Runs before the env's leftover check: the containers of ended leases
 	// that berth keeps (disk limit) are expected; remove them. Anything

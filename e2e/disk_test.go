@@ -28,8 +28,8 @@ const (
 
 func diskConfig(c *orchestrator.Config) {
 	c.DefaultDiskBytes = diskLimit
-	c.DiskInterval = orchestrator.Duration(400 * time.Millisecond)
-	c.DiskGrace = orchestrator.Duration(2 * time.Second)
+	c.Disk.Interval = 400 * time.Millisecond
+	c.Disk.Grace = 2 * time.Second
 }
 
 // sandboxDo sends a request through the orchestrator's proxy to lease id's

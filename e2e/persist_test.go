@@ -298,7 +298,7 @@ func TestPersistDiskLimitDocker(t *testing.T) {
 	requireImage(t, baseImage)
 	dir, instance := newDataDir(t)
 	o := startOrch(t, dir, func(c *orchestrator.Config) {
-		c.DiskInterval, c.DiskGrace = orchestrator.Duration(200*time.Millisecond), orchestrator.Duration(500*time.Millisecond)
+		c.Disk.Interval, c.Disk.Grace = 200*time.Millisecond, 500*time.Millisecond
 	})
 	tgt := persistTarget{a: o.api, vm: dockerRT, reap: func() { removeContainers(runtime.LabelInstance + "=" + instance) }}
 	conv := "persist-disk-" + randHex(4)

@@ -3,19 +3,83 @@ package lease
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/internal/periodic"
+	"github.com/berth-dev/berth/pkg/errdefs"
+	"github.com/berth-dev/berth/pkg/runtime"
 )
 
 // The disk limit (Resources.DiskBytes) where the engine cannot enforce it:
 // the Manager measures each READY lease with a limit (Runtime.Usage), keeps
 // the result in Lease.Usage and, past the limit, warns (Lease.Warnings; the
-// proxy refuses uploads) and after Config.DiskGrace stops the sandbox and
+// proxy refuses uploads) and after DiskConfig.Grace stops the sandbox and
 // fails the lease, keeping the stopped container (Lease.KeepContainer) for
-// an operator to copy the files out until Config.Retention has passed.
+// an operator to copy the files out until Config.Retention has passed. The
+// diskEnforcer does it; Config.Disk configures it.
+
+// DiskConfig configures the enforcement of the disk limit where the engine
+// cannot enforce it (disk.go). Zero fields take the defaults
+// (DefaultDiskConfig).
+type DiskConfig struct {
+	// Interval is the base interval between two measurements of a READY
+	// lease's disk usage (only leases with Resources.DiskBytes are
+	// measured). It adapts per lease: down to a quarter of it (at least
+	// 100ms) when the usage is near or over the limit or growing towards
+	// it, up to four times it when the usage is far below the limit and
+	// unchanged. Default 15s.
+	Interval time.Duration
+	// Concurrency bounds the measurements running at once (each makes the
+	// engine walk a writable layer). Default 2; negative takes the default
+	// too.
+	Concurrency int
+	// Grace is how long a lease may stay over its disk limit (with a
+	// warning, uploads refused) before berth stops its sandbox and fails
+	// the lease. Default 30s.
+	Grace time.Duration
+}
+
+// DefaultDiskConfig returns the defaults of DiskConfig.
+func DefaultDiskConfig() DiskConfig {
+	return DiskConfig{Interval: 15 * time.Second, Concurrency: 2, Grace: 30 * time.Second}
+}
+
+// withDefaults returns c with its zero fields (and a negative Concurrency)
+// taken from DefaultDiskConfig, validated.
+func (c DiskConfig) withDefaults() (DiskConfig, error) {
+	d := DefaultDiskConfig()
+	if c.Interval == 0 {
+		c.Interval = d.Interval
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = d.Concurrency
+	}
+	if c.Grace == 0 {
+		c.Grace = d.Grace
+	}
+	return c, c.Validate()
+}
+
+// Validate reports the first field that cannot work (an
+// errdefs.ErrInvalidArgument naming it): every field must be positive. A
+// Config's zero fields are filled with the defaults before it is checked;
+// a caller without defaults (the orchestrator's configuration) checks its
+// own values as they are.
+func (c DiskConfig) Validate() error {
+	switch {
+	case c.Interval <= 0:
+		return errdefs.InvalidArgument("disk_interval", "must be positive, got %s", c.Interval)
+	case c.Grace <= 0:
+		return errdefs.InvalidArgument("disk_grace", "must be positive, got %s", c.Grace)
+	case c.Concurrency <= 0:
+		return errdefs.InvalidArgument("disk_concurrency", "must be positive, got %d", c.Concurrency)
+	}
+	return nil
+}
 
 // diskWarningPrefix starts the warning of a lease over its disk limit.
 const diskWarningPrefix = "disk limit exceeded: "
@@ -34,6 +98,62 @@ func DiskReason(used, limit int64) string {
 // diskStopGrace is the SIGTERM grace of a sandbox stopped past its limit.
 const diskStopGrace = 2 * time.Second
 
+// diskHost is what the diskEnforcer needs from the Manager; *Manager
+// implements it. Every method ending in Locked is called with the
+// Manager's mu held.
+type diskHost interface {
+	// homeLocked reports whether this replica measures e (replicas.go).
+	homeLocked(e *entry) bool
+	// transitionLocked moves e to a state (manager.go).
+	transitionLocked(e *entry, to State, reason string) error
+	// emitLocked tells the watchers of e's change (events.go).
+	emitLocked(e *entry, t *Transition)
+	// persist writes a snapshot of a lease (manager.go).
+	persist(l Lease, rev uint64) error
+	// enqueueCleanLocked hands e's container to the removal workers (ops.go).
+	enqueueCleanLocked(e *entry)
+	// goBackground runs f in a goroutine Close waits for (manager.go).
+	goBackground(f func())
+	// now is the lease clock (manager.go).
+	now() time.Time
+}
+
+// diskRuntime is the part of Runtime the diskEnforcer uses.
+type diskRuntime interface {
+	Usage(ctx context.Context, id string) (runtime.Usage, error)
+	Stop(ctx context.Context, id string, grace time.Duration) error
+}
+
+// diskEnforcer measures the READY leases with a disk limit and applies the
+// policy (see the top of this file). Its state is guarded by the Manager's
+// mu, which guards the leases it reads.
+type diskEnforcer struct {
+	cfg  DiskConfig
+	host diskHost
+	rt   diskRuntime
+	log  *slog.Logger
+	// retention is Config.Retention (keptLocked); removeTimeout
+	// Config.RemoveTimeout (stopForDisk).
+	retention, removeTimeout time.Duration
+
+	mu     *sync.Mutex       // the Manager's
+	leases map[string]*entry // the Manager's, read with mu held
+	// states is the bookkeeping of the leases measured or charged; an
+	// entry's goes with the entry (prune).
+	states map[*entry]*diskState
+	// measurements and stops count disk measurements and sandboxes
+	// stopped past their disk limit since New.
+	measurements, stops uint64
+}
+
+// newDiskEnforcer returns the enforcer of a Manager: cfg has its defaults
+// applied; mu and leases are the Manager's.
+func newDiskEnforcer(cfg Config, host diskHost, mu *sync.Mutex, leases map[string]*entry) *diskEnforcer {
+	return &diskEnforcer{cfg: cfg.Disk, host: host, rt: cfg.Runtime, log: cfg.Logger,
+		retention: cfg.Retention, removeTimeout: cfg.RemoveTimeout,
+		mu: mu, leases: leases, states: map[*entry]*diskState{}}
+}
+
 // diskState is an entry's measurement bookkeeping (real clock, not
 // persisted). Guarded by Manager.mu.
 type diskState struct {
@@ -46,109 +166,154 @@ type diskState struct {
 	charged   int64         // bytes uploads added since the last measurement
 }
 
-// diskMinInterval is the shortest interval between two measurements of one
-// lease: a quarter of DiskInterval, at least 100ms (but not above
-// DiskInterval).
-func (m *Manager) diskMinInterval() time.Duration {
-	return min(m.cfg.DiskInterval, max(m.cfg.DiskInterval/4, 100*time.Millisecond))
+// stateLocked returns e's bookkeeping, created empty on first use. Called
+// with mu held.
+func (d *diskEnforcer) stateLocked(e *entry) *diskState {
+	st := d.states[e]
+	if st == nil {
+		st = &diskState{}
+		d.states[e] = st
+	}
+	return st
 }
 
-// diskLoop measures the due leases every tick until ctx ends, at most
-// Config.DiskConcurrency at once.
-func (m *Manager) diskLoop(ctx context.Context) {
-	tick := min(max(m.diskMinInterval()/2, 10*time.Millisecond), time.Second)
-	sem := make(chan struct{}, m.cfg.DiskConcurrency)
-	periodic.Run(ctx, tick, func(ctx context.Context) { m.diskPass(ctx, sem) })
+// chargedLocked is what uploads added to e's usage since its last
+// measurement (Route.DiskUsed). Called with mu held.
+func (d *diskEnforcer) chargedLocked(e *entry) int64 {
+	if st := d.states[e]; st != nil {
+		return st.charged
+	}
+	return 0
 }
 
-// diskPass starts the measurements that are due, the most overdue first,
-// as long as a slot in sem is free; the others wait for the next pass.
-func (m *Manager) diskPass(ctx context.Context, sem chan struct{}) {
-	now := time.Now()
-	var due []*entry
-	m.mu.Lock()
-	for _, e := range m.leases {
-		if e.l.State == StateReady && e.l.Resources.DiskBytes > 0 && e.l.ContainerID != "" &&
-			!e.disk.measuring && !now.Before(e.disk.next) && m.homeLocked(e) {
-			due = append(due, e)
+// pruneLocked drops the bookkeeping of entries that ended (never measured
+// again) or left the Manager. Called with mu held.
+func (d *diskEnforcer) pruneLocked() {
+	for e := range d.states {
+		if e.l.State.Ended() || d.leases[e.l.ID] != e {
+			delete(d.states, e)
 		}
 	}
-	slices.SortFunc(due, func(a, b *entry) int { return a.disk.next.Compare(b.disk.next) })
+}
+
+// minInterval is the shortest interval between two measurements of one
+// lease: a quarter of DiskConfig.Interval, at least 100ms (but not above
+// Interval).
+func (d *diskEnforcer) minInterval() time.Duration {
+	return min(d.cfg.Interval, max(d.cfg.Interval/4, 100*time.Millisecond))
+}
+
+// loop measures the due leases every tick until ctx ends, at most
+// DiskConfig.Concurrency at once.
+func (d *diskEnforcer) loop(ctx context.Context) {
+	tick := min(max(d.minInterval()/2, 10*time.Millisecond), time.Second)
+	sem := make(chan struct{}, d.cfg.Concurrency)
+	periodic.Run(ctx, tick, func(ctx context.Context) { d.pass(ctx, sem) })
+}
+
+// pass starts the measurements that are due, the most overdue first, as
+// long as a slot in sem is free; the others wait for the next pass.
+func (d *diskEnforcer) pass(ctx context.Context, sem chan struct{}) {
+	now := time.Now()
+	type cand struct {
+		e    *entry
+		next time.Time
+	}
+	var due []cand
+	d.mu.Lock()
+	d.pruneLocked()
+	for _, e := range d.leases {
+		if e.l.State != StateReady || e.l.Resources.DiskBytes <= 0 || e.l.ContainerID == "" {
+			continue
+		}
+		var next time.Time
+		if st := d.states[e]; st != nil {
+			if st.measuring {
+				continue
+			}
+			next = st.next
+		}
+		if !now.Before(next) && d.host.homeLocked(e) {
+			due = append(due, cand{e, next})
+		}
+	}
+	slices.SortFunc(due, func(a, b cand) int { return a.next.Compare(b.next) })
 	type job struct {
 		e   *entry
 		cid string
 	}
 	var jobs []job
 slots:
-	for _, e := range due {
+	for _, c := range due {
 		select {
 		case sem <- struct{}{}:
 		default:
 			break slots // none free: the rest wait for the next pass
 		}
-		e.disk.measuring = true
-		jobs = append(jobs, job{e, e.l.ContainerID})
+		d.stateLocked(c.e).measuring = true
+		jobs = append(jobs, job{c.e, c.e.l.ContainerID})
 	}
-	m.mu.Unlock()
+	d.mu.Unlock()
 	for _, j := range jobs {
-		m.goBackground(func() {
+		d.host.goBackground(func() {
 			defer func() { <-sem }()
-			m.measureDisk(ctx, j.e, j.cid)
+			d.measure(ctx, j.e, j.cid)
 		})
 	}
 }
 
-// measureDisk measures one lease's sandbox and applies the policy.
-func (m *Manager) measureDisk(ctx context.Context, e *entry, cid string) {
-	mctx, cancel := context.WithTimeout(ctx, max(4*m.cfg.DiskInterval, 30*time.Second))
-	u, err := m.rt.Usage(mctx, cid)
+// measure measures one lease's sandbox and applies the policy.
+func (d *diskEnforcer) measure(ctx context.Context, e *entry, cid string) {
+	mctx, cancel := context.WithTimeout(ctx, max(4*d.cfg.Interval, 30*time.Second))
+	u, err := d.rt.Usage(mctx, cid)
 	cancel()
 	real := time.Now()
 
-	m.mu.Lock()
-	e.disk.measuring = false
+	d.mu.Lock()
+	st := d.stateLocked(e)
+	st.measuring = false
 	if e.l.State != StateReady || e.l.ContainerID != cid {
-		m.mu.Unlock()
+		d.mu.Unlock()
 		return
 	}
 	id, limit := e.l.ID, e.l.Resources.DiskBytes
 	if err != nil {
-		e.disk.next = real.Add(m.cfg.DiskInterval)
-		m.mu.Unlock()
+		st.next = real.Add(d.cfg.Interval)
+		d.mu.Unlock()
 		if ctx.Err() == nil {
-			m.log.Warn("measuring disk usage failed", "lease_id", id, "container_id", cid, "err", err)
+			d.log.Warn("measuring disk usage failed", "lease_id", id, "container_id", cid, "err", err)
 		}
 		return
 	}
 	used := u.DiskBytes
-	e.l.Usage = Usage{DiskBytes: used, MeasuredAt: m.now()}
-	e.disk.charged = 0
+	e.l.Usage = Usage{DiskBytes: used, MeasuredAt: d.host.now()}
+	st.charged = 0
 	var changed, stop bool
 	var reason string
 	if used > limit {
-		if e.disk.overSince.IsZero() {
-			e.disk.overSince = real
-			m.log.Warn("sandbox over its disk limit", "lease_id", id, "container_id", cid, "disk_bytes", used, "limit_bytes", limit, "grace", m.cfg.DiskGrace)
+		if st.overSince.IsZero() {
+			st.overSince = real
+			d.log.Warn("sandbox over its disk limit", "lease_id", id, "container_id", cid, "disk_bytes", used, "limit_bytes", limit, "grace", d.cfg.Grace)
 		}
 		changed = setDiskWarning(&e.l, DiskWarning(used, limit))
-		if real.Sub(e.disk.overSince) >= m.cfg.DiskGrace {
+		if real.Sub(st.overSince) >= d.cfg.Grace {
 			reason = DiskReason(used, limit)
-			if m.transitionLocked(e, StateFailed, reason) == nil {
+			if d.host.transitionLocked(e, StateFailed, reason) == nil {
 				e.l.KeepContainer = true
-				m.diskStops++
+				d.stops++
 				stop, changed = true, true
 			}
 		}
 	} else {
-		if !e.disk.overSince.IsZero() {
-			m.log.Info("sandbox back under its disk limit", "lease_id", id, "container_id", cid, "disk_bytes", used, "limit_bytes", limit)
+		if !st.overSince.IsZero() {
+			d.log.Info("sandbox back under its disk limit", "lease_id", id, "container_id", cid, "disk_bytes", used, "limit_bytes", limit)
 		}
-		e.disk.overSince = time.Time{}
+		st.overSince = time.Time{}
 		changed = clearDiskWarning(&e.l)
 	}
-	e.disk.next = real.Add(m.nextDiskInterval(e, used, limit, real))
-	e.disk.last, e.disk.lastAt = used, real
-	m.diskMeasurements++
+	st.next = real.Add(d.nextInterval(st, used, limit, real))
+	st.last, st.lastAt = used, real
+	d.measurements++
 	var l Lease
 	var rev uint64
 	if changed {
@@ -156,24 +321,24 @@ func (m *Manager) measureDisk(ctx context.Context, e *entry, cid string) {
 		// the store); a warning that appears or clears is.
 		e.rev++
 		if !stop {
-			m.emitLocked(e, nil)
+			d.host.emitLocked(e, nil)
 		}
 		l, rev = e.snapshot()
 	}
-	m.mu.Unlock()
+	d.mu.Unlock()
 	if changed {
-		_ = m.persist(l, rev)
+		_ = d.host.persist(l, rev)
 	}
 	if stop {
-		m.stopForDisk(ctx, e, id, cid, reason)
+		d.stopForDisk(ctx, e, id, cid, reason)
 	}
 }
 
 // stopForDisk stops the container of a lease failed past its disk limit,
 // keeping it. If it cannot be stopped (after three attempts) it is removed
 // instead: a sandbox that keeps writing must not fill the host.
-func (m *Manager) stopForDisk(ctx context.Context, e *entry, id, cid, reason string) {
-	m.log.Warn("stopping sandbox past its disk limit; the container is kept", "lease_id", id, "container_id", cid, "reason", reason)
+func (d *diskEnforcer) stopForDisk(ctx context.Context, e *entry, id, cid, reason string) {
+	d.log.Warn("stopping sandbox past its disk limit; the container is kept", "lease_id", id, "container_id", cid, "reason", reason)
 	var err error
 	for attempt := range 3 {
 		if attempt > 0 {
@@ -182,48 +347,49 @@ func (m *Manager) stopForDisk(ctx context.Context, e *entry, id, cid, reason str
 			case <-time.After(time.Duration(attempt) * time.Second):
 			}
 		}
-		sctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
-		err = m.rt.Stop(sctx, cid, diskStopGrace)
+		sctx, cancel := detached(ctx, d.removeTimeout)
+		err = d.rt.Stop(sctx, cid, diskStopGrace)
 		cancel()
 		if err == nil {
 			return
 		}
 	}
-	m.log.Error("stopping sandbox past its disk limit failed; removing it", "lease_id", id, "container_id", cid, "err", err)
-	m.mu.Lock()
+	d.log.Error("stopping sandbox past its disk limit failed; removing it", "lease_id", id, "container_id", cid, "err", err)
+	d.mu.Lock()
 	e.l.KeepContainer = false
 	e.rev++
-	m.enqueueCleanLocked(e)
+	d.host.enqueueCleanLocked(e)
 	l, rev := e.snapshot()
-	m.mu.Unlock()
-	_ = m.persist(l, rev)
+	d.mu.Unlock()
+	_ = d.host.persist(l, rev)
 }
 
-// nextDiskInterval picks the wait before e's next measurement: short near,
-// over or heading for the limit (at the rate of the last two measurements),
-// relaxed when far below it and unchanged. Called with mu held.
-func (m *Manager) nextDiskInterval(e *entry, used, limit int64, now time.Time) time.Duration {
-	base, lo := m.cfg.DiskInterval, m.diskMinInterval()
+// nextInterval picks the wait before the next measurement of a lease with
+// bookkeeping st: short near, over or heading for the limit (at the rate
+// of the last two measurements), relaxed when far below it and unchanged.
+// Called with mu held.
+func (d *diskEnforcer) nextInterval(st *diskState, used, limit int64, now time.Time) time.Duration {
+	base, lo := d.cfg.Interval, d.minInterval()
 	if used > limit {
 		// Check again in time for the end of the grace period.
-		left := e.disk.overSince.Add(m.cfg.DiskGrace).Sub(now)
+		left := st.overSince.Add(d.cfg.Grace).Sub(now)
 		return max(min(lo, left), 10*time.Millisecond)
 	}
 	if used >= limit/10*8 {
 		return lo
 	}
-	grew := used - e.disk.last
-	if dt := now.Sub(e.disk.lastAt); !e.disk.lastAt.IsZero() && grew > 0 && dt > 0 {
-		e.disk.every = 0
+	grew := used - st.last
+	if dt := now.Sub(st.lastAt); !st.lastAt.IsZero() && grew > 0 && dt > 0 {
+		st.every = 0
 		// Half the time the limit would take to reach at this rate.
 		eta := time.Duration(float64(limit-used) / float64(grew) * float64(dt))
 		return min(max(eta/2, lo), base)
 	}
-	if used < limit/2 && !e.disk.lastAt.IsZero() && abs(grew) <= limit/100 {
-		e.disk.every = min(max(2*e.disk.every, base), 4*base)
-		return e.disk.every
+	if used < limit/2 && !st.lastAt.IsZero() && abs(grew) <= limit/100 {
+		st.every = min(max(2*st.every, base), 4*base)
+		return st.every
 	}
-	e.disk.every = 0
+	st.every = 0
 	return base
 }
 
@@ -262,19 +428,23 @@ func clearDiskWarning(l *Lease) bool {
 // forward. The proxy calls it after a successful upload so that uploads in
 // quick succession cannot all pass against one stale measurement. Unknown
 // leases and leases without a limit are ignored.
-func (m *Manager) ChargeDisk(id string, n int64) {
+func (m *Manager) ChargeDisk(id string, n int64) { m.disk.charge(id, n) }
+
+// charge is ChargeDisk.
+func (d *diskEnforcer) charge(id string, n int64) {
 	if n <= 0 {
 		return
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e := m.leases[id]
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.leases[id]
 	if e == nil || e.l.State != StateReady || e.l.Resources.DiskBytes <= 0 {
 		return
 	}
-	e.disk.charged += n
-	if soon := time.Now().Add(m.diskMinInterval()); e.disk.next.After(soon) {
-		e.disk.next = soon
+	st := d.stateLocked(e)
+	st.charged += n
+	if soon := time.Now().Add(d.minInterval()); st.next.After(soon) {
+		st.next = soon
 	}
 }
 
@@ -282,11 +452,11 @@ func (m *Manager) ChargeDisk(id string, n int64) {
 // ended (Lease.KeepContainer) and its time is not up: Config.Retention
 // after EndedAt, or 1h when Retention keeps records forever. Reconcile,
 // resync and the reaper leave such a container alone. Called with mu held.
-func (m *Manager) keptLocked(e *entry, now time.Time) bool {
+func (d *diskEnforcer) keptLocked(e *entry, now time.Time) bool {
 	if !e.l.KeepContainer || e.l.Cleaned || !e.l.State.Ended() {
 		return false
 	}
-	keep := m.cfg.Retention
+	keep := d.retention
 	if keep < 0 {
 		keep = time.Hour
 	}
@@ -308,20 +478,23 @@ type DiskStats struct {
 }
 
 // DiskStats returns the disk limit's figures.
-func (m *Manager) DiskStats() DiskStats {
-	now := m.now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := DiskStats{Measurements: m.diskMeasurements, Stops: m.diskStops}
-	for _, e := range m.leases {
+func (m *Manager) DiskStats() DiskStats { return m.disk.stats() }
+
+// stats is DiskStats.
+func (d *diskEnforcer) stats() DiskStats {
+	now := d.host.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := DiskStats{Measurements: d.measurements, Stops: d.stops}
+	for _, e := range d.leases {
 		switch {
 		case e.l.State == StateReady && e.l.Resources.DiskBytes > 0:
 			s.Limited++
 			s.UsedBytes += e.l.Usage.DiskBytes
-			if !e.disk.overSince.IsZero() {
+			if st := d.states[e]; st != nil && !st.overSince.IsZero() {
 				s.Over++
 			}
-		case m.keptLocked(e, now):
+		case d.keptLocked(e, now):
 			s.Kept++
 		}
 	}

@@ -15,8 +15,8 @@ const mib = 1 << 20
 
 func diskHarness(t *testing.T, grace time.Duration, tweak func(*Config)) *harness {
 	return newHarness(t, func(c *Config) {
-		c.DiskInterval = 40 * time.Millisecond
-		c.DiskGrace = grace
+		c.Disk.Interval = 40 * time.Millisecond
+		c.Disk.Grace = grace
 		c.DefaultResources.DiskBytes = 10 * mib
 		if tweak != nil {
 			tweak(c)
@@ -90,7 +90,7 @@ func TestDiskDefaultLimitAndUsage(t *testing.T) {
 }
 
 func TestDiskNoLimitIsNotMeasured(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.DiskInterval = 20 * time.Millisecond })
+	h := newHarness(t, func(c *Config) { c.Disk.Interval = 20 * time.Millisecond })
 	l, _ := h.acquire("c1")
 	if l.Resources.DiskBytes != 0 {
 		t.Fatalf("disk limit = %d, want none", l.Resources.DiskBytes)
@@ -220,7 +220,7 @@ func TestDiskStopFailureRemovesInstead(t *testing.T) {
 }
 
 func TestChargeDisk(t *testing.T) {
-	h := diskHarness(t, time.Hour, func(c *Config) { c.DiskInterval = time.Hour })
+	h := diskHarness(t, time.Hour, func(c *Config) { c.Disk.Interval = time.Hour })
 	l, _ := h.acquire("c1")
 	eventually(t, 2*time.Second, "first measurement", func() bool { return !h.get(l.ID).Usage.MeasuredAt.IsZero() })
 	h.m.ChargeDisk(l.ID, 4*mib)
@@ -233,7 +233,7 @@ func TestChargeDisk(t *testing.T) {
 	h.rt.setUsage(l.ContainerID, 2*mib)
 	h.m.mu.Lock()
 	e := h.m.leases[l.ID]
-	e.disk.next = time.Now()
+	h.m.disk.stateLocked(e).next = time.Now()
 	h.m.mu.Unlock()
 	eventually(t, 2*time.Second, "charge replaced by the measurement", func() bool {
 		r, _ := h.m.Route(l.ID)
@@ -242,7 +242,7 @@ func TestChargeDisk(t *testing.T) {
 }
 
 func TestNextDiskInterval(t *testing.T) {
-	m := &Manager{cfg: Config{DiskInterval: 16 * time.Second, DiskGrace: 30 * time.Second}}
+	d := &diskEnforcer{cfg: DiskConfig{Interval: 16 * time.Second, Grace: 30 * time.Second}}
 	now := time.Now()
 	const limit = 100 * mib
 	cases := []struct {
@@ -268,15 +268,15 @@ func TestNextDiskInterval(t *testing.T) {
 		{name: "growing fast", last: 40 * mib, lastAgo: 4 * time.Second, used: 70 * mib, want: 4 * time.Second},
 	}
 	for _, c := range cases {
-		e := &entry{}
-		e.disk.last, e.disk.every = c.last, c.every
+		st := &diskState{}
+		st.last, st.every = c.last, c.every
 		if c.lastAgo > 0 {
-			e.disk.lastAt = now.Add(-c.lastAgo)
+			st.lastAt = now.Add(-c.lastAgo)
 		}
 		if c.overSince > 0 {
-			e.disk.overSince = now.Add(-c.overSince)
+			st.overSince = now.Add(-c.overSince)
 		}
-		got := m.nextDiskInterval(e, c.used, limit, now)
+		got := d.nextInterval(st, c.used, limit, now)
 		if (c.wantAtMost && got > c.want) || (!c.wantAtMost && got != c.want) {
 			t.Errorf("%s: next = %s, want %s", c.name, got, c.want)
 		}

@@ -103,9 +103,9 @@
 // # Disk limit
 //
 // READY leases with Resources.DiskBytes are measured (Runtime.Usage) every
-// Config.DiskInterval, adaptively and at most Config.DiskConcurrency at
+// Config.Disk.Interval, adaptively and at most Config.Disk.Concurrency at
 // once (disk.go). Over the limit a lease gets a warning (Lease.Warnings;
-// the proxy refuses uploads); still over after Config.DiskGrace it goes
+// the proxy refuses uploads); still over after Config.Disk.Grace it goes
 // FAILED ("disk limit exceeded (X > Y bytes)") and its container is stopped
 // but kept (Lease.KeepContainer) until Config.Retention has passed, for an
 // operator to copy the files out: reconcile, resync and the reaper leave it

@@ -157,20 +157,9 @@ type Config struct {
 	// runtime's container list even when the event watch is healthy (a
 	// resync also follows every watch reconnect). Default 30s.
 	ResyncInterval time.Duration
-	// DiskInterval is the base interval between two measurements of a READY
-	// lease's disk usage (only leases with Resources.DiskBytes are
-	// measured). It adapts per lease: down to a quarter of it (at least
-	// 100ms) when the usage is near or over the limit or growing towards
-	// it, up to four times it when the usage is far below the limit and
-	// unchanged. Default 15s.
-	DiskInterval time.Duration
-	// DiskConcurrency bounds the measurements running at once (each makes
-	// the engine walk a writable layer). Default 2.
-	DiskConcurrency int
-	// DiskGrace is how long a lease may stay over its disk limit (with a
-	// warning, uploads refused) before berth stops its sandbox and fails
-	// the lease. Default 30s.
-	DiskGrace time.Duration
+	// Disk configures the enforcement of the disk limit where the engine
+	// cannot enforce it (disk.go); zero fields take DefaultDiskConfig's.
+	Disk DiskConfig
 	// RestartLimit is how many times a lease's sandbox is restarted in
 	// place (same container, files kept) after its container exited
 	// unexpectedly, within RestartWindow; one more exit within the window
@@ -322,11 +311,11 @@ func (c *Config) setDefaults() error {
 	if c.VolumeRetention > 0 {
 		c.VolumeReapInterval = min(c.VolumeReapInterval, max(c.VolumeRetention/2, 10*time.Millisecond))
 	}
-	def(&c.DiskInterval, 15*time.Second)
-	def(&c.DiskGrace, 30*time.Second)
-	if c.DiskConcurrency <= 0 {
-		c.DiskConcurrency = 2
+	disk, err := c.Disk.withDefaults() // disk.go
+	if err != nil {
+		return err
 	}
+	c.Disk = disk
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -338,8 +327,7 @@ func (c *Config) setDefaults() error {
 		return errdefs.InvalidArgument("ttl", "durations must not be negative")
 	case c.DefaultTTL > c.MaxTTL:
 		return errdefs.InvalidArgument("default_ttl", "%s exceeds max ttl %s", c.DefaultTTL, c.MaxTTL)
-	case c.ReapInterval < 0 || c.ReadyTimeout < 0 || c.RemoveTimeout < 0 || c.ResyncInterval < 0 || c.ActivityFlushInterval < 0 ||
-		c.DiskInterval < 0 || c.DiskGrace < 0:
+	case c.ReapInterval < 0 || c.ReadyTimeout < 0 || c.RemoveTimeout < 0 || c.ResyncInterval < 0 || c.ActivityFlushInterval < 0:
 		return errdefs.InvalidArgument("interval", "durations must not be negative")
 	}
 	if err := validResources("max_resources", c.MaxResources); err != nil {
@@ -390,11 +378,8 @@ type Manager struct {
 	// watchDown is set while the runtime's event stream is down (closed,
 	// or Watch failing): the engine may be restarting (restart.go).
 	watchDown atomic.Bool
-	// diskMeasurements and diskStops count disk measurements and sandboxes
-	// stopped past their disk limit since New (disk.go).
-	diskMeasurements, diskStops uint64
-	seq                         uint64 // bumped when a lease becomes READY (resync races)
-	started                     bool
+	seq       uint64 // bumped when a lease becomes READY (resync races)
+	started   bool
 	// interrupted is set by reconcile when it failed a PENDING lease: the
 	// previous process died during a creation, which may still finish in
 	// the engine after reconcile (see watchLoop).
@@ -413,6 +398,8 @@ type Manager struct {
 	poolKick chan struct{}
 
 	vols volumeState // workspace volumes (volumes.go)
+
+	disk *diskEnforcer // the disk limit (disk.go)
 
 	drain drainState // set by Drain (drain.go)
 
@@ -437,8 +424,6 @@ type entry struct {
 
 	activityDirty   bool      // LastActivityAt changed since the last write
 	activityWritten time.Time // real-clock time of the last activity write
-
-	disk diskState // disk measurement bookkeeping (disk.go)
 
 	pause *pauseOp // set while a pause or resume runs (pause.go)
 
@@ -486,6 +471,7 @@ func New(cfg Config) (*Manager, error) {
 		persisted:   map[string]uint64{},
 		cleanQ:      make(chan string, 4096),
 	}
+	m.disk = newDiskEnforcer(cfg, m, &m.mu, m.leases) // disk.go
 	if ss, ok := cfg.Store.(SharedStore); ok {
 		if len(cfg.Pools) > 0 {
 			return nil, errdefs.InvalidArgument("pools", "warm pools are not supported with a lease store shared by several replicas (a claim brings its own lease id, which the conversation lock cannot name)")
@@ -538,7 +524,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	m.goBackground(func() { m.watchLoop(runCtx) })
 	m.startReconciledRestarts(runCtx)
-	m.goBackground(func() { m.diskLoop(runCtx) })
+	m.goBackground(func() { m.disk.loop(runCtx) })
 	m.goBackground(func() { m.volumeLoop(runCtx) })
 	m.goBackground(func() { m.poolLoop(runCtx) })
 	for range m.cfg.ReapConcurrency {
@@ -829,7 +815,7 @@ func (m *Manager) Route(id string) (Route, error) {
 	if e == nil {
 		return Route{}, errdefs.NotFound("lease %s", id)
 	}
-	return routeLocked(e), nil
+	return routeLocked(e, m.disk.chargedLocked(e)), nil
 }
 
 // Touch records activity on a live lease (the proxy calls it per request):

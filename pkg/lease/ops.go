@@ -405,7 +405,7 @@ func (e *entry) needsClean() bool {
 func (m *Manager) cleanup(ctx context.Context, id string) error {
 	m.mu.Lock()
 	e := m.leases[id]
-	if e == nil || e.call != nil || !e.needsClean() || m.keptLocked(e, m.now()) {
+	if e == nil || e.call != nil || !e.needsClean() || m.disk.keptLocked(e, m.now()) {
 		m.mu.Unlock()
 		return nil
 	}

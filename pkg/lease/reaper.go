@@ -79,7 +79,7 @@ func (m *Manager) reapOnce() {
 				l, rev := e.snapshot()
 				snaps = append(snaps, snap{l, rev})
 			}
-		case m.keptLocked(e, now):
+		case m.disk.keptLocked(e, now):
 			// A stopped container kept for the operator (disk limit):
 			// removed once its time is up.
 		case e.needsClean():

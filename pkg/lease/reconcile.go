@@ -79,7 +79,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			trigger:      trigStartup,
 			boxes:        byLease[e.l.ID],
 			unconfigured: unconfigured[e.l.ID],
-			kept:         m.keptLocked(e, now),
+			kept:         m.disk.keptLocked(e, now),
 		}, m.restartPolicy(), now)
 		if e.l.Claiming { // only ever set in a record (pool.go)
 			e.l.Claiming = false
@@ -131,7 +131,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			continue // another replica's (replicas.go)
 		case failed[id]:
 			// left for the reaper (RELEASING or ended and uncleaned)
-		case m.keptLocked(e, m.now()):
+		case m.disk.keptLocked(e, m.now()):
 			// its stopped container is kept until its time is up
 		case e.l.State == StateReleasing:
 			_ = m.transitionLocked(e, StateReleased, e.l.Reason)
@@ -425,7 +425,7 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 		m.mu.Unlock()
 		return
 	}
-	o.busy, o.stale, o.kept = e.busyLocked(), e.readySeq > seq, m.keptLocked(e, m.now())
+	o.busy, o.stale, o.kept = e.busyLocked(), e.readySeq > seq, m.disk.keptLocked(e, m.now())
 	if o.kept || (e.l.State.Ended() || e.l.State == StateReleasing) && ev.Kind == runtime.EventDied {
 		// A died event of a lease on its way out is its removal's.
 		m.mu.Unlock()
@@ -473,7 +473,7 @@ func (m *Manager) resync(ctx context.Context) {
 			boxes:   byLease[e.l.ID],
 			busy:    e.busyLocked(),
 			stale:   e.readySeq > seq,
-			kept:    m.keptLocked(e, now),
+			kept:    m.disk.keptLocked(e, now),
 		}
 		m.applyLocked(e, plan(&e.l, o, m.restartPolicy(), now), trigResync, &fx)
 	}

@@ -67,7 +67,7 @@ func (m *Manager) Use(ctx context.Context, id string) (Route, *Hold, error) {
 			e.unanswered++
 			e.l.LastActivityAt = m.now()
 			e.activityDirty = true
-			rt := routeLocked(e)
+			rt := routeLocked(e, m.disk.chargedLocked(e))
 			m.mu.Unlock()
 			return rt, &Hold{m: m, e: e}, nil
 		case StatePaused:
@@ -77,7 +77,7 @@ func (m *Manager) Use(ctx context.Context, id string) (Route, *Hold, error) {
 			}
 			m.mu.Lock() // a pause may have landed since: look again
 		default:
-			rt := routeLocked(e)
+			rt := routeLocked(e, m.disk.chargedLocked(e))
 			m.mu.Unlock()
 			return rt, nil, nil
 		}
@@ -152,8 +152,10 @@ func (m *Manager) awaitAnsweredLocked(ctx context.Context, e *entry) error {
 	return err
 }
 
-// routeLocked is e's Route. Called with mu held.
-func routeLocked(e *entry) Route {
+// routeLocked is e's Route; charged is what uploads added to its disk
+// usage since the last measurement (diskEnforcer.chargedLocked). Called
+// with mu held.
+func routeLocked(e *entry, charged int64) Route {
 	return Route{State: e.l.State, Reason: e.l.Reason, Owner: e.l.Owner, Endpoint: e.l.Endpoint, PublicPorts: e.l.PublicPorts,
-		DiskLimit: e.l.Resources.DiskBytes, DiskUsed: e.l.Usage.DiskBytes + e.disk.charged, App: e.l.App != nil}
+		DiskLimit: e.l.Resources.DiskBytes, DiskUsed: e.l.Usage.DiskBytes + charged, App: e.l.App != nil}
 }

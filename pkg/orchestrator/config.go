@@ -209,17 +209,19 @@ type Config struct {
 	// DefaultDiskBytes is the per-sandbox disk limit (writable layer and
 	// volumes) of an acquire that sets no resources.diskBytes; 0 means no
 	// limit. Enforced by the engine where its storage driver can bound a
-	// container's size, else by berth (see DiskInterval, DiskGrace).
+	// container's size, else by berth (see Disk).
 	// Default 10 GiB.
 	DefaultDiskBytes int64
-	// DiskInterval is the base interval between two measurements of a
-	// sandbox's disk usage (adapted per lease: more often near the limit,
-	// less when far below it and unchanged). Default 15s.
-	DiskInterval Duration
-	// DiskGrace is how long a sandbox may stay over its disk limit (warned,
-	// uploads refused) before berth stops it and fails its lease, keeping
-	// the stopped container until Retention passes. Default 30s.
-	DiskGrace Duration
+	// Disk configures berth's enforcement of the disk limit (its defaults:
+	// lease.DefaultDiskConfig): Disk.Interval is the base interval between
+	// two measurements of a sandbox's disk usage (adapted per lease: more
+	// often near the limit, less when far below it and unchanged), default
+	// 15s; Disk.Grace how long a sandbox may stay over its disk limit
+	// (warned, uploads refused) before berth stops it and fails its lease,
+	// keeping the stopped container until Retention passes, default 30s;
+	// Disk.Concurrency (no setting) bounds the measurements running at
+	// once, default 2.
+	Disk lease.DiskConfig
 	// UsageInterval is how often the CPU, memory, network and process
 	// figures of every READY sandbox are sampled for the Prometheus metrics
 	// (one engine call per sandbox; `lease get` samples its lease itself).
@@ -409,8 +411,7 @@ func Defaults() Config {
 		DefaultMemoryBytes:       512 << 20,
 		DefaultPids:              512,
 		DefaultDiskBytes:         10 << 30,
-		DiskInterval:             Duration(15 * time.Second),
-		DiskGrace:                Duration(30 * time.Second),
+		Disk:                     lease.DefaultDiskConfig(),
 		UsageInterval:            Duration(15 * time.Second),
 		MaxCPUs:                  4,
 		MaxMemoryBytes:           8 << 30,
@@ -499,8 +500,6 @@ func (c Config) Validate() error {
 		return errors.New("default cpus, memory bytes, pids and disk bytes must not exceed their maximums")
 	case c.DefaultDiskBytes < 0 || (c.DefaultDiskBytes > 0 && c.DefaultDiskBytes < 1<<20) || c.DefaultDiskBytes > c.MaxDiskBytes:
 		return fmt.Errorf("default disk bytes must be 0 (no limit) or between 1 MiB and max disk bytes (%d), got %d", c.MaxDiskBytes, c.DefaultDiskBytes)
-	case c.DiskInterval <= 0 || c.DiskGrace <= 0:
-		return errors.New("disk interval and disk grace must be positive")
 	case c.UsageInterval < 0:
 		return errors.New("usage interval must not be negative (0 turns usage sampling off)")
 	case c.MaxEnvBytes <= 0 || c.MaxLabels <= 0 || c.MaxPublicPorts <= 0:
@@ -517,6 +516,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("default idle policy must be expire, freeze or hibernate, got %q", c.DefaultIdlePolicy)
 	case c.ReadHeaderTimeout <= 0 || c.IdleTimeout <= 0:
 		return errors.New("read header timeout and idle timeout must be positive")
+	}
+	if err := c.Disk.Validate(); err != nil {
+		return fmt.Errorf("disk limit enforcement: %w", err)
 	}
 	if err := c.validateVolumes(); err != nil { // volumes.go
 		return err

@@ -14,8 +14,8 @@ import (
 // TestDiskConfig checks the disk limit's defaults.
 func TestDiskConfig(t *testing.T) {
 	d := orchestrator.Defaults()
-	if d.DefaultDiskBytes != 10<<30 || time.Duration(d.DiskInterval) != 15*time.Second || time.Duration(d.DiskGrace) != 30*time.Second {
-		t.Fatalf("defaults: disk %d interval %s grace %s", d.DefaultDiskBytes, time.Duration(d.DiskInterval), time.Duration(d.DiskGrace))
+	if d.DefaultDiskBytes != 10<<30 || d.Disk.Interval != 15*time.Second || d.Disk.Grace != 30*time.Second {
+		t.Fatalf("defaults: disk %d interval %s grace %s", d.DefaultDiskBytes, d.Disk.Interval, d.Disk.Grace)
 	}
 	// Loading from flags, environment and file: cmd/orchestrator/internal/config.
 }
@@ -25,7 +25,7 @@ func TestDiskConfig(t *testing.T) {
 func TestDiskAPI(t *testing.T) {
 	o := orchtest.Start(t, func(c *orchestrator.Config) {
 		c.DefaultDiskBytes = 64 << 20
-		c.DiskInterval = orchestrator.Duration(50 * time.Millisecond)
+		c.Disk.Interval = 50 * time.Millisecond
 	})
 	post := func(body string) (int, string) {
 		req, _ := http.NewRequest("POST", o.Base+"/v1/leases", strings.NewReader(body))

@@ -25,8 +25,8 @@ func diskEnv(t *testing.T) *env {
 	t.Helper()
 	orch := orchtest.Start(t, func(c *orchestrator.Config) {
 		c.DefaultDiskBytes = 2 << 20
-		c.DiskInterval = orchestrator.Duration(100 * time.Millisecond)
-		c.DiskGrace = orchestrator.Duration(time.Hour)
+		c.Disk.Interval = 100 * time.Millisecond
+		c.Disk.Grace = time.Hour
 	})
 	return mountProxy(t, orch, orch.Srv.Manager(), nil)
 }
