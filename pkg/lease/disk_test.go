@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
@@ -280,5 +281,27 @@ func TestNextDiskInterval(t *testing.T) {
 		if (c.wantAtMost && got > c.want) || (!c.wantAtMost && got != c.want) {
 			t.Errorf("%s: next = %s, want %s", c.name, got, c.want)
 		}
+	}
+}
+
+// TestDiskConfigDefaults checks DiskConfig's defaults and validation.
+func TestDiskConfigDefaults(t *testing.T) {
+	got, err := DiskConfig{}.withDefaults()
+	if err != nil || got != DefaultDiskConfig() || got != (DiskConfig{Interval: 15 * time.Second, Concurrency: 2, Grace: 30 * time.Second}) {
+		t.Fatalf("zero config = %+v, %v; want the defaults", got, err)
+	}
+	if got, _ := (DiskConfig{Interval: time.Second, Concurrency: -1}).withDefaults(); got.Interval != time.Second || got.Concurrency != 2 || got.Grace != 30*time.Second {
+		t.Fatalf("partial config = %+v", got)
+	}
+	for field, c := range map[string]DiskConfig{
+		"disk_interval": {Interval: -time.Second},
+		"disk_grace":    {Grace: -time.Second},
+	} {
+		if _, err := c.withDefaults(); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%+v: err = %v, want an invalid argument naming %s", c, err, field)
+		}
+	}
+	if err := (DiskConfig{Interval: time.Second, Grace: time.Second}).Validate(); err == nil || !strings.Contains(err.Error(), "disk_concurrency") {
+		t.Errorf("zero concurrency: err = %v, want one naming disk_concurrency", err)
 	}
 }
