@@ -152,8 +152,9 @@ const poolCreateConcurrency = 4
 var RefillBuckets = []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}
 
 // poolHost is what the warm pools need from the Manager, which implements
-// it (the methods below the poolSet's). The methods named ...Locked are
-// called with the Manager's mu held; the others without it.
+// it (the methods at the end of this file). The methods named ...Locked
+// are called with the Manager's mu held; now, AgentToken and goBackground
+// with or without it; the others without it.
 type poolHost interface {
 	// leasedLocked reports whether lease id has a record.
 	leasedLocked(id string) bool
@@ -178,10 +179,12 @@ type poolHost interface {
 	removeContainers(ctx context.Context, leaseID, cid string) error // ops.go
 }
 
-// poolSet is the warm pools: their members, figures and the refill loop.
-// Its state is guarded by the Manager's mu (poolSet.mu points at it, no
-// lock of its own): the methods named ...Locked are called with it held,
-// the others take it themselves and are called without it.
+// poolSet is the warm pools: their members, figures, the refill loop and
+// the adoption of members at reconcile. Its state is guarded by the
+// Manager's mu (poolSet.mu points at it; there is no lock of its own, so
+// no lock order to keep): the methods named ...Locked are called with it
+// held, kick with or without it, the others without it (they take it
+// where they need it).
 type poolSet struct {
 	cfg  PoolsConfig
 	host poolHost
