@@ -532,13 +532,13 @@ func (m *Manager) startCreateID(ctx context.Context, req AcquireRequest, id stri
 	}
 	// A warm pool's sandbox, when one matches (pool.go).
 	var c *claim
-	if p := m.poolForLocked(req); p != nil && id == "" && !req.Persist && len(req.Mounts) == 0 && req.App == nil && req.WorkDir == "" { // pooled sandboxes mount nothing, run no app and keep the image's directory
-		if mb, ok := m.takeLocked(p); ok {
+	if p := m.pools.forLocked(req); p != nil && id == "" && !req.Persist && len(req.Mounts) == 0 && req.App == nil && req.WorkDir == "" { // pooled sandboxes mount nothing, run no app and keep the image's directory
+		if mb, ok := m.pools.takeLocked(p); ok {
 			c = &claim{pool: p.cfg.Name, m: mb}
 		}
 	}
 	e := m.addPendingLocked(req, c, id)
-	m.startConfigureLocked(ctx, c, e.l.ID, req) // pool.go
+	m.pools.startConfigureLocked(ctx, c, e.l.ID, req) // pool.go
 	l, rev := e.snapshot()
 	runCtx, call := m.runCtx, e.call // create clears e.call when it is done
 	m.mu.Unlock()
@@ -715,7 +715,7 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 		record, recordRev = m.writeClaimRecord(e, c)
 		netErr := m.claimNetwork(cctx, c, id)
 		var warm bool
-		sb, warm, err = m.claimSandbox(cctx, c, spec)
+		sb, warm, err = m.pools.claimSandbox(cctx, c, spec)
 		nerr := <-netErr
 		if warm {
 			how = "claimed from pool " + c.pool
@@ -784,7 +784,7 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 	m.noteVolumeUsed(l) // volumes.go
 	close(call.done)
 	if c != nil {
-		m.kickPools() // the refill waits for the claim's answer (takeLocked)
+		m.pools.kick() // the refill waits for the claim's answer (takeLocked)
 	}
 	if err != nil {
 		m.log.Warn("sandbox creation failed", "lease_id", id, "conversation_id", l.ConversationID, "image", spec.Image, "err", err)

@@ -82,14 +82,15 @@
 //
 // # Warm pools
 //
-// Config.Pools keep sandboxes of a profile ready before any lease exists
-// (pool.go, docs/pools.md). A pooled sandbox is created under a lease id
-// allocated up front and labelled with its pool; an acquire of the pool's
-// profile creates its lease with that id, so the container's labels name
-// the lease, and the agent's one-shot Configure gives it the lease's env
-// and secrets. Reconcile adopts unclaimed members (a pool label, no lease
-// record) back into their pools, or removes them. Pooled sandboxes count
-// against Config.MaxPooled, not MaxLive, until claimed.
+// Config.Pools (PoolsConfig) keep sandboxes of a profile ready before any
+// lease exists (pool.go, docs/pools.md). A pooled sandbox is created under
+// a lease id allocated up front and labelled with its pool; an acquire of
+// the pool's profile creates its lease with that id, so the container's
+// labels name the lease, and the agent's one-shot Configure gives it the
+// lease's env and secrets. Reconcile adopts unclaimed members (a pool
+// label, no lease record) back into their pools, or removes them. Pooled
+// sandboxes count against PoolsConfig.MaxPooled, not MaxLive, until
+// claimed.
 //
 // # Reaper
 //

@@ -18,7 +18,7 @@ import (
 //     lease (Resume's hook; that includes the proxy's transparent resume
 //     and an acquire of a paused conversation), so that nothing wakes a
 //     drained sandbox again;
-//   - empties the warm pools and stops refilling them (fillPools' hook);
+//   - empties the warm pools and stops refilling them (poolSet.fill's hook);
 //
 // and then hibernates or releases every live lease homed here. Draining is
 // kept in memory only: it lasts until the Manager closes, and the next
@@ -134,7 +134,7 @@ func (m *Manager) Drain(ctx context.Context, mode DrainMode, reason string) (Dra
 	if first {
 		m.log.Warn("draining: new leases and resumes are refused until restart; warm pools empty", "mode", string(mode))
 	}
-	m.kickPools() // pool.go: the pool loop trims the pools now
+	m.pools.kick() // pool.go: the pool loop trims the pools now
 	slices.Sort(ids)
 
 	errs := make([]error, len(ids))

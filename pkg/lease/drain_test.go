@@ -308,7 +308,7 @@ func TestDrainEmptiesPools(t *testing.T) {
 	eventually(t, 5*time.Second, "pool emptied", func() bool { return poolReady(h, "py") == 0 && pooledBoxes(h, "py") == 0 })
 	// A refill pass (as the pool loop runs every second) creates nothing.
 	creates := h.rt.creates()
-	h.m.fillPools(context.Background(), make(chan struct{}, poolCreateConcurrency))
+	h.m.pools.fill(context.Background(), make(chan struct{}, poolCreateConcurrency))
 	if h.rt.creates() != creates || poolReady(h, "py") != 0 {
 		t.Fatalf("a refill while draining created %d sandboxes", h.rt.creates()-creates)
 	}

@@ -180,21 +180,10 @@ type Config struct {
 	// ActivityFlushInterval is the least time between two writes of a
 	// lease's LastActivityAt caused by Touch. Default 5s.
 	ActivityFlushInterval time.Duration
-	// Pools are the warm pools (pool.go, docs/pools.md): sandboxes of a
-	// profile kept ready for acquires of that profile to claim. Default none.
-	Pools []PoolConfig
-	// MaxPooled bounds the unclaimed pooled sandboxes (ready or being
-	// created) of all pools together; they do not count against MaxLive
-	// or MaxLivePerOwner until a lease claims them. Default 0: the sum of
-	// the pools' Max; negative: no bound.
-	MaxPooled int
-	// PoolShrinkAfter is how long after its last miss a pool that grew
-	// beyond its Min shrinks back to it. Default 5m.
-	PoolShrinkAfter time.Duration
-	// AgentConfigurer configures the agent of a claimed pooled sandbox
-	// with the lease's env and secrets. Without it only acquires with no
-	// env and no secrets claim from a pool.
-	AgentConfigurer AgentConfigurer
+	// Pools configures the warm pools (pool.go, docs/pools.md): sandboxes
+	// of a profile kept ready for acquires of that profile to claim.
+	// Default none (DefaultPoolsConfig).
+	Pools PoolsConfig
 	// PersistWorkspaces makes every acquire persist its workspace, as if
 	// it set AcquireRequest.Persist. Default false.
 	PersistWorkspaces bool
@@ -303,7 +292,11 @@ func (c *Config) setDefaults() error {
 	if c.RestartWindow < 0 || c.RestartDelay < 0 {
 		return errdefs.InvalidArgument("restart_window", "restart window and delay must not be negative")
 	}
-	def(&c.PoolShrinkAfter, poolShrinkDefault)
+	pools, err := c.Pools.withDefaults() // pool.go
+	if err != nil {
+		return err
+	}
+	c.Pools = pools
 	if c.VolumeRetention < 0 || c.VolumeReapInterval < 0 {
 		return errdefs.InvalidArgument("volume_retention", "volume retention and reap interval must not be negative")
 	}
@@ -390,12 +383,8 @@ type Manager struct {
 	wg          sync.WaitGroup // background loops and detached work
 	cleanQ      chan string    // lease ids whose container needs removing
 
-	// pools are the warm pools (pool.go); poolByID maps the lease id of
-	// each unclaimed pooled sandbox (ready or being created) to its pool;
-	// poolKick wakes the refill loop.
-	pools    []*pool
-	poolByID map[string]*pool
-	poolKick chan struct{}
+	// pools are the warm pools (pool.go), guarded by mu.
+	pools *poolSet
 
 	vols volumeState // workspace volumes (volumes.go)
 
@@ -473,14 +462,16 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.disk = newDiskEnforcer(cfg, m, &m.mu, m.leases) // disk.go
 	if ss, ok := cfg.Store.(SharedStore); ok {
-		if len(cfg.Pools) > 0 {
+		if len(cfg.Pools.Pools) > 0 {
 			return nil, errdefs.InvalidArgument("pools", "warm pools are not supported with a lease store shared by several replicas (a claim brings its own lease id, which the conversation lock cannot name)")
 		}
 		m.shared = ss
 	}
-	if err := m.initPools(); err != nil { // pool.go
+	pools, err := newPoolSet(cfg, m, &m.mu) // pool.go
+	if err != nil {
 		return nil, err
 	}
+	m.pools = pools
 	return m, nil
 }
 
@@ -526,7 +517,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.startReconciledRestarts(runCtx)
 	m.goBackground(func() { m.disk.loop(runCtx) })
 	m.goBackground(func() { m.volumeLoop(runCtx) })
-	m.goBackground(func() { m.poolLoop(runCtx) })
+	m.goBackground(func() { m.pools.loop(runCtx) })
 	for range m.cfg.ReapConcurrency {
 		m.goBackground(func() { m.cleanWorker(runCtx) })
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"regexp"
 	"slices"
@@ -44,6 +45,61 @@ import (
 // configured for a second lease: its next claim falls back to a cold
 // creation and removes it.
 
+// PoolsConfig configures the warm pools (pool.go, docs/pools.md). Zero
+// fields take the defaults (DefaultPoolsConfig).
+type PoolsConfig struct {
+	// Pools are the warm pools: sandboxes of a profile kept ready for
+	// acquires of that profile to claim. Default none.
+	Pools []PoolConfig
+	// MaxPooled bounds the unclaimed pooled sandboxes (ready or being
+	// created) of all pools together; they do not count against MaxLive
+	// or MaxLivePerOwner until a lease claims them. Default 0: the sum of
+	// the pools' Max; negative: no bound.
+	MaxPooled int
+	// ShrinkAfter is how long after its last miss a pool that grew
+	// beyond its Min shrinks back to it. Default 5m (poolShrinkDefault).
+	ShrinkAfter time.Duration
+	// AgentConfigurer configures the agent of a claimed pooled sandbox
+	// with the lease's env and secrets. Default nil: only acquires with
+	// no env and no secrets claim from a pool.
+	AgentConfigurer AgentConfigurer
+}
+
+// DefaultPoolsConfig returns the pools' defaults: no pools, MaxPooled 0
+// (the sum of the pools' Max, filled in by withDefaults), ShrinkAfter 5m.
+func DefaultPoolsConfig() PoolsConfig {
+	return PoolsConfig{ShrinkAfter: poolShrinkDefault}
+}
+
+// withDefaults fills c's zero fields from DefaultPoolsConfig (MaxPooled 0
+// becomes the sum of the pools' Max) and checks each pool's name, Min and
+// Max; its profile is checked against the acquire rules by newPoolSet.
+func (c PoolsConfig) withDefaults() (PoolsConfig, error) {
+	d := DefaultPoolsConfig()
+	if c.ShrinkAfter == 0 {
+		c.ShrinkAfter = d.ShrinkAfter
+	}
+	seen := map[string]bool{}
+	total := 0
+	for i, pc := range c.Pools {
+		field := fmt.Sprintf("pools[%d]", i)
+		switch {
+		case !poolNameRE.MatchString(pc.Name):
+			return c, errdefs.InvalidArgument(field+".name", "%q: want 1-63 of [a-z0-9-], starting with a letter or digit", pc.Name)
+		case seen[pc.Name]:
+			return c, errdefs.InvalidArgument(field+".name", "pool %q is configured twice", pc.Name)
+		case pc.Min < 0 || pc.Max < 1 || pc.Min > pc.Max:
+			return c, errdefs.InvalidArgument(field+".max", "pool %q: want 0 <= min (%d) <= max (%d) and max >= 1", pc.Name, pc.Min, pc.Max)
+		}
+		seen[pc.Name] = true
+		total += pc.Max
+	}
+	if c.MaxPooled == 0 {
+		c.MaxPooled = total
+	}
+	return c, nil
+}
+
 // PoolConfig configures one warm pool.
 type PoolConfig struct {
 	// Name names the pool: 1-63 of [a-z0-9-], starting with a letter or
@@ -59,7 +115,7 @@ type PoolConfig struct {
 	Resources runtime.Resources
 	// Min is how many ready sandboxes the pool keeps; Max bounds them
 	// (a pool that missed grows towards Max, and shrinks back to Min
-	// after Config.PoolShrinkAfter without a miss). 0 ≤ Min ≤ Max, Max ≥ 1.
+	// after PoolsConfig.ShrinkAfter without a miss). 0 ≤ Min ≤ Max, Max ≥ 1.
 	Min, Max int
 }
 
@@ -86,7 +142,7 @@ type AgentPreparer interface {
 
 var poolNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
-// poolShrinkDefault is Config.PoolShrinkAfter's default.
+// poolShrinkDefault is PoolsConfig.ShrinkAfter's default.
 const poolShrinkDefault = 5 * time.Minute
 
 // poolCreateConcurrency bounds the pooled sandboxes created at once.
@@ -94,6 +150,60 @@ const poolCreateConcurrency = 4
 
 // RefillBuckets are the upper bounds, in seconds, of PoolStats.Refill.
 var RefillBuckets = []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}
+
+// poolHost is what the warm pools need from the Manager, which implements
+// it (the methods at the end of this file). The methods named ...Locked
+// are called with the Manager's mu held; now, AgentToken and goBackground
+// with or without it; the others without it.
+type poolHost interface {
+	// leasedLocked reports whether lease id has a record.
+	leasedLocked(id string) bool
+	// claimingLocked returns the READY leases loaded with Lease.Claiming
+	// (read under mu only).
+	claimingLocked() []*Lease
+	// closedLocked reports whether Close was called; drainingLocked
+	// whether Drain was (drain.go).
+	closedLocked() bool
+	drainingLocked() bool
+	// nextSeqLocked bumps and returns Manager.seq (resync races).
+	nextSeqLocked() uint64
+	// goBackground runs f on a goroutine Close waits for.
+	goBackground(f func())
+	now() time.Time
+	AgentToken(leaseID string) string
+	// validate applies an acquire's defaults and rules (acquire.go).
+	validate(req AcquireRequest) (AcquireRequest, error)
+	sandboxDNS() []string                                            // network.go
+	defaultEgress() (egress.Policy, error)                           // below
+	dropNetwork(ctx context.Context, id string)                      // network.go
+	removeContainers(ctx context.Context, leaseID, cid string) error // ops.go
+}
+
+// poolSet is the warm pools: their members, figures, the refill loop and
+// the adoption of members at reconcile. Its state is guarded by the
+// Manager's mu (poolSet.mu points at it; there is no lock of its own, so
+// no lock order to keep): the methods named ...Locked are called with it
+// held, kick with or without it, the others without it (they take it
+// where they need it).
+type poolSet struct {
+	cfg  PoolsConfig
+	host poolHost
+	mu   *sync.Mutex // the Manager's mu
+	rt   Runtime     // the Manager's (Config.Runtime)
+	log  *slog.Logger
+	// Of the Manager's Config: what a pooled sandbox is created with.
+	instanceID   string
+	readyTimeout time.Duration
+	denyRoot     bool
+	egress       Egress
+
+	// pools in configuration order; byID maps the lease id of each
+	// unclaimed pooled sandbox (ready or being created) to its pool;
+	// kickC wakes the refill loop. Guarded by mu.
+	pools []*pool
+	byID  map[string]*pool
+	kickC chan struct{}
+}
 
 // profile is what an acquire must match to claim from a pool.
 type profile struct {
@@ -163,26 +273,24 @@ type claim struct {
 // leaves a configured sandbox without a record, which reconcile adopts
 // back into its pool, but its agent refuses any further Configure, so the
 // next claim of it falls back to a cold creation and removes it
-// (claimSandbox). Called with m.mu held.
-func (m *Manager) startConfigureLocked(ctx context.Context, c *claim, id string, req AcquireRequest) {
+// (claimSandbox). Called with mu held.
+func (ps *poolSet) startConfigureLocked(ctx context.Context, c *claim, id string, req AcquireRequest) {
 	if c == nil {
 		return
 	}
 	c.done = make(chan struct{})
-	cf := m.cfg.AgentConfigurer
+	cf := ps.cfg.AgentConfigurer
 	if cf == nil {
 		close(c.done)
 		return
 	}
-	token, env, secrets := m.AgentToken(id), maps.Clone(req.Env), maps.Clone(req.Secrets)
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	token, env, secrets := ps.host.AgentToken(id), maps.Clone(req.Env), maps.Clone(req.Secrets)
+	ps.host.goBackground(func() {
 		defer close(c.done)
-		cctx, cancel := detached(ctx, m.cfg.ReadyTimeout)
+		cctx, cancel := detached(ctx, ps.readyTimeout)
 		defer cancel()
 		c.err = cf.Configure(cctx, c.m.endpoint, token, env, secrets)
-	}()
+	})
 }
 
 // writeClaimRecord starts writing the READY record of e, the PENDING lease
@@ -226,23 +334,20 @@ func (m *Manager) writeClaimRecord(e *entry, c *claim) (<-chan error, uint64) {
 // waits for Configure). It asks with an empty Configure: an agent already
 // configured refuses it (FAILED_PRECONDITION) and keeps the lease's env;
 // one that was not is configured empty and removed with its lease.
-// Called by reconcile before it takes m.mu.
-func (m *Manager) unconfiguredClaims(ctx context.Context, byLease map[string][]runtime.Sandbox) map[string]bool {
+// Called by reconcile before it takes mu.
+func (ps *poolSet) unconfiguredClaims(ctx context.Context, byLease map[string][]runtime.Sandbox) map[string]bool {
 	type probe struct{ id, endpoint string }
 	var probes []probe
-	m.mu.Lock()
-	for _, e := range m.leases {
-		if e.l.State != StateReady || !e.l.Claiming {
-			continue
-		}
-		sb, ok := pick(&e.l, byLease[e.l.ID]) // plan.go
-		p := probe{id: e.l.ID}
+	ps.mu.Lock()
+	for _, l := range ps.host.claimingLocked() {
+		sb, ok := pick(l, byLease[l.ID]) // plan.go
+		p := probe{id: l.ID}
 		if ok && sb.State == runtime.StateRunning {
 			p.endpoint = sb.Endpoint
 		}
 		probes = append(probes, p)
 	}
-	m.mu.Unlock()
+	ps.mu.Unlock()
 	bad := map[string]bool{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -251,15 +356,15 @@ func (m *Manager) unconfiguredClaims(ctx context.Context, byLease map[string][]r
 		go func() {
 			defer wg.Done()
 			var err error = errdefs.Unavailable("sandbox not running")
-			if p.endpoint != "" && m.cfg.AgentConfigurer != nil {
+			if p.endpoint != "" && ps.cfg.AgentConfigurer != nil {
 				pctx, cancel := detached(ctx, 10*time.Second)
-				err = m.cfg.AgentConfigurer.Configure(pctx, p.endpoint, m.AgentToken(p.id), nil, nil)
+				err = ps.cfg.AgentConfigurer.Configure(pctx, p.endpoint, ps.host.AgentToken(p.id), nil, nil)
 				cancel()
 			}
 			if errors.Is(err, errdefs.ErrFailedPrecondition) {
 				return // configured: the lease is whole
 			}
-			m.log.Warn("reconcile: a warm claim was interrupted before its sandbox was configured; failing the lease",
+			ps.log.Warn("reconcile: a warm claim was interrupted before its sandbox was configured; failing the lease",
 				"lease_id", p.id, "err", err)
 			mu.Lock()
 			bad[p.id] = true
@@ -330,11 +435,14 @@ type PoolStats struct {
 }
 
 // PoolStats returns every pool's figures, in configuration order.
-func (m *Manager) PoolStats() []PoolStats {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]PoolStats, 0, len(m.pools))
-	for _, p := range m.pools {
+func (m *Manager) PoolStats() []PoolStats { return m.pools.stats() }
+
+// stats is PoolStats.
+func (ps *poolSet) stats() []PoolStats {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	out := make([]PoolStats, 0, len(ps.pools))
+	for _, p := range ps.pools {
 		out = append(out, PoolStats{Name: p.cfg.Name, Image: p.prof.Image, Ready: len(p.idle), Creating: p.creating,
 			Target: p.targetLocked(), Hits: p.hits, Misses: p.misses, CreateFailures: p.createFails,
 			RefillCount: p.refill.Count, RefillSum: p.refill.Sum, RefillBuckets: slices.Clone(p.refill.Buckets)})
@@ -345,37 +453,23 @@ func (m *Manager) PoolStats() []PoolStats {
 // targetLocked is how many ready sandboxes p fills towards.
 func (p *pool) targetLocked() int { return min(p.cfg.Min+p.boost, p.cfg.Max) }
 
-// initPools validates Config.Pools against the acquire rules and builds
-// the pools. Called by New.
-func (m *Manager) initPools() error {
-	m.poolByID = map[string]*pool{}
-	seen := map[string]bool{}
-	total := 0
-	for i, pc := range m.cfg.Pools {
-		field := fmt.Sprintf("pools[%d]", i)
-		switch {
-		case !poolNameRE.MatchString(pc.Name):
-			return errdefs.InvalidArgument(field+".name", "%q: want 1-63 of [a-z0-9-], starting with a letter or digit", pc.Name)
-		case seen[pc.Name]:
-			return errdefs.InvalidArgument(field+".name", "pool %q is configured twice", pc.Name)
-		case pc.Min < 0 || pc.Max < 1 || pc.Min > pc.Max:
-			return errdefs.InvalidArgument(field+".max", "pool %q: want 0 <= min (%d) <= max (%d) and max >= 1", pc.Name, pc.Min, pc.Max)
-		}
-		seen[pc.Name] = true
-		req, err := m.validate(AcquireRequest{ConversationID: "pool", Image: pc.Image, User: pc.User, Resources: pc.Resources})
+// newPoolSet validates cfg.Pools.Pools (checked by withDefaults already)
+// against the acquire rules and builds the pools of the Manager host,
+// whose mu is mu. Called by New.
+func newPoolSet(cfg Config, host poolHost, mu *sync.Mutex) (*poolSet, error) {
+	ps := &poolSet{cfg: cfg.Pools, host: host, mu: mu, rt: cfg.Runtime, log: cfg.Logger,
+		instanceID: cfg.InstanceID, readyTimeout: cfg.ReadyTimeout, denyRoot: cfg.DenyRootUser, egress: cfg.Egress,
+		byID: map[string]*pool{}, kickC: make(chan struct{}, 1)}
+	for _, pc := range ps.cfg.Pools {
+		req, err := host.validate(AcquireRequest{ConversationID: "pool", Image: pc.Image, User: pc.User, Resources: pc.Resources})
 		if err != nil {
-			return fmt.Errorf("pool %q: %w", pc.Name, err)
+			return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 		}
 		p := &pool{cfg: pc, prof: profile{Image: req.Image, User: req.User, Resources: req.Resources}}
-		p.digest = p.prof.digest(m.cfg.DenyRootUser, m.sandboxDNS())
-		m.pools = append(m.pools, p)
-		total += pc.Max
+		p.digest = p.prof.digest(ps.denyRoot, host.sandboxDNS())
+		ps.pools = append(ps.pools, p)
 	}
-	if m.cfg.MaxPooled == 0 {
-		m.cfg.MaxPooled = total
-	}
-	m.poolKick = make(chan struct{}, 1)
-	return nil
+	return ps, nil
 }
 
 // digest names a profile (and the root policy and name servers its
@@ -388,26 +482,26 @@ func (pr profile) digest(denyRoot bool, dns []string) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// poolFor returns the pool whose profile req (validated) matches, or nil.
+// forLocked returns the pool whose profile req (validated) matches, or nil.
 // A request for anything a pooled container cannot be given afterwards
 // never matches: env and secrets can (the agent's Configure), so can
 // labels, times, public ports and policies (they live in the lease; the
 // network policy is applied to the lease's endpoint after the claim as
 // after a creation); a new
 // AcquireRequest field that changes how the container is created must
-// keep such requests out of the pools here. Called with m.mu held.
-func (m *Manager) poolForLocked(req AcquireRequest) *pool {
-	if len(m.pools) == 0 {
+// keep such requests out of the pools here. Called with mu held.
+func (ps *poolSet) forLocked(req AcquireRequest) *pool {
+	if len(ps.pools) == 0 {
 		return nil
 	}
-	if (len(req.Env) > 0 || len(req.Secrets) > 0) && m.cfg.AgentConfigurer == nil {
+	if (len(req.Env) > 0 || len(req.Secrets) > 0) && ps.cfg.AgentConfigurer == nil {
 		return nil
 	}
 	if req.Snapshot != "" || req.fork != nil || req.Persist || len(req.Mounts) > 0 {
 		return nil // a fork's files, a workspace volume, host mounts: made at create
 	}
 	want := profile{Image: req.Image, User: req.User, Resources: req.Resources}
-	for _, p := range m.pools {
+	for _, p := range ps.pools {
 		if p.prof == want {
 			return p
 		}
@@ -419,10 +513,10 @@ func (m *Manager) poolForLocked(req AcquireRequest) *pool {
 // a hit, or counts a miss (and grows the pool) when it has none. A miss
 // wakes the refill loop at once; after a hit, create wakes it when the
 // claim has answered, so the refill's container creation does not compete
-// with the claim for the CPU. Called with m.mu held.
-func (m *Manager) takeLocked(p *pool) (member, bool) {
+// with the claim for the CPU. Called with mu held.
+func (ps *poolSet) takeLocked(p *pool) (member, bool) {
 	if len(p.idle) == 0 {
-		defer m.kickPools()
+		defer ps.kick()
 		p.misses++
 		p.lastMiss = time.Now()
 		if p.cfg.Min+p.boost < p.cfg.Max {
@@ -432,15 +526,15 @@ func (m *Manager) takeLocked(p *pool) (member, bool) {
 	}
 	mb := p.idle[0]
 	p.idle = slices.Delete(p.idle, 0, 1)
-	delete(m.poolByID, mb.id)
+	delete(ps.byID, mb.id)
 	p.hits++
 	return mb, true
 }
 
-// kickPools wakes the refill loop.
-func (m *Manager) kickPools() {
+// kick wakes the refill loop.
+func (ps *poolSet) kick() {
 	select {
-	case m.poolKick <- struct{}{}:
+	case ps.kickC <- struct{}{}:
 	default:
 	}
 }
@@ -450,7 +544,7 @@ func (m *Manager) kickPools() {
 // agent died, or it was configured before) the sandbox is removed and
 // one is created cold under the same lease id instead, so a bad member
 // costs the caller time, not an error.
-func (m *Manager) claimSandbox(ctx context.Context, c *claim, spec runtime.Spec) (sb runtime.Sandbox, warm bool, err error) {
+func (ps *poolSet) claimSandbox(ctx context.Context, c *claim, spec runtime.Spec) (sb runtime.Sandbox, warm bool, err error) {
 	select {
 	case <-c.done:
 		err = c.err
@@ -461,107 +555,105 @@ func (m *Manager) claimSandbox(ctx context.Context, c *claim, spec runtime.Spec)
 		return runtime.Sandbox{ID: c.m.containerID, Endpoint: c.m.endpoint, DiskEnforcement: c.m.diskEnforcement,
 			LeaseID: spec.LeaseID, Image: spec.Image, State: runtime.StateRunning}, true, nil
 	}
-	m.log.Warn("claimed pooled sandbox could not be configured; creating one cold", "pool", c.pool, "lease_id", spec.LeaseID,
+	ps.log.Warn("claimed pooled sandbox could not be configured; creating one cold", "pool", c.pool, "lease_id", spec.LeaseID,
 		"container_id", c.m.containerID, "err", err)
-	if err := m.removeContainers(ctx, spec.LeaseID, c.m.containerID); err != nil {
+	if err := ps.host.removeContainers(ctx, spec.LeaseID, c.m.containerID); err != nil {
 		return runtime.Sandbox{}, false, err
 	}
-	sb, err = m.rt.Create(ctx, spec)
+	sb, err = ps.rt.Create(ctx, spec)
 	return sb, false, err
 }
 
-// poolLoop keeps every pool filled until ctx ends: woken by claims and
+// loop keeps every pool filled until ctx ends: woken by claims and
 // misses, and every second for shrinking and retries.
-func (m *Manager) poolLoop(ctx context.Context) {
+func (ps *poolSet) loop(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	sem := make(chan struct{}, poolCreateConcurrency)
 	for {
-		m.fillPools(ctx, sem)
+		ps.fill(ctx, sem)
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.poolKick:
+		case <-ps.kickC:
 		case <-t.C:
 		}
 	}
 }
 
-// fillPools starts the creations the pools are short of (within
-// Config.MaxPooled and the creation concurrency) and removes members
+// fill starts the creations the pools are short of (within
+// PoolsConfig.MaxPooled and the creation concurrency) and removes members
 // beyond a pool's target once it has shrunk.
-func (m *Manager) fillPools(ctx context.Context, sem chan struct{}) {
+func (ps *poolSet) fill(ctx context.Context, sem chan struct{}) {
 	var trim []member
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
+	ps.mu.Lock()
+	if ps.host.closedLocked() {
+		ps.mu.Unlock()
 		return
 	}
 	now := time.Now()
 	total := 0
-	for _, p := range m.pools {
+	for _, p := range ps.pools {
 		total += len(p.idle) + p.creating
 	}
 pools:
-	for _, p := range m.pools {
-		if p.boost > 0 && now.Sub(p.lastMiss) > m.cfg.PoolShrinkAfter {
+	for _, p := range ps.pools {
+		if p.boost > 0 && now.Sub(p.lastMiss) > ps.cfg.ShrinkAfter {
 			p.boost = 0
 		}
 		target := p.targetLocked()
-		if m.drain.on { // drain.go: a draining orchestrator keeps no warm sandboxes
+		if ps.host.drainingLocked() { // drain.go: a draining orchestrator keeps no warm sandboxes
 			target = 0
 		}
 		for len(p.idle) > target {
 			mb := p.idle[len(p.idle)-1] // the newest: the oldest are claimed first
 			p.idle = p.idle[:len(p.idle)-1]
-			delete(m.poolByID, mb.id)
+			delete(ps.byID, mb.id)
 			trim = append(trim, mb)
 			total--
 		}
 		if now.Before(p.retryAt) {
 			continue
 		}
-		for len(p.idle)+p.creating < target && (m.cfg.MaxPooled < 0 || total < m.cfg.MaxPooled) {
+		for len(p.idle)+p.creating < target && (ps.cfg.MaxPooled < 0 || total < ps.cfg.MaxPooled) {
 			select {
 			case sem <- struct{}{}:
 			default:
 				break pools // at the concurrency bound; a finishing creation kicks again
 			}
-			id := newID(m.now())
-			m.poolByID[id] = p
+			id := newID(ps.host.now())
+			ps.byID[id] = p
 			p.creating++
 			total++
-			m.wg.Add(1)
-			go func() {
-				defer m.wg.Done()
-				defer func() { <-sem; m.kickPools() }()
-				m.createPooled(ctx, p, id)
-			}()
+			ps.host.goBackground(func() {
+				defer func() { <-sem; ps.kick() }()
+				ps.createPooled(ctx, p, id)
+			})
 		}
 	}
-	m.mu.Unlock()
+	ps.mu.Unlock()
 	for _, mb := range trim {
-		if err := m.dropMember(ctx, mb); err != nil {
-			m.log.Warn("pool: removing a surplus sandbox failed; resync retries", "container_id", mb.containerID, "err", err)
+		if err := ps.dropMember(ctx, mb); err != nil {
+			ps.log.Warn("pool: removing a surplus sandbox failed; resync retries", "container_id", mb.containerID, "err", err)
 		}
 	}
 }
 
 // createPooled creates one sandbox of pool p under the pre-allocated lease
 // id and adds it to the pool once its agent is ready.
-func (m *Manager) createPooled(ctx context.Context, p *pool, id string) {
+func (ps *poolSet) createPooled(ctx context.Context, p *pool, id string) {
 	spec := runtime.Spec{
-		LeaseID: id, InstanceID: m.cfg.InstanceID, Image: p.prof.Image, AgentToken: m.AgentToken(id),
-		Resources: p.prof.Resources, ReadyTimeout: m.cfg.ReadyTimeout, User: p.prof.User, DenyRootUser: m.cfg.DenyRootUser,
+		LeaseID: id, InstanceID: ps.instanceID, Image: p.prof.Image, AgentToken: ps.host.AgentToken(id),
+		Resources: p.prof.Resources, ReadyTimeout: ps.readyTimeout, User: p.prof.User, DenyRootUser: ps.denyRoot,
 		Pool: p.cfg.Name, PoolProfile: p.digest,
-		DNS: m.sandboxDNS(), // network.go: the policy itself is applied at the claim
+		DNS: ps.host.sandboxDNS(), // network.go: the policy itself is applied at the claim
 	}
 	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout+5*time.Second)
-	sb, err := m.rt.Create(cctx, spec)
+	cctx, cancel := context.WithTimeout(ctx, ps.readyTimeout+5*time.Second)
+	sb, err := ps.rt.Create(cctx, spec)
 	cancel()
 	took := time.Since(start)
-	if pr, ok := m.cfg.AgentConfigurer.(AgentPreparer); ok && err == nil {
+	if pr, ok := ps.cfg.AgentConfigurer.(AgentPreparer); ok && err == nil {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		pr.Prepare(pctx, sb.Endpoint)
 		cancel()
@@ -569,67 +661,67 @@ func (m *Manager) createPooled(ctx context.Context, p *pool, id string) {
 	// The default network policy, enforced ahead: a claim that keeps it
 	// has no rules to program (claimNetwork). No command runs in a member.
 	var applied *egress.Policy
-	if m.cfg.Egress != nil && err == nil {
-		if pol, perr := m.defaultEgress(); perr == nil {
+	if ps.egress != nil && err == nil {
+		if pol, perr := ps.host.defaultEgress(); perr == nil {
 			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			if aerr := m.cfg.Egress.Apply(actx, id, sb.Endpoint, pol); aerr == nil {
+			if aerr := ps.egress.Apply(actx, id, sb.Endpoint, pol); aerr == nil {
 				applied = &pol
 			} else {
-				m.log.Warn("pool: enforcing the default network policy ahead failed; the claim will", "pool", p.cfg.Name, "lease_id", id, "err", aerr)
+				ps.log.Warn("pool: enforcing the default network policy ahead failed; the claim will", "pool", p.cfg.Name, "lease_id", id, "err", aerr)
 			}
 			cancel()
 		}
 	}
 
-	m.mu.Lock()
+	ps.mu.Lock()
 	p.creating--
 	if err != nil {
-		delete(m.poolByID, id)
+		delete(ps.byID, id)
 		p.createFails++
 		p.fails++
 		p.retryAt = time.Now().Add(backoff(p.fails + 2))
-		m.mu.Unlock()
+		ps.mu.Unlock()
 		if ctx.Err() == nil {
-			m.log.Warn("pool: creating a sandbox failed", "pool", p.cfg.Name, "image", spec.Image, "err", err)
-			_ = m.removeContainers(ctx, id, "")
+			ps.log.Warn("pool: creating a sandbox failed", "pool", p.cfg.Name, "image", spec.Image, "err", err)
+			_ = ps.host.removeContainers(ctx, id, "")
 		}
 		return
 	}
 	p.fails = 0
 	p.refill.observe(took.Seconds())
-	m.seq++
-	p.idle = append(p.idle, member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, diskEnforcement: sb.DiskEnforcement, seq: m.seq, net: applied})
-	m.mu.Unlock()
-	m.log.Debug("pool: sandbox ready", "pool", p.cfg.Name, "lease_id", id, "container_id", sb.ID, "took", took)
+	seq := ps.host.nextSeqLocked()
+	p.idle = append(p.idle, member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, diskEnforcement: sb.DiskEnforcement, seq: seq, net: applied})
+	ps.mu.Unlock()
+	ps.log.Debug("pool: sandbox ready", "pool", p.cfg.Name, "lease_id", id, "container_id", sb.ID, "took", took)
 }
 
 // dropMember removes a sandbox that leaves its pool unclaimed.
-func (m *Manager) dropMember(ctx context.Context, mb member) error {
-	if pr, ok := m.cfg.AgentConfigurer.(AgentPreparer); ok {
+func (ps *poolSet) dropMember(ctx context.Context, mb member) error {
+	if pr, ok := ps.cfg.AgentConfigurer.(AgentPreparer); ok {
 		pr.Forget(mb.endpoint)
 	}
 	if mb.net != nil {
-		m.dropNetwork(ctx, mb.id) // network.go
+		ps.host.dropNetwork(ctx, mb.id) // network.go
 	}
-	return m.removeContainers(ctx, mb.id, mb.containerID)
+	return ps.host.removeContainers(ctx, mb.id, mb.containerID)
 }
 
 // pooledLocked reports whether container sb (listed by the runtime) is an
 // unclaimed member of a pool, ready or being created: resync leaves it to
-// the pool. Called with m.mu held.
-func (m *Manager) pooledLocked(sb runtime.Sandbox) bool {
-	return sb.Labels[runtime.LabelPool] != "" && m.leases[sb.LeaseID] == nil && m.poolByID[sb.LeaseID] != nil
+// the pool. Called with mu held.
+func (ps *poolSet) pooledLocked(sb runtime.Sandbox) bool {
+	return sb.Labels[runtime.LabelPool] != "" && !ps.host.leasedLocked(sb.LeaseID) && ps.byID[sb.LeaseID] != nil
 }
 
-// adoptPooledLocked adopts the containers reconcile found with a pool
-// label and no lease record: running ones of a configured pool with the
-// same profile digest, up to the pool's Max and Config.MaxPooled. It
-// returns the ids adopted; reconcile removes the others. Called with m.mu
+// adoptLocked adopts the containers reconcile found with a pool label
+// and no lease record: running ones of a configured pool with the same
+// profile digest, up to the pool's Max and PoolsConfig.MaxPooled. It
+// returns the ids adopted; reconcile removes the others. Called with mu
 // held.
-func (m *Manager) adoptPooledLocked(boxes []runtime.Sandbox) map[string]bool {
+func (ps *poolSet) adoptLocked(boxes []runtime.Sandbox) map[string]bool {
 	adopted := map[string]bool{}
 	byName := map[string]*pool{}
-	for _, p := range m.pools {
+	for _, p := range ps.pools {
 		byName[p.cfg.Name] = p
 	}
 	total := 0
@@ -638,81 +730,82 @@ func (m *Manager) adoptPooledLocked(boxes []runtime.Sandbox) map[string]bool {
 	slices.SortFunc(boxes, func(a, b runtime.Sandbox) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	for _, sb := range boxes {
 		name := sb.Labels[runtime.LabelPool]
-		if name == "" || m.leases[sb.LeaseID] != nil {
+		if name == "" || ps.host.leasedLocked(sb.LeaseID) {
 			continue
 		}
 		p := byName[name]
 		switch {
 		case p == nil, sb.Labels[runtime.LabelPoolProfile] != p.digest, sb.State != runtime.StateRunning,
-			len(p.idle) >= p.cfg.Max, m.cfg.MaxPooled >= 0 && total >= m.cfg.MaxPooled:
-			m.log.Info("reconcile: pooled sandbox not adopted", "pool", name, "container_id", sb.ID, "state", string(sb.State))
+			len(p.idle) >= p.cfg.Max, ps.cfg.MaxPooled >= 0 && total >= ps.cfg.MaxPooled:
+			ps.log.Info("reconcile: pooled sandbox not adopted", "pool", name, "container_id", sb.ID, "state", string(sb.State))
 			continue
 		}
 		p.idle = append(p.idle, member{id: sb.LeaseID, containerID: sb.ID, endpoint: sb.Endpoint})
-		m.poolByID[sb.LeaseID] = p
+		ps.byID[sb.LeaseID] = p
 		adopted[sb.ID] = true
 		total++
-		m.log.Info("reconcile: adopted pooled sandbox", "pool", name, "lease_id", sb.LeaseID, "container_id", sb.ID)
+		ps.log.Info("reconcile: adopted pooled sandbox", "pool", name, "lease_id", sb.LeaseID, "container_id", sb.ID)
 	}
 	return adopted
 }
 
-// poolEvent handles a runtime event for an unclaimed pooled sandbox: one
+// event handles a runtime event for an unclaimed pooled sandbox: one
 // that died or was removed leaves its pool (and its container is removed);
-// the pool refills. It reports whether ev was a pool member's.
-func (m *Manager) poolEvent(ctx context.Context, ev runtime.Event) bool {
+// the pool refills. It reports whether ev was a pool member's. Called
+// without mu.
+func (ps *poolSet) event(ctx context.Context, ev runtime.Event) bool {
 	if ev.Kind != runtime.EventDied && ev.Kind != runtime.EventRemoved {
 		return false
 	}
-	m.mu.Lock()
-	p := m.poolByID[ev.LeaseID]
-	if p == nil || m.leases[ev.LeaseID] != nil {
-		m.mu.Unlock()
+	ps.mu.Lock()
+	p := ps.byID[ev.LeaseID]
+	if p == nil || ps.host.leasedLocked(ev.LeaseID) {
+		ps.mu.Unlock()
 		return false
 	}
 	i := slices.IndexFunc(p.idle, func(mb member) bool { return mb.containerID == ev.ID })
 	if i < 0 {
-		m.mu.Unlock()
+		ps.mu.Unlock()
 		return true // being created: the creation reports its outcome
 	}
 	mb := p.idle[i]
 	p.idle = slices.Delete(p.idle, i, i+1)
-	delete(m.poolByID, mb.id)
-	m.mu.Unlock()
-	m.log.Warn("pool: a ready sandbox "+string(ev.Kind)+"; replacing it", "pool", p.cfg.Name, "container_id", ev.ID, "exit_code", ev.ExitCode)
-	_ = m.dropMember(ctx, mb)
-	m.kickPools()
+	delete(ps.byID, mb.id)
+	ps.mu.Unlock()
+	ps.log.Warn("pool: a ready sandbox "+string(ev.Kind)+"; replacing it", "pool", p.cfg.Name, "container_id", ev.ID, "exit_code", ev.ExitCode)
+	_ = ps.dropMember(ctx, mb)
+	ps.kick()
 	return true
 }
 
-// resyncPoolsLocked drops the ready members that are missing from the
+// resyncLocked drops the ready members that are missing from the
 // runtime's list byID (taken at Manager.seq seq), or not running, and
-// returns those to remove. Called with m.mu held.
-func (m *Manager) resyncPoolsLocked(byID map[string]runtime.Sandbox, seq uint64) []member {
+// returns those to remove (dropMember, without mu). Called with mu held.
+func (ps *poolSet) resyncLocked(byID map[string]runtime.Sandbox, seq uint64) []member {
 	var gone []member
-	for _, p := range m.pools {
+	for _, p := range ps.pools {
 		p.idle = slices.DeleteFunc(p.idle, func(mb member) bool {
 			sb, ok := byID[mb.containerID]
 			if mb.seq > seq || ok && sb.State == runtime.StateRunning {
 				return false
 			}
-			delete(m.poolByID, mb.id)
+			delete(ps.byID, mb.id)
 			gone = append(gone, mb)
 			return true
 		})
 	}
 	if len(gone) > 0 {
-		m.kickPools()
+		ps.kick()
 	}
 	return gone
 }
 
-// poolSnapshot is a test helper's view: pool name → ready member ids.
-func (m *Manager) poolSnapshot() map[string][]string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// snapshot is a test helper's view: pool name → ready member ids.
+func (ps *poolSet) snapshot() map[string][]string {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	out := map[string][]string{}
-	for _, p := range m.pools {
+	for _, p := range ps.pools {
 		ids := make([]string, 0, len(p.idle))
 		for _, mb := range p.idle {
 			ids = append(ids, mb.id)
@@ -720,4 +813,36 @@ func (m *Manager) poolSnapshot() map[string][]string {
 		out[p.cfg.Name] = ids
 	}
 	return out
+}
+
+// The Manager is the pools' host (poolHost); the methods below serve
+// only the pools.
+var _ poolHost = (*Manager)(nil)
+
+// leasedLocked reports whether lease id has a record. Called with m.mu held.
+func (m *Manager) leasedLocked(id string) bool { return m.leases[id] != nil }
+
+// claimingLocked returns the READY leases loaded with Lease.Claiming.
+// Called with m.mu held; the leases are read under it only.
+func (m *Manager) claimingLocked() []*Lease {
+	var out []*Lease
+	for _, e := range m.leases {
+		if e.l.State == StateReady && e.l.Claiming {
+			out = append(out, &e.l)
+		}
+	}
+	return out
+}
+
+// closedLocked reports whether Close was called. Called with m.mu held.
+func (m *Manager) closedLocked() bool { return m.closed }
+
+// drainingLocked reports whether Drain was called (drain.go). Called with
+// m.mu held.
+func (m *Manager) drainingLocked() bool { return m.drain.on }
+
+// nextSeqLocked bumps Manager.seq and returns it. Called with m.mu held.
+func (m *Manager) nextSeqLocked() uint64 {
+	m.seq++
+	return m.seq
 }

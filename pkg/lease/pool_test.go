@@ -56,8 +56,8 @@ func poolHarness(t *testing.T, pools []PoolConfig, tweak func(*Config)) (*harnes
 	t.Helper()
 	fc := &fakeConfigurer{}
 	h := newHarness(t, func(c *Config) {
-		c.Pools = pools
-		c.AgentConfigurer = fc
+		c.Pools.Pools = pools
+		c.Pools.AgentConfigurer = fc
 		if tweak != nil {
 			tweak(c)
 		}
@@ -65,7 +65,7 @@ func poolHarness(t *testing.T, pools []PoolConfig, tweak func(*Config)) (*harnes
 	return h, fc
 }
 
-func poolReady(h *harness, name string) int { return len(h.m.poolSnapshot()[name]) }
+func poolReady(h *harness, name string) int { return len(h.m.pools.snapshot()[name]) }
 
 func poolStat(h *harness, name string) PoolStats {
 	for _, p := range h.m.PoolStats() {
@@ -86,7 +86,7 @@ func pooledBoxes(h *harness, name string) int {
 func TestPoolClaimAppliesTheLeaseAndRefills(t *testing.T) {
 	h, fc := poolHarness(t, []PoolConfig{{Name: "py", Min: 2, Max: 3}}, nil)
 	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "py") == 2 })
-	ready := h.m.poolSnapshot()["py"]
+	ready := h.m.pools.snapshot()["py"]
 
 	l, tok, created, err := h.m.Acquire(context.Background(), AcquireRequest{ConversationID: "c1", Labels: map[string]string{"team": "a"},
 		Env: map[string]string{"A": "1"}, Secrets: map[string]string{"S": "secret-value"}, TTL: time.Hour, IdleTimeout: time.Minute})
@@ -207,7 +207,7 @@ func TestPoolMissAndOtherProfilesCreateCold(t *testing.T) {
 func TestPoolConfigureFailureFallsBackToCold(t *testing.T) {
 	h, fc := poolHarness(t, []PoolConfig{{Name: "p", Min: 1, Max: 1}}, nil)
 	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 1 })
-	pooled := h.m.poolSnapshot()["p"][0]
+	pooled := h.m.pools.snapshot()["p"][0]
 	fc.mu.Lock()
 	fc.err = errdefs.Unavailable("agent gone")
 	fc.mu.Unlock()
@@ -223,7 +223,7 @@ func TestPoolConfigureFailureFallsBackToCold(t *testing.T) {
 
 func TestPoolLimitIsSeparateFromLeaseQuotas(t *testing.T) {
 	h, _ := poolHarness(t, []PoolConfig{{Name: "a", Min: 3, Max: 3}, {Name: "b", Min: 3, Max: 3, Resources: runtime.Resources{PidsLimit: 64}}},
-		func(c *Config) { c.MaxPooled = 4; c.MaxLive = 1 })
+		func(c *Config) { c.Pools.MaxPooled = 4; c.MaxLive = 1 })
 	eventually(t, 5*time.Second, "pools filled to the limit", func() bool { return poolReady(h, "a")+poolReady(h, "b") == 4 })
 	time.Sleep(200 * time.Millisecond)
 	if n := poolReady(h, "a") + poolReady(h, "b"); n != 4 || h.rt.count() != 4 {
@@ -249,18 +249,18 @@ func TestPoolAdoptedAfterRestart(t *testing.T) {
 	l, _ := h.acquire("kept")
 	eventually(t, 5*time.Second, "refilled", func() bool { return poolReady(h, "p") == 2 })
 	before := map[string]bool{}
-	for _, id := range h.m.poolSnapshot()["p"] {
+	for _, id := range h.m.pools.snapshot()["p"] {
 		before[id] = true
 	}
 	creates := h.rt.creates()
 
 	// Restart with pool "gone" no longer configured.
-	h.cfg.Pools = pools[:1]
+	h.cfg.Pools.Pools = pools[:1]
 	h.restart()
 	if got := h.get(l.ID); got.State != StateReady || got.ContainerID != l.ContainerID || got.Pool != "p" {
 		t.Fatalf("claimed lease after restart: %+v", got)
 	}
-	after := h.m.poolSnapshot()["p"]
+	after := h.m.pools.snapshot()["p"]
 	if len(after) != 2 || !before[after[0]] || !before[after[1]] {
 		t.Fatalf("adopted %v, want the two ready members %v", after, before)
 	}
@@ -273,18 +273,18 @@ func TestPoolAdoptedAfterRestart(t *testing.T) {
 	}
 
 	// A smaller max: the excess goes. Another profile: all are replaced.
-	h.cfg.Pools = []PoolConfig{{Name: "p", Min: 1, Max: 1}}
+	h.cfg.Pools.Pools = []PoolConfig{{Name: "p", Min: 1, Max: 1}}
 	h.restart()
-	if got := h.m.poolSnapshot()["p"]; len(got) != 1 || !before[got[0]] {
+	if got := h.m.pools.snapshot()["p"]; len(got) != 1 || !before[got[0]] {
 		t.Fatalf("after restart with max 1: %v", got)
 	}
 	if n := pooledBoxes(h, "p"); n != 2 { // the member and the lease's
 		t.Fatalf("%d containers labelled p, want 2 (one member, one claimed)", n)
 	}
-	h.cfg.Pools = []PoolConfig{{Name: "p", Min: 1, Max: 1, Resources: runtime.Resources{PidsLimit: 99}}}
+	h.cfg.Pools.Pools = []PoolConfig{{Name: "p", Min: 1, Max: 1, Resources: runtime.Resources{PidsLimit: 99}}}
 	h.restart()
 	eventually(t, 5*time.Second, "refilled with the new profile", func() bool {
-		got := h.m.poolSnapshot()["p"]
+		got := h.m.pools.snapshot()["p"]
 		return len(got) == 1 && !before[got[0]]
 	})
 	if !h.rt.exists(l.ContainerID) {
@@ -295,11 +295,11 @@ func TestPoolAdoptedAfterRestart(t *testing.T) {
 func TestPoolReplacesADeadMember(t *testing.T) {
 	h, _ := poolHarness(t, []PoolConfig{{Name: "p", Min: 1, Max: 1}}, nil)
 	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 1 })
-	id := h.m.poolSnapshot()["p"][0]
+	id := h.m.pools.snapshot()["p"][0]
 	boxes, _ := h.rt.List(context.Background(), runtime.Selector{runtime.LabelLease: id})
 	h.rt.kill(boxes[0].ID, 137, false)
 	eventually(t, 5*time.Second, "replaced", func() bool {
-		got := h.m.poolSnapshot()["p"]
+		got := h.m.pools.snapshot()["p"]
 		return len(got) == 1 && got[0] != id && !h.rt.exists(boxes[0].ID)
 	})
 }
@@ -318,7 +318,7 @@ func TestPoolConfigErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = New(Config{Store: st, Runtime: newFakeRuntime(), Secret: testSecret, Pools: tc.pools})
+		_, err = New(Config{Store: st, Runtime: newFakeRuntime(), Secret: testSecret, Pools: PoolsConfig{Pools: tc.pools}})
 		st.Close()
 		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("pools %+v: %v, want INVALID_ARGUMENT naming %s", tc.pools, err, tc.field)
@@ -334,13 +334,13 @@ func TestPoolConfigErrors(t *testing.T) {
 func TestPoolConfiguredMemberIsNeverReused(t *testing.T) {
 	h, fc := poolHarness(t, []PoolConfig{{Name: "p", Min: 1, Max: 1}}, nil)
 	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 1 })
-	id := h.m.poolSnapshot()["p"][0]
+	id := h.m.pools.snapshot()["p"][0]
 	boxes, _ := h.rt.List(context.Background(), runtime.Selector{runtime.LabelLease: id})
 	if err := fc.Configure(context.Background(), boxes[0].Endpoint, h.m.AgentToken(id), map[string]string{"A": "tenant-1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	h.restart()
-	if got := h.m.poolSnapshot()["p"]; len(got) != 1 || got[0] != id {
+	if got := h.m.pools.snapshot()["p"]; len(got) != 1 || got[0] != id {
 		t.Fatalf("after restart: %v, want %s adopted", got, id)
 	}
 	l, _ := h.acquire("tenant-2")

@@ -32,11 +32,11 @@ func (b *blockingConfigurer) Configure(ctx context.Context, endpoint, token stri
 func TestPoolClaimIsReadyOnlyOnceConfigured(t *testing.T) {
 	bc := &blockingConfigurer{fakeConfigurer: &fakeConfigurer{}, entered: make(chan string, 1), release: make(chan struct{})}
 	h := newHarness(t, func(c *Config) {
-		c.Pools = []PoolConfig{{Name: "p", Min: 1, Max: 1}}
-		c.AgentConfigurer = bc
+		c.Pools.Pools = []PoolConfig{{Name: "p", Min: 1, Max: 1}}
+		c.Pools.AgentConfigurer = bc
 	})
 	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 1 })
-	id := h.m.poolSnapshot()["p"][0]
+	id := h.m.pools.snapshot()["p"][0]
 	creates := h.rt.creates()
 
 	type result struct {
@@ -84,7 +84,7 @@ func TestPoolClaimInterruptedByRestart(t *testing.T) {
 		t.Run(map[bool]string{true: "configured", false: "unconfigured"}[configured], func(t *testing.T) {
 			h, fc := poolHarness(t, []PoolConfig{{Name: "p", Min: 1, Max: 1}}, nil)
 			eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 1 })
-			id := h.m.poolSnapshot()["p"][0]
+			id := h.m.pools.snapshot()["p"][0]
 			boxes, _ := h.rt.List(context.Background(), runtime.Selector{runtime.LabelLease: id})
 			if len(boxes) != 1 {
 				t.Fatalf("member containers: %+v", boxes)
@@ -139,7 +139,7 @@ func TestPoolClaimInterruptedByRestart(t *testing.T) {
 				t.Fatalf("%d pool members, the claimed sandbox went back to the pool", n)
 			}
 			eventually(t, 5*time.Second, "pool refilled", func() bool { return poolReady(h, "p") == 1 })
-			if m := h.m.poolSnapshot()["p"][0]; m == id {
+			if m := h.m.pools.snapshot()["p"][0]; m == id {
 				t.Fatalf("the claimed sandbox is a pool member again")
 			}
 		})
@@ -183,7 +183,7 @@ func TestPoolNetworkPolicyEnforcedAhead(t *testing.T) {
 		c.DefaultNetwork = NetworkPolicy{Mode: NetworkRestricted, Allow: []string{"example.com"}}
 	})
 	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 2 })
-	ids := h.m.poolSnapshot()["p"]
+	ids := h.m.pools.snapshot()["p"]
 	for _, id := range ids {
 		if p, ok := eg.policy(id); !ok || p.Mode != egress.ModeRestricted || eg.applies(id) != 1 {
 			t.Fatalf("member %s: policy %+v (%v), %d applies; want the default enforced once", id, p, ok, eg.applies(id))
@@ -201,7 +201,7 @@ func TestPoolNetworkPolicyEnforcedAhead(t *testing.T) {
 		t.Fatalf("claim with an open policy: enforced %+v after %d applies", p, eg.applies(other.ID))
 	}
 	eventually(t, 5*time.Second, "refilled", func() bool { return poolReady(h, "p") == 2 })
-	member := h.m.poolSnapshot()["p"][0]
+	member := h.m.pools.snapshot()["p"][0]
 	boxes, _ := h.rt.List(context.Background(), runtime.Selector{runtime.LabelLease: member})
 	h.rt.kill(boxes[0].ID, 137, false)
 	eventually(t, 5*time.Second, "a dead member's rules removed", func() bool { return eg.wasRemoved(member) })

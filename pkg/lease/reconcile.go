@@ -67,7 +67,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	keep := map[string]bool{}
 	var fx effects
-	unconfigured := m.unconfiguredClaims(ctx, byLease) // pool.go
+	unconfigured := m.pools.unconfiguredClaims(ctx, byLease) // pool.go
 
 	m.mu.Lock()
 	now := m.now()
@@ -92,7 +92,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	// Unclaimed pooled sandboxes (a pool label, no lease record) are
 	// adopted back into their pools, or removed below (pool.go).
-	for id := range m.adoptPooledLocked(boxes) {
+	for id := range m.pools.adoptLocked(boxes) {
 		keep[id] = true
 	}
 	m.toRestart = append(m.toRestart, fx.restarts...)
@@ -369,7 +369,7 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 		m.log.Info("a process in a sandbox was OOM-killed; the sandbox lives on", "lease_id", ev.LeaseID, "container_id", ev.ID)
 		return
 	case runtime.EventDied, runtime.EventRemoved:
-		if m.poolEvent(ctx, ev) { // an unclaimed pooled sandbox (pool.go)
+		if m.pools.event(ctx, ev) { // an unclaimed pooled sandbox (pool.go)
 			return
 		}
 	default:
@@ -477,15 +477,15 @@ func (m *Manager) resync(ctx context.Context) {
 		}
 		m.applyLocked(e, plan(&e.l, o, m.restartPolicy(), now), trigResync, &fx)
 	}
-	poolGone := m.resyncPoolsLocked(byID, seq) // pool.go
+	poolGone := m.pools.resyncLocked(byID, seq) // pool.go
 	for _, sb := range boxes {
-		if m.leases[sb.LeaseID] == nil && !m.pooledLocked(sb) {
+		if m.leases[sb.LeaseID] == nil && !m.pools.pooledLocked(sb) {
 			fx.remove = append(fx.remove, sb) // no lease, no pool: an orphan
 		}
 	}
 	m.mu.Unlock()
 	for _, mb := range poolGone {
-		_ = m.dropMember(ctx, mb)
+		_ = m.pools.dropMember(ctx, mb)
 	}
 	m.run(ctx, "resync", fx)
 }

@@ -361,11 +361,13 @@ type Pool struct {
 	Max int `json:"max"`
 }
 
-// leasePools maps Config.Pools to lease.PoolConfig.
-func leasePools(ps []Pool) []lease.PoolConfig {
-	out := make([]lease.PoolConfig, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, lease.PoolConfig{Name: p.Name, Image: p.Image, User: p.User, Min: p.Min, Max: p.Max,
+// leasePools maps Pools and MaxPooled to the lease manager's pools
+// configuration, whose agent configurer is ac. Its defaults and rules are
+// lease.PoolsConfig's (MaxPooled 0 is the sum of the pools' Max there).
+func (c Config) leasePools(ac lease.AgentConfigurer) lease.PoolsConfig {
+	out := lease.PoolsConfig{Pools: make([]lease.PoolConfig, 0, len(c.Pools)), MaxPooled: c.MaxPooled, AgentConfigurer: ac}
+	for _, p := range c.Pools {
+		out.Pools = append(out.Pools, lease.PoolConfig{Name: p.Name, Image: p.Image, User: p.User, Min: p.Min, Max: p.Max,
 			Resources: runtime.Resources{NanoCPUs: int64(p.CPUs * 1e9), MemoryBytes: p.MemoryBytes, PidsLimit: p.Pids, DiskBytes: p.DiskBytes}})
 	}
 	return out

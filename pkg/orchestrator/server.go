@@ -158,9 +158,7 @@ func New(ctx context.Context, cfg Config, p Platform, log *slog.Logger) (*Server
 		PersistWorkspaces: cfg.PersistWorkspaces,
 		HostMounts:        hostMountPolicy(cfg), // volumes.go
 		VolumeRetention:   time.Duration(cfg.VolumeRetention),
-		Pools:             leasePools(cfg.Pools), // config.go, docs/pools.md
-		MaxPooled:         cfg.MaxPooled,
-		AgentConfigurer:   newAgentConfigurer(), // agentconfig.go
+		Pools:             cfg.leasePools(newAgentConfigurer()), // config.go, agentconfig.go, docs/pools.md
 		Elect:             electorOf(p.Cluster, instance),
 		Logger:            log.With("component", "lease"),
 
