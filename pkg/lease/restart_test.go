@@ -72,7 +72,7 @@ func TestDiedRestartsInPlace(t *testing.T) {
 	}
 }
 
-// TestRestartBudget: RestartLimit restarts within RestartWindow; one more
+// TestRestartBudget: Restart.Limit restarts within Restart.Window; one more
 // exit fails the lease with the reason and removes the container. Restarts
 // older than the window do not count.
 func TestRestartBudget(t *testing.T) {
@@ -81,7 +81,7 @@ func TestRestartBudget(t *testing.T) {
 	now := func() time.Time { mu <- struct{}{}; defer func() { <-mu }(); return clock }
 	advance := func(d time.Duration) { mu <- struct{}{}; clock = clock.Add(d); <-mu }
 	h := newHarness(t, func(c *Config) {
-		c.RestartLimit, c.RestartWindow, c.Now = 2, time.Hour, now
+		c.Restart.Limit, c.Restart.Window, c.Now = 2, time.Hour, now
 		c.DefaultTTL, c.MaxTTL = 48*time.Hour, 48*time.Hour
 	})
 	l, _ := h.acquire("c")
@@ -240,10 +240,10 @@ func TestReconcileResumesRestart(t *testing.T) {
 // as an exit whose event was missed, and on a loaded CI machine the first
 // one ran after the kill. The stream's end is read after the died event, so
 // the check also waits for the Manager to see the stream down, well within
-// RestartDelay.
+// Restart.Delay.
 func TestRestartWaitsForEventStream(t *testing.T) {
 	const delay = time.Second
-	h := newHarness(t, func(c *Config) { c.RestartDelay = delay })
+	h := newHarness(t, func(c *Config) { c.Restart.Delay = delay })
 	l, _ := h.acquire("c")
 	eventually(t, 5*time.Second, "the first resync", func() bool {
 		h.rt.mu.Lock()

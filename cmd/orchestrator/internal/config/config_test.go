@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/orchestrator"
 )
 
@@ -54,7 +55,7 @@ func TestPrecedence(t *testing.T) {
 			`"json"`, "json", "json", "json", "json", "json", "text"},
 		{"max-leases", "BERTH_MAX_LEASES", "maxLeases", func(c orchestrator.Config) any { return c.MaxLeases }, 100,
 			`7`, "8", 7, 8, "9", 9, "100"},
-		{"restart-limit", "BERTH_RESTART_LIMIT", "restartLimit", func(c orchestrator.Config) any { return c.RestartLimit }, 3,
+		{"restart-limit", "BERTH_RESTART_LIMIT", "restartLimit", func(c orchestrator.Config) any { return c.Restart.Limit }, 3,
 			`1`, "2", 1, 2, "0", 0, "3"},
 		{"max-pids", "BERTH_MAX_PIDS", "maxPids", func(c orchestrator.Config) any { return c.MaxPids }, int64(4096),
 			`1000`, "2000", int64(1000), int64(2000), "3000", int64(3000), "4096"},
@@ -148,11 +149,11 @@ func TestEverySettingAllWays(t *testing.T) {
 		if err := v.Set(text); err != nil {
 			t.Fatalf("%s: set %q: %v", s.Env, text, err)
 		}
-		bv, av := reflect.ValueOf(before), reflect.ValueOf(after)
+		bv, av := configFields(reflect.ValueOf(before)), configFields(reflect.ValueOf(after))
 		var changed []string
-		for i := 0; i < bv.NumField(); i++ {
-			if !reflect.DeepEqual(bv.Field(i).Interface(), av.Field(i).Interface()) {
-				changed = append(changed, bv.Type().Field(i).Name)
+		for name, b := range bv {
+			if !reflect.DeepEqual(b.Interface(), av[name].Interface()) {
+				changed = append(changed, name)
 			}
 		}
 		if len(changed) != 1 {
@@ -164,10 +165,9 @@ func TestEverySettingAllWays(t *testing.T) {
 		}
 		covered[changed[0]] = s.Env
 	}
-	ct := reflect.TypeOf(orchestrator.Config{})
-	for i := 0; i < ct.NumField(); i++ {
-		if _, ok := covered[ct.Field(i).Name]; !ok {
-			t.Errorf("Config.%s has no setting", ct.Field(i).Name)
+	for name := range configFields(reflect.ValueOf(orchestrator.Config{})) {
+		if _, ok := covered[name]; !ok {
+			t.Errorf("Config.%s has no setting", name)
 		}
 	}
 	// The names before the table: scripts depend on them.
@@ -201,6 +201,26 @@ func TestEverySettingAllWays(t *testing.T) {
 			t.Errorf("%s is gone", n)
 		}
 	}
+}
+
+// configFields maps the settable fields of orchestrator.Config v to their
+// values, by path: the fields of the component configs that pkg/lease owns
+// (lease.RestartConfig, ...) are listed one by one ("Restart.Limit").
+func configFields(v reflect.Value) map[string]reflect.Value {
+	out := map[string]reflect.Value{}
+	var walk func(v reflect.Value, prefix string)
+	walk = func(v reflect.Value, prefix string) {
+		for i := 0; i < v.NumField(); i++ {
+			f, fv := v.Type().Field(i), v.Field(i)
+			if t := f.Type; t.Kind() == reflect.Struct && t.PkgPath() == reflect.TypeOf(lease.Config{}).PkgPath() && strings.HasSuffix(t.Name(), "Config") {
+				walk(fv, prefix+f.Name+".")
+				continue
+			}
+			out[prefix+f.Name] = fv
+		}
+	}
+	walk(v, "")
+	return out
 }
 
 // TestErrors checks that a bad value names its source and its setting.
