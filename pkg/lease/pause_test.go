@@ -424,3 +424,18 @@ func TestResyncRepauses(t *testing.T) {
 		t.Fatalf("resume: %v", err)
 	}
 }
+
+// TestPauseConfigDefaults: zero fields take DefaultPauseConfig's, a
+// negative PausedRetention stays (keep paused leases), an unknown default
+// idle policy is refused naming default_idle_policy.
+func TestPauseConfigDefaults(t *testing.T) {
+	if got, err := (PauseConfig{}).withDefaults(); err != nil || got != DefaultPauseConfig() {
+		t.Fatalf("zero config: %+v %v, want %+v", got, err, DefaultPauseConfig())
+	}
+	if got, err := (PauseConfig{PausedRetention: -1}).withDefaults(); err != nil || got.PausedRetention != -1 || got.DefaultIdlePolicy != IdleExpire {
+		t.Fatalf("negative retention: %+v %v", got, err)
+	}
+	if err := (PauseConfig{DefaultIdlePolicy: "nap"}).Validate(); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "default_idle_policy") {
+		t.Fatalf("unknown policy: %v", err)
+	}
+}

@@ -265,3 +265,25 @@ func TestRestartWaitsForEventStream(t *testing.T) {
 		t.Errorf("%d restarts tried, want 1", n)
 	}
 }
+
+// TestRestartConfigDefaults: zero fields take DefaultRestartConfig's, a
+// Limit above MaxTransitions/2-1 is lowered to it, a negative one stays
+// (never restart), and a negative Window or Delay is refused naming
+// restart_window.
+func TestRestartConfigDefaults(t *testing.T) {
+	if got, err := (RestartConfig{}).withDefaults(); err != nil || got != DefaultRestartConfig() {
+		t.Fatalf("zero config: %+v %v, want %+v", got, err, DefaultRestartConfig())
+	}
+	got, err := RestartConfig{Limit: 100, Window: time.Hour}.withDefaults()
+	if err != nil || got.Limit != MaxTransitions/2-1 || got.Window != time.Hour || got.Delay != DefaultRestartConfig().Delay {
+		t.Fatalf("limit 100, window 1h: %+v %v", got, err)
+	}
+	if got, err := (RestartConfig{Limit: -1}).withDefaults(); err != nil || got.Limit != -1 {
+		t.Fatalf("limit -1: %+v %v", got, err)
+	}
+	for _, c := range []RestartConfig{{Window: -time.Second}, {Delay: -time.Second}} {
+		if err := c.Validate(); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "restart_window") {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+}
