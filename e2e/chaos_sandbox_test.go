@@ -110,7 +110,7 @@ const chaosMarker = "chaos-marker-0123"
 
 // chaosRestartLimit is the orchestrator's default restart budget
 // (restartLimit within restartWindow).
-var chaosRestartLimit = int32(orchestrator.Defaults().RestartLimit)
+var chaosRestartLimit = int32(orchestrator.Defaults().Restart.Limit)
 
 func isReady(l *orchv1.Lease) bool { return l.GetState() == orchv1.LeaseState_LEASE_STATE_READY }
 func isEnded(l *orchv1.Lease) bool {

@@ -710,7 +710,7 @@ func TestContainerdReconcileAfterRestart(t *testing.T) {
 	}
 }
 
-// TestContainerdSandboxKilled: with in-place restarts off (RestartLimit
+// TestContainerdSandboxKilled: with in-place restarts off (Restart.Limit
 // 0), a sandbox whose task is SIGKILLed through containerd's API, behind
 // the orchestrator's back, makes its lease FAILED within a few seconds with
 // a reason naming the exit code (137); its container is then removed, and
@@ -720,7 +720,7 @@ func TestContainerdSandboxKilled(t *testing.T) {
 	requireCtrdImage(t, minimalImage)
 	rt := ctrd.rt
 	env := newCtrdEnv(t)
-	o := startCtrdOrch(t, env, func(c *orchestrator.Config) { c.RestartLimit = 0 })
+	o := startCtrdOrch(t, env, func(c *orchestrator.Config) { c.Restart.Limit = 0 })
 	victim := o.acq(t, "c-ctrd-victim", minimalImage, "600s").GetLease()
 	bystander := o.acq(t, "c-ctrd-bystander", minimalImage, "600s")
 

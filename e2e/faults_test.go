@@ -144,7 +144,7 @@ func TestFaults(t *testing.T) {
 	t.Run("container killed behind the back", func(t *testing.T) {
 		l := o.mustAcquire(t, "c-killed-ctr", noShellImage, "600s").GetLease()
 		var got *orchv1.Lease
-		// The first three kills (the default RestartLimit within 10m) are
+		// The first three kills (the default Restart.Limit within 10m) are
 		// answered with a restart in place; the fourth fails the lease.
 		for i := 1; i <= 3; i++ {
 			killed := time.Now()

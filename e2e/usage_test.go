@@ -22,7 +22,7 @@ import (
 func usageConfig(c *orchestrator.Config) {
 	c.MetricsPerLease = true
 	c.UsageInterval = orchestrator.Duration(time.Second)
-	c.RestartLimit = 0
+	c.Restart.Limit = 0
 }
 
 // TestUsageAndLogsDocker runs usageScenario on a Docker sandbox.

@@ -54,7 +54,7 @@ type AcquireRequest struct {
 	IdleTimeout time.Duration
 	// IdlePolicy is what the idle timeout does: IdleExpire ends the lease,
 	// IdleFreeze and IdleHibernate pause it. "" takes
-	// Config.DefaultIdlePolicy.
+	// Config.Pause.DefaultIdlePolicy.
 	IdlePolicy IdlePolicy
 	// Labels are user labels (keys [A-Za-z0-9._/-], starting alphanumeric,
 	// ≤128 bytes; values ≤256 bytes, no control characters or commas).
@@ -311,10 +311,7 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	case req.IdleTimeout == 0:
 		req.IdleTimeout = m.cfg.DefaultIdleTimeout
 	}
-	if req.IdlePolicy == "" {
-		req.IdlePolicy = m.cfg.DefaultIdlePolicy
-	}
-	if err := m.checkIdlePolicy("idle_policy", req.IdlePolicy); err != nil {
+	if req.IdlePolicy, err = m.cfg.Pause.idlePolicy(m.rt, "idle_policy", req.IdlePolicy); err != nil { // pause.go
 		return req, err
 	}
 	if err := validLabels("labels", req.Labels, m.cfg.MaxLabels); err != nil {

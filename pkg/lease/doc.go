@@ -18,7 +18,7 @@
 // FAILED | PENDING | PAUSED; PAUSED → READY | PAUSED | RELEASING | EXPIRED
 // | FAILED; RELEASING → RELEASED | FAILED. READY → PENDING is an
 // in-place restart: the lease's container exited unexpectedly and is
-// started again with its files (see Config.RestartLimit); an OOM kill of
+// started again with its files (see Config.Restart); an OOM kill of
 // one of its processes does not change the lease at all. RELEASED, EXPIRED and FAILED are
 // ended and final. PENDING, READY, PAUSED and RELEASING are live (they count
 // against Config.MaxLive). Every transition is appended to
@@ -37,7 +37,7 @@
 // resumes. A deliberate stop is never taken for a crash (a hibernated
 // lease's stopped container is what plan expects). A PAUSED lease neither
 // idle-expires nor runs out its TTL: it expires after
-// Config.PausedRetention. PAUSED → PAUSED records a frozen sandbox found
+// Config.Pause.PausedRetention. PAUSED → PAUSED records a frozen sandbox found
 // stopped after an engine restart (now hibernated).
 //
 // A lease reaches EXPIRED or FAILED first and loses its container right

@@ -320,7 +320,7 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef")
 func newHarness(t *testing.T, tweak func(*Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, rt: newFakeRuntime(), path: filepath.Join(t.TempDir(), DBFileName)}
-	h.cfg = Config{InstanceID: "test", Secret: testSecret, ReapInterval: 50 * time.Millisecond, RestartDelay: 10 * time.Millisecond}
+	h.cfg = Config{InstanceID: "test", Secret: testSecret, ReapInterval: 50 * time.Millisecond, Restart: RestartConfig{Delay: 10 * time.Millisecond}}
 	if tweak != nil {
 		tweak(&h.cfg)
 	}

@@ -22,7 +22,7 @@ const (
 	// recent ones; older ones are dropped and counted in
 	// Lease.TransitionsDropped. 64 holds a lease's creation and a long
 	// run of pauses, resumes and restarts (the restart budget looks back
-	// at most 2×RestartLimit transitions) while a record stays a few KiB.
+	// at most 2×RestartConfig.Limit transitions) while a record stays a few KiB.
 	MaxTransitions = 64
 )
 

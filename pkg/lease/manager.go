@@ -121,15 +121,10 @@ type Config struct {
 	// debugging) before they are purged. Default 1h; negative keeps them
 	// forever.
 	Retention time.Duration
-	// DefaultIdlePolicy is what the idle timeout does to a lease whose
-	// acquire names no policy: IdleExpire (the default) ends it, IdleFreeze
-	// or IdleHibernate pause it. IdleFreeze needs a runtime.Freezer.
-	DefaultIdlePolicy IdlePolicy
-	// PausedRetention is how long a lease may stay PAUSED before it expires
-	// (a paused lease neither idle-expires nor runs out its TTL). Default
-	// DefaultPausedRetention (7 days); negative keeps paused leases until
-	// they are resumed or released.
-	PausedRetention time.Duration
+	// Pause configures pausing: the default idle policy and how long a
+	// lease may stay PAUSED (pause.go). Zero fields take
+	// DefaultPauseConfig's.
+	Pause PauseConfig
 	// Elect, when set, runs the reaper (expiry, idle pauses, the removal
 	// queue, purging) only while this replica is elected among the
 	// orchestrators that serve one fleet: Elect calls lead while this
@@ -160,23 +155,10 @@ type Config struct {
 	// Disk configures the enforcement of the disk limit where the engine
 	// cannot enforce it (disk.go); zero fields take DefaultDiskConfig's.
 	Disk DiskConfig
-	// RestartLimit is how many times a lease's sandbox is restarted in
-	// place (same container, files kept) after its container exited
-	// unexpectedly, within RestartWindow; one more exit within the window
-	// fails the lease. Default 3; negative never restarts (the first exit
-	// fails the lease). At most MaxTransitions/2-1 (31): restarts are
-	// counted in the kept transitions; larger values are lowered to it.
-	RestartLimit int
-	// RestartWindow is the sliding window RestartLimit counts restarts in.
-	// Default 10m.
-	RestartWindow time.Duration
-	// RestartDelay is how long after a container's died event its restart
-	// begins. An engine that is shutting down (and stopping every
-	// container) closes its event stream within it; the restart then waits
-	// until the runtime's event stream is back, i.e. the engine is up
-	// again, rather than start a container in an engine going down.
-	// Default 2s.
-	RestartDelay time.Duration
+	// Restart configures the in-place restart of a sandbox whose container
+	// exited unexpectedly: its budget and delay (restart.go). Zero fields
+	// take DefaultRestartConfig's.
+	Restart RestartConfig
 	// ActivityFlushInterval is the least time between two writes of a
 	// lease's LastActivityAt caused by Touch. Default 5s.
 	ActivityFlushInterval time.Duration
@@ -253,15 +235,12 @@ func (c *Config) setDefaults() error {
 		c.MaxLive = 100
 	}
 	def(&c.Retention, time.Hour)
-	def(&c.PausedRetention, DefaultPausedRetention)
-	if c.DefaultIdlePolicy == "" {
-		c.DefaultIdlePolicy = IdleExpire
+	var err error
+	if c.Pause, err = c.Pause.withDefaults(); err != nil { // pause.go
+		return err
 	}
-	switch _, canFreeze := c.Runtime.(runtime.Freezer); {
-	case !c.DefaultIdlePolicy.valid():
-		return errdefs.InvalidArgument("default_idle_policy", "unknown idle policy %q (want expire, freeze or hibernate)", string(c.DefaultIdlePolicy))
-	case c.DefaultIdlePolicy == IdleFreeze && !canFreeze:
-		return errdefs.InvalidArgument("default_idle_policy", "freeze: the %s runtime cannot freeze a sandbox; use hibernate", backendName(c.Runtime))
+	if err := c.Pause.checkRuntime(c.Runtime); err != nil {
+		return err
 	}
 	if c.MaxEnvBytes <= 0 {
 		c.MaxEnvBytes = DefaultMaxEnvBytes
@@ -283,14 +262,8 @@ func (c *Config) setDefaults() error {
 	def(&c.RemoveTimeout, 30*time.Second)
 	def(&c.ResyncInterval, 30*time.Second)
 	def(&c.ActivityFlushInterval, 5*time.Second)
-	def(&c.RestartWindow, 10*time.Minute)
-	def(&c.RestartDelay, 2*time.Second)
-	if c.RestartLimit == 0 {
-		c.RestartLimit = 3
-	}
-	c.RestartLimit = min(c.RestartLimit, MaxTransitions/2-1)
-	if c.RestartWindow < 0 || c.RestartDelay < 0 {
-		return errdefs.InvalidArgument("restart_window", "restart window and delay must not be negative")
+	if c.Restart, err = c.Restart.withDefaults(); err != nil { // restart.go
+		return err
 	}
 	pools, err := c.Pools.withDefaults() // pool.go
 	if err != nil {
@@ -362,12 +335,11 @@ type Manager struct {
 	entered     map[State]uint64 // transitions into each state since New
 	created     uint64           // leases created since New
 	// oomEvents counts the runtime's oom events (a process of a sandbox
-	// was OOM-killed; the lease lives on); restarts counts in-place
-	// restarts started, restartFails those that failed (restart.go).
-	oomEvents, restarts, restartFails uint64
-	// toRestart are the leases reconcile moved to PENDING for a restart,
-	// started by Start once the background context exists.
-	toRestart []restartJob
+	// was OOM-killed; the lease lives on).
+	oomEvents uint64
+	// restarter restarts sandboxes whose container exited in place
+	// (restart.go); its counters and queue are guarded by mu.
+	restarter *restarter
 	// watchDown is set while the runtime's event stream is down (closed,
 	// or Watch failing): the engine may be restarting (restart.go).
 	watchDown atomic.Bool
@@ -461,6 +433,8 @@ func New(cfg Config) (*Manager, error) {
 		cleanQ:      make(chan string, 4096),
 	}
 	m.disk = newDiskEnforcer(cfg, m, &m.mu, m.leases) // disk.go
+	m.restarter = &restarter{cfg: cfg.Restart, host: m, log: cfg.Logger, readyTimeout: cfg.ReadyTimeout,
+		goBackground: m.goBackground, watchDown: &m.watchDown, mu: &m.mu}
 	if ss, ok := cfg.Store.(SharedStore); ok {
 		if len(cfg.Pools.Pools) > 0 {
 			return nil, errdefs.InvalidArgument("pools", "warm pools are not supported with a lease store shared by several replicas (a claim brings its own lease id, which the conversation lock cannot name)")
@@ -514,7 +488,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.goBackground(func() { m.flushActivityLoop(runCtx) })
 	}
 	m.goBackground(func() { m.watchLoop(runCtx) })
-	m.startReconciledRestarts(runCtx)
+	m.restarter.startQueued(runCtx) // restart.go
 	m.goBackground(func() { m.disk.loop(runCtx) })
 	m.goBackground(func() { m.volumeLoop(runCtx) })
 	m.goBackground(func() { m.pools.loop(runCtx) })
@@ -750,7 +724,7 @@ func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := Stats{ByState: map[State]int{}, Transitions: map[State]uint64{}, Live: m.liveCountLocked(), MaxLive: m.cfg.MaxLive, Created: m.created,
-		OOMEvents: m.oomEvents, Restarts: m.restarts, RestartFailures: m.restartFails}
+		OOMEvents: m.oomEvents, Restarts: m.restarter.started, RestartFailures: m.restarter.failed}
 	for _, st := range States {
 		s.ByState[st] = m.counts[st]
 		s.Transitions[st] = m.entered[st]

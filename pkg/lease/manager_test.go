@@ -479,7 +479,7 @@ func TestAcquireReplacesExpiredLease(t *testing.T) {
 }
 
 func TestDiedEvent(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.RestartLimit = -1 }) // no in-place restarts
+	h := newHarness(t, func(c *Config) { c.Restart.Limit = -1 }) // no in-place restarts
 	a, _ := h.acquire("a")
 	b, _ := h.acquire("b")
 	h.rt.kill(a.ContainerID, 137, false)

@@ -52,22 +52,94 @@ func ParseIdlePolicy(field, s string) (IdlePolicy, error) {
 	return p, nil
 }
 
-// checkIdlePolicy validates a lease's idle policy against the runtime.
-func (m *Manager) checkIdlePolicy(field string, p IdlePolicy) error {
-	if !p.valid() {
-		return errdefs.InvalidArgument(field, "unknown idle policy %q (want expire, freeze or hibernate)", string(p))
+// DefaultPausedRetention is PauseConfig.PausedRetention's default: a
+// paused lease expires after a week.
+const DefaultPausedRetention = 7 * 24 * time.Hour
+
+// PauseConfig configures pausing (pause.go): what the idle timeout does by
+// default and how long a lease may stay PAUSED. Zero fields take the
+// defaults (DefaultPauseConfig).
+type PauseConfig struct {
+	// DefaultIdlePolicy is what the idle timeout does to a lease whose
+	// acquire names no policy: IdleExpire (the default) ends it,
+	// IdleFreeze or IdleHibernate pause it. IdleFreeze needs a
+	// runtime.Freezer.
+	DefaultIdlePolicy IdlePolicy
+	// PausedRetention is how long a lease may stay PAUSED before it
+	// expires (a paused lease neither idle-expires nor runs out its TTL).
+	// Default DefaultPausedRetention (7 days); negative keeps paused
+	// leases until they are resumed or released.
+	PausedRetention time.Duration
+}
+
+// DefaultPauseConfig returns the pause defaults: idle leases expire,
+// paused ones are kept DefaultPausedRetention.
+func DefaultPauseConfig() PauseConfig {
+	return PauseConfig{DefaultIdlePolicy: IdleExpire, PausedRetention: DefaultPausedRetention}
+}
+
+// withDefaults fills c's zero fields from DefaultPauseConfig and validates
+// c: DefaultIdlePolicy must be a known policy (errdefs.ErrInvalidArgument
+// naming default_idle_policy). Whether the runtime can freeze is checked
+// by checkRuntime.
+func (c PauseConfig) withDefaults() (PauseConfig, error) {
+	d := DefaultPauseConfig()
+	if c.PausedRetention == 0 {
+		c.PausedRetention = d.PausedRetention
 	}
-	if p == IdleFreeze {
-		if _, err := m.freezer(); err != nil {
-			return errdefs.FailedPrecondition("%s freeze: %v", field, err)
-		}
+	if c.DefaultIdlePolicy == "" {
+		c.DefaultIdlePolicy = d.DefaultIdlePolicy
+	}
+	if !c.DefaultIdlePolicy.valid() {
+		return c, errdefs.InvalidArgument("default_idle_policy", "unknown idle policy %q (want expire, freeze or hibernate)", string(c.DefaultIdlePolicy))
+	}
+	return c, nil
+}
+
+// Validate reports whether New would accept c with a runtime that can
+// freeze (errdefs.ErrInvalidArgument naming the field otherwise).
+func (c PauseConfig) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+// checkRuntime refuses a default idle policy runtime rt cannot carry out
+// (freeze without a runtime.Freezer): errdefs.ErrInvalidArgument naming
+// default_idle_policy.
+func (c PauseConfig) checkRuntime(rt any) error {
+	if _, canFreeze := rt.(runtime.Freezer); c.DefaultIdlePolicy == IdleFreeze && !canFreeze {
+		return errdefs.InvalidArgument("default_idle_policy", "freeze: the %s runtime cannot freeze a sandbox; use hibernate", backendName(rt))
 	}
 	return nil
 }
 
-// DefaultPausedRetention is Config.PausedRetention's default: a paused
-// lease expires after a week.
-const DefaultPausedRetention = 7 * 24 * time.Hour
+// idlePolicy resolves an acquire's idle policy p ("" takes
+// DefaultIdlePolicy) and validates it against runtime rt: an unknown
+// policy is errdefs.ErrInvalidArgument naming field, freeze without a
+// runtime.Freezer errdefs.ErrFailedPrecondition.
+func (c PauseConfig) idlePolicy(rt any, field string, p IdlePolicy) (IdlePolicy, error) {
+	if p == "" {
+		p = c.DefaultIdlePolicy
+	}
+	if !p.valid() {
+		return p, errdefs.InvalidArgument(field, "unknown idle policy %q (want expire, freeze or hibernate)", string(p))
+	}
+	if p == IdleFreeze {
+		if _, err := freezerOf(rt); err != nil {
+			return p, errdefs.FailedPrecondition("%s freeze: %v", field, err)
+		}
+	}
+	return p, nil
+}
+
+// pausedExpiryReason says why PAUSED l has expired at now (its
+// PausedRetention passed), or "".
+func (c PauseConfig) pausedExpiryReason(l *Lease, now time.Time) string {
+	if c.PausedRetention < 0 || now.Sub(l.PausedAt) < c.PausedRetention {
+		return ""
+	}
+	return fmt.Sprintf("paused for %s (paused retention)", c.PausedRetention)
+}
 
 // hibernateGrace is how long a hibernating sandbox's processes get between
 // SIGTERM and SIGKILL.
@@ -111,11 +183,15 @@ type pauseOp struct {
 
 // freezer returns the runtime's Freezer, or a FailedPrecondition naming the
 // backend when it has none.
-func (m *Manager) freezer() (runtime.Freezer, error) {
-	if fr, ok := m.rt.(runtime.Freezer); ok {
+func (m *Manager) freezer() (runtime.Freezer, error) { return freezerOf(m.rt) }
+
+// freezerOf returns rt as a Freezer, or a FailedPrecondition naming the
+// backend when it is none.
+func freezerOf(rt any) (runtime.Freezer, error) {
+	if fr, ok := rt.(runtime.Freezer); ok {
 		return fr, nil
 	}
-	return nil, errdefs.FailedPrecondition("the %s runtime cannot freeze a sandbox; use mode hibernate", backendName(m.rt))
+	return nil, errdefs.FailedPrecondition("the %s runtime cannot freeze a sandbox; use mode hibernate", backendName(rt))
 }
 
 // backendName names rt's backend from its type ("*inproc.Runtime" → "inproc").
@@ -457,15 +533,6 @@ func (m *Manager) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseM
 	}
 	m.log.Info("lease resumed", "lease_id", id, "container_id", cid, "mode", string(mode), "duration", took)
 	return l, nil
-}
-
-// pausedExpiryReason says why PAUSED l has expired at now (its
-// Config.PausedRetention passed), or "".
-func (m *Manager) pausedExpiryReason(l *Lease, now time.Time) string {
-	if m.cfg.PausedRetention < 0 || now.Sub(l.PausedAt) < m.cfg.PausedRetention {
-		return ""
-	}
-	return fmt.Sprintf("paused for %s (paused retention)", m.cfg.PausedRetention)
 }
 
 // pauseFix is a paused sandbox found running (reconcile, resync): it is

@@ -211,7 +211,7 @@ func TestAcquireResumesPaused(t *testing.T) {
 }
 
 func TestPausedRetention(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.PausedRetention = 400 * time.Millisecond })
+	h := newHarness(t, func(c *Config) { c.Pause.PausedRetention = 400 * time.Millisecond })
 	l, _, _, err := h.m.Acquire(context.Background(), AcquireRequest{ConversationID: "c1", IdleTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -333,7 +333,7 @@ func TestIdlePolicyPauses(t *testing.T) {
 }
 
 func TestDefaultIdlePolicy(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.DefaultIdlePolicy = IdleHibernate })
+	h := newHarness(t, func(c *Config) { c.Pause.DefaultIdlePolicy = IdleHibernate })
 	l, _ := h.acquire("c1")
 	if l.IdlePolicy != IdleHibernate {
 		t.Fatalf("idle policy %q", l.IdlePolicy)
@@ -343,16 +343,16 @@ func TestDefaultIdlePolicy(t *testing.T) {
 	}
 	// Without a Freezer, freeze is refused at New and at acquire.
 	cfg := h.cfg
-	cfg.Store, cfg.Runtime, cfg.DefaultIdlePolicy = h.store, struct{ Runtime }{h.rt}, IdleFreeze
+	cfg.Store, cfg.Runtime, cfg.Pause.DefaultIdlePolicy = h.store, struct{ Runtime }{h.rt}, IdleFreeze
 	if _, err := New(cfg); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "cannot freeze") {
 		t.Fatalf("New with default freeze and no Freezer: %v", err)
 	}
-	cfg.DefaultIdlePolicy = ""
+	cfg.Pause.DefaultIdlePolicy = ""
 	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.checkIdlePolicy("idle_policy", IdleFreeze); !errdefs.IsFailedPrecondition(err) {
+	if _, err := m.cfg.Pause.idlePolicy(m.rt, "idle_policy", IdleFreeze); !errdefs.IsFailedPrecondition(err) {
 		t.Fatalf("freeze policy without a Freezer: %v", err)
 	}
 	if p, err := ParseIdlePolicy("idle_policy", " Hibernate"); err != nil || p != IdleHibernate {
@@ -422,5 +422,20 @@ func TestResyncRepauses(t *testing.T) {
 	}
 	if r, err := h.m.Resume(context.Background(), l.ID); err != nil || r.State != StateReady {
 		t.Fatalf("resume: %v", err)
+	}
+}
+
+// TestPauseConfigDefaults: zero fields take DefaultPauseConfig's, a
+// negative PausedRetention stays (keep paused leases), an unknown default
+// idle policy is refused naming default_idle_policy.
+func TestPauseConfigDefaults(t *testing.T) {
+	if got, err := (PauseConfig{}).withDefaults(); err != nil || got != DefaultPauseConfig() {
+		t.Fatalf("zero config: %+v %v, want %+v", got, err, DefaultPauseConfig())
+	}
+	if got, err := (PauseConfig{PausedRetention: -1}).withDefaults(); err != nil || got.PausedRetention != -1 || got.DefaultIdlePolicy != IdleExpire {
+		t.Fatalf("negative retention: %+v %v", got, err)
+	}
+	if err := (PauseConfig{DefaultIdlePolicy: "nap"}).Validate(); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "default_idle_policy") {
+		t.Fatalf("unknown policy: %v", err)
 	}
 }

@@ -35,7 +35,7 @@ func (m *Manager) reapLoop(ctx context.Context) {
 
 // reapOnce is one reaper pass. Under the mutex it only updates memory:
 // READY leases past their TTL or idle timeout, and PAUSED leases past
-// Config.PausedRetention, become EXPIRED (an idle lease whose IdlePolicy is
+// Config.Pause.PausedRetention, become EXPIRED (an idle lease whose IdlePolicy is
 // freeze or hibernate is paused instead, in the background), containers
 // due for removal are queued for the workers, dirty activity is snapshotted
 // and purgeable records are dropped. Store writes and runtime calls happen
@@ -73,7 +73,7 @@ func (m *Manager) reapOnce() {
 				snaps = append(snaps, snap{l, rev})
 			}
 		case e.l.State == StatePaused:
-			if reason := m.pausedExpiryReason(&e.l, now); reason != "" && e.pause == nil {
+			if reason := m.cfg.Pause.pausedExpiryReason(&e.l, now); reason != "" && e.pause == nil {
 				_ = m.transitionLocked(e, StateExpired, reason)
 				m.enqueueCleanLocked(e)
 				l, rev := e.snapshot()

@@ -80,7 +80,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			boxes:        byLease[e.l.ID],
 			unconfigured: unconfigured[e.l.ID],
 			kept:         m.disk.keptLocked(e, now),
-		}, m.restartPolicy(), now)
+		}, m.cfg.Restart.policy(), now)
 		if e.l.Claiming { // only ever set in a record (pool.go)
 			e.l.Claiming = false
 			e.rev++
@@ -95,7 +95,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	for id := range m.pools.adoptLocked(boxes) {
 		keep[id] = true
 	}
-	m.toRestart = append(m.toRestart, fx.restarts...)
+	m.restarter.queueLocked(fx.restarts) // restart.go
 	m.mu.Unlock()
 	m.applyPauseFixes(ctx, fx.fixes)
 
@@ -150,11 +150,6 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// restartPolicy is the in-place restart budget plan applies.
-func (m *Manager) restartPolicy() restartPolicy {
-	return restartPolicy{limit: m.cfg.RestartLimit, window: m.cfg.RestartWindow}
-}
-
 // busyLocked reports whether an operation of this process holds e: a
 // creation or claim, an in-place restart, a pause or resume, a removal.
 // Called with mu held.
@@ -201,9 +196,9 @@ func (m *Manager) applyLocked(e *entry, a action, t trigger, fx *effects) {
 	case actRestart:
 		e.l.ContainerID = a.box.ID
 		_ = m.transitionLocked(e, StatePending, a.reason)
-		fx.restarts = append(fx.restarts, m.beginRestartLocked(e, a, t == trigEvent))
+		fx.restarts = append(fx.restarts, m.restarter.beginLocked(e, a, t == trigEvent))
 	case actResumeRestart:
-		fx.restarts = append(fx.restarts, m.beginRestartLocked(e, a, false))
+		fx.restarts = append(fx.restarts, m.restarter.beginLocked(e, a, false))
 		changed = false
 	case actFail:
 		if e.l.State == StatePending && startup {
@@ -246,7 +241,7 @@ func (m *Manager) run(ctx context.Context, pass string, fx effects) {
 	m.persistAll(fx.snaps)
 	m.applyPauseFixes(ctx, fx.fixes)
 	for _, j := range fx.restarts {
-		m.goRestart(ctx, j)
+		m.restarter.goRun(ctx, j)
 	}
 	for _, sb := range fx.remove {
 		_ = m.removeBox(ctx, pass, sb)
@@ -357,7 +352,7 @@ func (m *Manager) watchLoop(ctx context.Context) {
 // event makes the controller look at the lease it concerns: it lists the
 // lease's containers as they are now and applies plan's decision (a died
 // container of a READY lease is restarted in place within the restart
-// budget, after Config.RestartDelay and once the event stream is up, else
+// budget, after RestartConfig.Delay and once the event stream is up, else
 // the lease fails; a removed one fails the lease). A stale event — the
 // container runs again — changes nothing.
 func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
@@ -431,7 +426,7 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 		m.mu.Unlock()
 		return
 	}
-	m.applyLocked(e, plan(&e.l, o, m.restartPolicy(), m.now()), trigEvent, &fx)
+	m.applyLocked(e, plan(&e.l, o, m.cfg.Restart.policy(), m.now()), trigEvent, &fx)
 	m.mu.Unlock()
 	m.run(ctx, "event", fx)
 }
@@ -475,7 +470,7 @@ func (m *Manager) resync(ctx context.Context) {
 			stale:   e.readySeq > seq,
 			kept:    m.disk.keptLocked(e, now),
 		}
-		m.applyLocked(e, plan(&e.l, o, m.restartPolicy(), now), trigResync, &fx)
+		m.applyLocked(e, plan(&e.l, o, m.cfg.Restart.policy(), now), trigResync, &fx)
 	}
 	poolGone := m.pools.resyncLocked(byID, seq) // pool.go
 	for _, sb := range boxes {

@@ -236,7 +236,7 @@ type replica struct {
 func startReplica(t *testing.T, f *memFleet, rt *fakeRuntime, el *election, name string) *replica {
 	t.Helper()
 	cfg := Config{InstanceID: name, Secret: testSecret, Store: f.view(name), Runtime: rt,
-		ReapInterval: 20 * time.Millisecond, RestartDelay: 10 * time.Millisecond, ActivityFlushInterval: 10 * time.Millisecond,
+		ReapInterval: 20 * time.Millisecond, Restart: RestartConfig{Delay: 10 * time.Millisecond}, ActivityFlushInterval: 10 * time.Millisecond,
 		Elect: el.elect(name)}
 	m, cancel := startManager(t, cfg)
 	r := &replica{m: m, cancel: cancel}

@@ -4,12 +4,76 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
+
+// RestartConfig configures the in-place restart of a sandbox whose
+// container exited unexpectedly (restart.go). Zero fields take the
+// defaults (DefaultRestartConfig).
+type RestartConfig struct {
+	// Limit is how many times a lease's sandbox is restarted in place
+	// (same container, files kept) after its container exited
+	// unexpectedly, within Window; one more exit within the window fails
+	// the lease. Default 3; negative never restarts (the first exit fails
+	// the lease). At most MaxTransitions/2-1 (31): restarts are counted in
+	// the kept transitions; larger values are lowered to it.
+	Limit int
+	// Window is the sliding window Limit counts restarts in. Default 10m.
+	Window time.Duration
+	// Delay is how long after a container's died event its restart
+	// begins. An engine that is shutting down (and stopping every
+	// container) closes its event stream within it; the restart then
+	// waits until the runtime's event stream is back, i.e. the engine is
+	// up again, rather than start a container in an engine going down.
+	// Default 2s.
+	Delay time.Duration
+}
+
+// DefaultRestartConfig returns the in-place restart defaults: 3 restarts
+// within 10m, each begun 2s after its container's died event.
+func DefaultRestartConfig() RestartConfig {
+	return RestartConfig{Limit: 3, Window: 10 * time.Minute, Delay: 2 * time.Second}
+}
+
+// withDefaults fills c's zero fields from DefaultRestartConfig, lowers
+// Limit to MaxTransitions/2-1 and validates c: Window and Delay must not
+// be negative (errdefs.ErrInvalidArgument naming restart_window).
+func (c RestartConfig) withDefaults() (RestartConfig, error) {
+	d := DefaultRestartConfig()
+	if c.Limit == 0 {
+		c.Limit = d.Limit
+	}
+	c.Limit = min(c.Limit, MaxTransitions/2-1)
+	if c.Window < 0 || c.Delay < 0 {
+		return c, errdefs.InvalidArgument("restart_window", "restart window and delay must not be negative")
+	}
+	if c.Window == 0 {
+		c.Window = d.Window
+	}
+	if c.Delay == 0 {
+		c.Delay = d.Delay
+	}
+	return c, nil
+}
+
+// Validate reports whether New would accept c (errdefs.ErrInvalidArgument
+// naming the field otherwise).
+func (c RestartConfig) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+// policy is the in-place restart budget plan applies.
+func (c RestartConfig) policy() restartPolicy {
+	return restartPolicy{limit: c.Limit, window: c.Window}
+}
 
 // restartUnreachableFor bounds how long an in-place restart keeps retrying
 // while the runtime is unreachable (an engine restarting): the retries do
@@ -29,7 +93,7 @@ type restartJob struct {
 	e     *entry
 	cid   string
 	after string
-	// settle: wait Config.RestartDelay, and for the event stream to be up,
+	// settle: wait RestartConfig.Delay, and for the event stream to be up,
 	// before restarting (a died event may come from an engine going down).
 	settle bool
 }
@@ -56,40 +120,84 @@ func deadText(sb runtime.Sandbox) (why, after string) {
 	return fmt.Sprintf("container is %s, not running", sb.State), fmt.Sprintf("container was %s", sb.State)
 }
 
-// beginRestartLocked marks READY-turned-PENDING lease e as being
-// restarted in place on a.box (plan's actRestart or actResumeRestart):
-// acquires of its conversation wait for the outcome (e.call) and removals
-// leave it alone. It returns the job the caller runs (goRestart) once it
-// has persisted e; settle waits Config.RestartDelay and for the event
-// stream first (a died event may come from an engine going down). Called
-// with mu held.
-func (m *Manager) beginRestartLocked(e *entry, a action, settle bool) restartJob {
+// restartHost is what the restarter needs from the Manager (implemented
+// by *Manager): the lease operations around a restart. Its Locked
+// methods are called with the Manager's mu held.
+type restartHost interface {
+	now() time.Time
+	transitionLocked(e *entry, to State, reason string) error
+	persist(l Lease, rev uint64) error
+	cleanup(ctx context.Context, id string) error
+	// restartSandbox starts a stopped container again once its host
+	// mounts are checked (volumes.go).
+	restartSandbox(ctx context.Context, id, cid string, mounts []runtime.Mount) (runtime.Sandbox, error)
+	// enforceNetwork applies a lease's network policy to its sandbox's
+	// (possibly new) address (network.go).
+	enforceNetwork(ctx context.Context, id, endpoint string) error
+}
+
+// restarter restarts the sandboxes of READY leases whose container exited
+// unexpectedly in place (files kept), within the restart budget. Its
+// fields below mu are guarded by the Manager's mu, which it shares.
+type restarter struct {
+	cfg  RestartConfig
+	host restartHost
+	log  *slog.Logger
+	// readyTimeout is Config.ReadyTimeout: it bounds one restart attempt.
+	readyTimeout time.Duration
+	// goBackground runs a func in the background (Close waits for it).
+	goBackground func(func())
+	// watchDown is set while the runtime's event stream is down (the
+	// Manager's: reconcile.go's watchLoop sets it).
+	watchDown *atomic.Bool
+
+	mu *sync.Mutex // the Manager's mu
+	// started counts in-place restarts started, failed those that failed.
+	started, failed uint64
+	// queued are the leases reconcile moved to PENDING for a restart,
+	// started by startQueued once the background context exists.
+	queued []restartJob
+}
+
+// beginLocked marks READY-turned-PENDING lease e as being restarted in
+// place on a.box (plan's actRestart or actResumeRestart): acquires of its
+// conversation wait for the outcome (e.call) and removals leave it alone.
+// It returns the job the caller runs (goRun) once it has persisted e;
+// settle waits RestartConfig.Delay and for the event stream first (a died
+// event may come from an engine going down). Called with mu held.
+func (r *restarter) beginLocked(e *entry, a action, settle bool) restartJob {
 	e.call = &acquireCall{done: make(chan struct{})}
-	m.restarts++
+	r.started++
 	return restartJob{e: e, cid: a.box.ID, after: a.after, settle: settle}
 }
 
-// goRestart runs j in the background (Close waits for it).
-func (m *Manager) goRestart(ctx context.Context, j restartJob) {
-	m.goBackground(func() { m.restart(ctx, j) })
+// queueLocked keeps jobs for startQueued (reconcile at startup runs
+// before the background context exists). Called with mu held.
+func (r *restarter) queueLocked(jobs []restartJob) {
+	r.queued = append(r.queued, jobs...)
 }
 
-// startReconciledRestarts runs the restarts reconcile found.
-func (m *Manager) startReconciledRestarts(ctx context.Context) {
-	m.mu.Lock()
-	jobs := m.toRestart
-	m.toRestart = nil
-	m.mu.Unlock()
+// goRun runs j in the background (Close waits for it).
+func (r *restarter) goRun(ctx context.Context, j restartJob) {
+	r.goBackground(func() { r.run(ctx, j) })
+}
+
+// startQueued runs the restarts reconcile found.
+func (r *restarter) startQueued(ctx context.Context) {
+	r.mu.Lock()
+	jobs := r.queued
+	r.queued = nil
+	r.mu.Unlock()
 	for _, j := range jobs {
-		m.goRestart(ctx, j)
+		r.goRun(ctx, j)
 	}
 }
 
-// settle waits Config.RestartDelay and then, while the runtime's event
+// settle waits RestartConfig.Delay and then, while the runtime's event
 // stream is down (the engine restarting), until it is back, bounded by
 // restartUnreachableFor since began. It reports false when the lease
 // stopped waiting for this restart (released meanwhile) or ctx ended.
-func (m *Manager) settle(ctx context.Context, e *entry, cid string, began time.Time) bool {
+func (r *restarter) settle(ctx context.Context, e *entry, cid string, began time.Time) bool {
 	wait := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -100,13 +208,13 @@ func (m *Manager) settle(ctx context.Context, e *entry, cid string, began time.T
 			return true
 		}
 	}
-	if !wait(m.cfg.RestartDelay) {
+	if !wait(r.cfg.Delay) {
 		return false
 	}
-	for m.watchDown.Load() && time.Since(began) < restartUnreachableFor {
-		m.mu.Lock()
+	for r.watchDown.Load() && time.Since(began) < restartUnreachableFor {
+		r.mu.Lock()
 		still := e.l.State == StatePending && e.l.ContainerID == cid
-		m.mu.Unlock()
+		r.mu.Unlock()
 		if !still || !wait(200*time.Millisecond) {
 			return false
 		}
@@ -114,7 +222,7 @@ func (m *Manager) settle(ctx context.Context, e *entry, cid string, began time.T
 	return true
 }
 
-// restart starts j's container again in place (Runtime.Restart: files
+// run starts j's container again in place (Runtime.Restart: files
 // kept, endpoint re-read) once its host mounts are checked
 // (restartSandbox: a host mount changed since the acquire fails the lease
 // without retrying) and records the outcome: PENDING → READY
@@ -125,12 +233,12 @@ func (m *Manager) settle(ctx context.Context, e *entry, cid string, began time.T
 // lease's expiry ends the retries. When the Manager shuts
 // down first the lease stays PENDING, and the next Start resumes the
 // restart. A lease released meanwhile is cleaned up.
-func (m *Manager) restart(ctx context.Context, j restartJob) {
+func (r *restarter) run(ctx context.Context, j restartJob) {
 	e := j.e
-	m.mu.Lock()
+	r.mu.Lock()
 	id, mounts := e.l.ID, slices.Clone(e.l.Mounts)
-	m.mu.Unlock()
-	log := m.log.With("lease_id", id, "container_id", j.cid)
+	r.mu.Unlock()
+	log := r.log.With("lease_id", id, "container_id", j.cid)
 	began := time.Now()
 	bo := time.Second
 	var (
@@ -140,15 +248,15 @@ func (m *Manager) restart(ctx context.Context, j restartJob) {
 		retry   bool
 	)
 	// skipped: released while settling, or shutting down.
-	skipped := j.settle && !m.settle(ctx, e, j.cid, began)
+	skipped := j.settle && !r.settle(ctx, e, j.cid, began)
 	for !skipped {
 		// Bounded by the runtime's ReadyTimeout; the extra grace lets its
 		// (more precise) timeout error win over ours.
-		rctx, cancel := detached(ctx, m.cfg.ReadyTimeout+5*time.Second)
+		rctx, cancel := detached(ctx, r.readyTimeout+5*time.Second)
 		// volumes.go: the host mounts are checked first.
-		sb, err = m.restartSandbox(rctx, id, j.cid, mounts)
+		sb, err = r.host.restartSandbox(rctx, id, j.cid, mounts)
 		if err == nil { // its address may have changed
-			err = m.enforceNetwork(rctx, id, sb.Endpoint) // network.go
+			err = r.host.enforceNetwork(rctx, id, sb.Endpoint) // network.go
 		}
 		cancel()
 		attempt++
@@ -164,9 +272,9 @@ func (m *Manager) restart(ctx context.Context, j restartJob) {
 			break
 		}
 		retry = false
-		m.mu.Lock()
-		still := e.l.State == StatePending && e.l.ContainerID == j.cid && m.now().Before(e.l.ExpiresAt)
-		m.mu.Unlock()
+		r.mu.Lock()
+		still := e.l.State == StatePending && e.l.ContainerID == j.cid && r.host.now().Before(e.l.ExpiresAt)
+		r.mu.Unlock()
 		if !still {
 			break
 		}
@@ -181,7 +289,7 @@ func (m *Manager) restart(ctx context.Context, j restartJob) {
 	}
 	took := time.Since(began)
 
-	m.mu.Lock()
+	r.mu.Lock()
 	call := e.call
 	e.call = nil
 	cleanup := false
@@ -195,23 +303,23 @@ func (m *Manager) restart(ctx context.Context, j restartJob) {
 	case err == nil && e.l.State == StatePending:
 		e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
 		e.l.Restarts++
-		_ = m.transitionLocked(e, StateReady, "restarted after "+j.after)
+		_ = r.host.transitionLocked(e, StateReady, "restarted after "+j.after)
 		call.lease = e.l.Clone()
 	case err == nil: // released while restarting
 		call.err = errNotUsable(&e.l)
 		cleanup = true
 	default:
-		m.restartFails++
+		r.failed++
 		err = wrapf(err, "lease %s: restart container %s in place", id, j.cid)
 		call.err = err
 		if e.l.State == StatePending {
-			_ = m.transitionLocked(e, StateFailed, fmt.Sprintf("restart after %s failed: %v", j.after, err))
+			_ = r.host.transitionLocked(e, StateFailed, fmt.Sprintf("restart after %s failed: %v", j.after, err))
 		}
 		cleanup = true
 	}
 	l, rev := e.snapshot()
-	m.mu.Unlock()
-	_ = m.persist(l, rev)
+	r.mu.Unlock()
+	_ = r.host.persist(l, rev)
 	close(call.done)
 	switch {
 	case skipped:
@@ -222,6 +330,6 @@ func (m *Manager) restart(ctx context.Context, j restartJob) {
 		log.Info("sandbox restarted in place", "endpoint", sb.Endpoint, "restarts", l.Restarts, "duration", took)
 	}
 	if cleanup && ctx.Err() == nil {
-		_ = m.cleanup(ctx, id)
+		_ = r.host.cleanup(ctx, id)
 	}
 }

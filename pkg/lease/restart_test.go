@@ -72,7 +72,7 @@ func TestDiedRestartsInPlace(t *testing.T) {
 	}
 }
 
-// TestRestartBudget: RestartLimit restarts within RestartWindow; one more
+// TestRestartBudget: Restart.Limit restarts within Restart.Window; one more
 // exit fails the lease with the reason and removes the container. Restarts
 // older than the window do not count.
 func TestRestartBudget(t *testing.T) {
@@ -81,7 +81,7 @@ func TestRestartBudget(t *testing.T) {
 	now := func() time.Time { mu <- struct{}{}; defer func() { <-mu }(); return clock }
 	advance := func(d time.Duration) { mu <- struct{}{}; clock = clock.Add(d); <-mu }
 	h := newHarness(t, func(c *Config) {
-		c.RestartLimit, c.RestartWindow, c.Now = 2, time.Hour, now
+		c.Restart.Limit, c.Restart.Window, c.Now = 2, time.Hour, now
 		c.DefaultTTL, c.MaxTTL = 48*time.Hour, 48*time.Hour
 	})
 	l, _ := h.acquire("c")
@@ -240,10 +240,10 @@ func TestReconcileResumesRestart(t *testing.T) {
 // as an exit whose event was missed, and on a loaded CI machine the first
 // one ran after the kill. The stream's end is read after the died event, so
 // the check also waits for the Manager to see the stream down, well within
-// RestartDelay.
+// Restart.Delay.
 func TestRestartWaitsForEventStream(t *testing.T) {
 	const delay = time.Second
-	h := newHarness(t, func(c *Config) { c.RestartDelay = delay })
+	h := newHarness(t, func(c *Config) { c.Restart.Delay = delay })
 	l, _ := h.acquire("c")
 	eventually(t, 5*time.Second, "the first resync", func() bool {
 		h.rt.mu.Lock()
@@ -263,5 +263,27 @@ func TestRestartWaitsForEventStream(t *testing.T) {
 	eventually(t, 15*time.Second, "restarted once the stream is back", func() bool { return h.get(l.ID).State == StateReady })
 	if n := h.rt.restartCount(); n != 1 {
 		t.Errorf("%d restarts tried, want 1", n)
+	}
+}
+
+// TestRestartConfigDefaults: zero fields take DefaultRestartConfig's, a
+// Limit above MaxTransitions/2-1 is lowered to it, a negative one stays
+// (never restart), and a negative Window or Delay is refused naming
+// restart_window.
+func TestRestartConfigDefaults(t *testing.T) {
+	if got, err := (RestartConfig{}).withDefaults(); err != nil || got != DefaultRestartConfig() {
+		t.Fatalf("zero config: %+v %v, want %+v", got, err, DefaultRestartConfig())
+	}
+	got, err := RestartConfig{Limit: 100, Window: time.Hour}.withDefaults()
+	if err != nil || got.Limit != MaxTransitions/2-1 || got.Window != time.Hour || got.Delay != DefaultRestartConfig().Delay {
+		t.Fatalf("limit 100, window 1h: %+v %v", got, err)
+	}
+	if got, err := (RestartConfig{Limit: -1}).withDefaults(); err != nil || got.Limit != -1 {
+		t.Fatalf("limit -1: %+v %v", got, err)
+	}
+	for _, c := range []RestartConfig{{Window: -time.Second}, {Delay: -time.Second}} {
+		if err := c.Validate(); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "restart_window") {
+			t.Errorf("%+v: %v", c, err)
+		}
 	}
 }

@@ -28,7 +28,7 @@ const (
 	// memory, or hibernated with its container stopped and files kept);
 	// Manager.Resume, a proxied request or an acquire of its conversation
 	// makes it READY again. It does not idle-expire; it expires after
-	// Config.PausedRetention.
+	// Config.Pause.PausedRetention.
 	StatePaused State = "PAUSED"
 	// StateReleasing: the sandbox is being removed after a release or reap.
 	StateReleasing State = "RELEASING"
@@ -173,7 +173,7 @@ type Lease struct {
 	// Paused is how a PAUSED lease is paused (PauseFreeze or
 	// PauseHibernate); "" in every other state.
 	Paused PauseMode `json:"paused,omitempty"`
-	// PausedAt is when the lease was paused; Config.PausedRetention counts
+	// PausedAt is when the lease was paused; Config.Pause.PausedRetention counts
 	// from it. Zero unless PAUSED.
 	PausedAt time.Time `json:"paused_at,omitzero"`
 	// IdlePolicy is what the idle timeout does to this lease (IdleExpire,

@@ -145,10 +145,12 @@ type Config struct {
 	MaxTTL Duration
 	// DefaultIdleTimeout expires idle leases; 0 disables. Default 0.
 	DefaultIdleTimeout Duration
-	// DefaultIdlePolicy is what the idle timeout does to a lease whose
-	// acquire names no policy: "expire" (the default), "freeze" or
-	// "hibernate" (pause it; freeze needs a backend that can freeze).
-	DefaultIdlePolicy string
+	// Pause is what the idle timeout does to a lease whose acquire names
+	// no policy (DefaultIdlePolicy: "expire", "freeze" or "hibernate";
+	// freeze needs a backend that can freeze) and how long a lease may
+	// stay paused before it expires (PausedRetention; negative keeps
+	// paused leases). Defaults: lease.DefaultPauseConfig (expire, 168h).
+	Pause lease.PauseConfig
 	// OpenHandsPauseMode is how the OpenHands runtime API's /pause pauses
 	// a runtime: "hibernate" (the default: stop the container, keep its
 	// files) or "freeze" (keep its processes and memory; needs a backend
@@ -158,9 +160,6 @@ type Config struct {
 	// command, lease.AcquireRequest.App) listens on inside the sandbox.
 	// Default 0: 8000, the OpenHands agent-server's.
 	OpenHandsAppPort int
-	// PausedRetention is how long a lease may stay paused before it
-	// expires. Default 168h (7 days); negative keeps paused leases.
-	PausedRetention Duration
 	// MaxLeases bounds live leases; more acquires get RESOURCE_EXHAUSTED
 	// (HTTP 429). Default 100.
 	MaxLeases int
@@ -192,14 +191,14 @@ type Config struct {
 	// 429) naming the limit; the operator's acquires are exempt. Default
 	// 50; 0: no limit.
 	MaxVolumesPerOwner int
-	// RestartLimit is how many times a sandbox whose container exited
-	// unexpectedly (agent crash, kill from outside, engine restart) is
-	// restarted in place, files kept, within RestartWindow; one more exit
-	// fails its lease. 0 or negative: never (the first exit fails it).
-	// Default 3.
-	RestartLimit int
-	// RestartWindow is the sliding window RestartLimit counts in. Default 10m.
-	RestartWindow Duration
+	// Restart is the in-place restart of a sandbox whose container exited
+	// unexpectedly (agent crash, kill from outside, engine restart): it is
+	// restarted, files kept, Limit times within Window, each Delay after
+	// the exit; one more exit fails its lease. Here a Limit of 0 or less
+	// never restarts (the first exit fails the lease; for lease.Config 0
+	// takes the default). Defaults: lease.DefaultRestartConfig (3, 10m,
+	// 2s).
+	Restart lease.RestartConfig
 	// DefaultCPUs is the per-sandbox CPU limit. Default 1.
 	DefaultCPUs float64
 	// DefaultMemoryBytes is the per-sandbox memory limit (no swap). Default 512 MiB.
@@ -405,10 +404,8 @@ func Defaults() Config {
 		MaxTTL:                   Duration(24 * time.Hour),
 		MaxLeases:                100,
 		Retention:                Duration(time.Hour),
-		DefaultIdlePolicy:        "expire",
-		PausedRetention:          Duration(7 * 24 * time.Hour),
-		RestartLimit:             3,
-		RestartWindow:            Duration(10 * time.Minute),
+		Pause:                    lease.DefaultPauseConfig(),
+		Restart:                  lease.DefaultRestartConfig(),
 		DefaultCPUs:              1,
 		DefaultMemoryBytes:       512 << 20,
 		DefaultPids:              512,
@@ -460,13 +457,13 @@ func (c Config) SandboxOutput() runtime.OutputLimit {
 	return runtime.OutputLimit{MaxBytes: c.SandboxOutputMaxBytes, MaxFiles: c.SandboxOutputMaxFiles}
 }
 
-// restartLimit maps Config.RestartLimit to lease.Config.RestartLimit,
-// where 0 means the default: here 0 means no restarts.
-func restartLimit(n int) int {
-	if n <= 0 {
-		return -1
+// leaseRestart maps Config.Restart to lease.Config.Restart: a Limit of 0
+// means no restarts here, the default there.
+func leaseRestart(c lease.RestartConfig) lease.RestartConfig {
+	if c.Limit <= 0 {
+		c.Limit = -1
 	}
-	return n
+	return c
 }
 
 // Validate checks the configuration for values that cannot work.
@@ -508,19 +505,21 @@ func (c Config) Validate() error {
 		return errors.New("max env bytes, max labels and max public ports must be positive")
 	case c.MaxLeasesPerOwner <= 0 || c.MaxEndedPerOwner <= 0 || c.MaxWatchesPerPrincipal <= 0 || c.MaxConnections <= 0:
 		return errors.New("max leases per owner, max ended per owner, max watches per principal and max connections must be positive")
-	case c.RestartWindow <= 0:
-		return errors.New("restart window must be positive")
 	case c.OpenHandsAppPort < 0 || c.OpenHandsAppPort > 65535 || c.OpenHandsAppPort == runtime.AgentPort:
 		return fmt.Errorf("openhands app port must be 1-65535 and not the agent's %d, got %d", runtime.AgentPort, c.OpenHandsAppPort)
 	case c.OpenHandsPauseMode != "" && c.OpenHandsPauseMode != "freeze" && c.OpenHandsPauseMode != "hibernate":
 		return fmt.Errorf("openhands pause mode must be freeze or hibernate, got %q", c.OpenHandsPauseMode)
-	case c.DefaultIdlePolicy != "" && c.DefaultIdlePolicy != "expire" && c.DefaultIdlePolicy != "freeze" && c.DefaultIdlePolicy != "hibernate":
-		return fmt.Errorf("default idle policy must be expire, freeze or hibernate, got %q", c.DefaultIdlePolicy)
 	case c.ReadHeaderTimeout <= 0 || c.IdleTimeout <= 0:
 		return errors.New("read header timeout and idle timeout must be positive")
 	}
 	if err := c.Disk.Validate(); err != nil {
 		return fmt.Errorf("disk limit enforcement: %w", err)
+	}
+	if err := c.Restart.Validate(); err != nil {
+		return fmt.Errorf("restart: %w", err)
+	}
+	if err := c.Pause.Validate(); err != nil {
+		return fmt.Errorf("pause: %w", err)
 	}
 	if err := c.validateVolumes(); err != nil { // volumes.go
 		return err

@@ -151,10 +151,8 @@ func New(ctx context.Context, cfg Config, p Platform, log *slog.Logger) (*Server
 		MaxLivePerOwner:   cfg.MaxLeasesPerOwner,
 		MaxEndedPerOwner:  cfg.MaxEndedPerOwner,
 		Retention:         time.Duration(cfg.Retention),
-		DefaultIdlePolicy: lease.IdlePolicy(cfg.DefaultIdlePolicy),
-		PausedRetention:   time.Duration(cfg.PausedRetention),
-		RestartLimit:      restartLimit(cfg.RestartLimit),
-		RestartWindow:     time.Duration(cfg.RestartWindow),
+		Pause:             cfg.Pause,
+		Restart:           leaseRestart(cfg.Restart), // config.go
 		PersistWorkspaces: cfg.PersistWorkspaces,
 		HostMounts:        hostMountPolicy(cfg), // volumes.go
 		VolumeRetention:   time.Duration(cfg.VolumeRetention),

@@ -25,7 +25,7 @@ func configFields(c orchestrator.Config) map[string]any {
 	walk = func(v reflect.Value, prefix string) {
 		for i := 0; i < v.NumField(); i++ {
 			f, name := v.Field(i), prefix+v.Type().Field(i).Name
-			if f.Kind() == reflect.Struct && f.Type().PkgPath() == reflect.TypeFor[lease.DiskConfig]().PkgPath() {
+			if t := f.Type(); t.Kind() == reflect.Struct && t.PkgPath() == reflect.TypeFor[lease.Config]().PkgPath() && strings.HasSuffix(t.Name(), "Config") {
 				walk(f, name+".")
 				continue
 			}
@@ -79,7 +79,7 @@ func TestPrecedence(t *testing.T) {
 			`"json"`, "json", "json", "json", "json", "json", "text"},
 		{"max-leases", "BERTH_MAX_LEASES", "maxLeases", func(c orchestrator.Config) any { return c.MaxLeases }, 100,
 			`7`, "8", 7, 8, "9", 9, "100"},
-		{"restart-limit", "BERTH_RESTART_LIMIT", "restartLimit", func(c orchestrator.Config) any { return c.RestartLimit }, 3,
+		{"restart-limit", "BERTH_RESTART_LIMIT", "restartLimit", func(c orchestrator.Config) any { return c.Restart.Limit }, 3,
 			`1`, "2", 1, 2, "0", 0, "3"},
 		{"max-pids", "BERTH_MAX_PIDS", "maxPids", func(c orchestrator.Config) any { return c.MaxPids }, int64(4096),
 			`1000`, "2000", int64(1000), int64(2000), "3000", int64(3000), "4096"},

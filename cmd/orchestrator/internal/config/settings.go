@@ -235,7 +235,7 @@ var settings = []setting{
 		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.DefaultIdleTimeout })},
 	{Flag: "default-idle-policy", Env: "BERTH_DEFAULT_IDLE_POLICY", Key: "defaultIdlePolicy", Group: groupLeases,
 		Usage: "what the idle timeout does to a lease whose acquire names no policy: expire, freeze or hibernate",
-		field: str(func(c *orchestrator.Config) *string { return &c.DefaultIdlePolicy })},
+		field: str(func(c *orchestrator.Config) *string { return (*string)(&c.Pause.DefaultIdlePolicy) })},
 	{Flag: "openhands-pause-mode", Env: "BERTH_OPENHANDS_PAUSE_MODE", Key: "openHandsPauseMode", Group: groupLeases,
 		Usage: "how the OpenHands runtime API's /pause pauses a runtime: hibernate (default) or freeze",
 		field: str(func(c *orchestrator.Config) *string { return &c.OpenHandsPauseMode })},
@@ -244,7 +244,9 @@ var settings = []setting{
 		field: num(func(c *orchestrator.Config) *int { return &c.OpenHandsAppPort })},
 	{Flag: "paused-retention", Env: "BERTH_PAUSED_RETENTION", Key: "pausedRetention", Group: groupLeases,
 		Usage: "how long a lease may stay paused before it expires; negative keeps paused leases",
-		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.PausedRetention })},
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration {
+			return (*orchestrator.Duration)(&c.Pause.PausedRetention)
+		})},
 	{Flag: "retention", Env: "BERTH_RETENTION", Key: "retention", Group: groupLeases,
 		Usage: "how long ended lease records are kept",
 		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.Retention })},
@@ -274,10 +276,15 @@ var settings = []setting{
 		field: num(func(c *orchestrator.Config) *int { return &c.MaxPooled })},
 	{Flag: "restart-limit", Env: "BERTH_RESTART_LIMIT", Key: "restartLimit", Group: groupLeases,
 		Usage: "in-place restarts of a sandbox that exited, within the restart window; 0 or -1: none",
-		field: num(func(c *orchestrator.Config) *int { return &c.RestartLimit })},
+		field: num(func(c *orchestrator.Config) *int { return &c.Restart.Limit })},
 	{Flag: "restart-window", Env: "BERTH_RESTART_WINDOW", Key: "restartWindow", Group: groupLeases,
 		Usage: "sliding window the restart limit counts in",
-		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.RestartWindow })},
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration {
+			return (*orchestrator.Duration)(&c.Restart.Window)
+		})},
+	{Flag: "restart-delay", Env: "BERTH_RESTART_DELAY", Key: "restartDelay", Group: groupLeases,
+		Usage: "how long after a sandbox's container exited its in-place restart begins (an engine going down stops its event stream within it; the restart then waits for the engine)",
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return (*orchestrator.Duration)(&c.Restart.Delay) })},
 	{Flag: "default-user", Env: "BERTH_DEFAULT_USER", Key: "defaultUser", Group: groupLeases,
 		Usage: "user of commands in sandboxes of the default-user images when an acquire names none; image: each image's own",
 		field: func(c *orchestrator.Config) value { return userValue{stringValue{&c.DefaultUser}} }},
