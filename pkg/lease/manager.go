@@ -206,29 +206,8 @@ type Config struct {
 	// with the lease's env and secrets. Without it only acquires with no
 	// env and no secrets claim from a pool.
 	AgentConfigurer AgentConfigurer
-	// PersistWorkspaces makes every acquire persist its workspace, as if
-	// it set AcquireRequest.Persist. Default false.
-	PersistWorkspaces bool
-	// HostMounts are the host directories acquires may mount
-	// (AcquireRequest.Mounts), read-only or read-write per prefix. Default
-	// none: every host mount is refused.
-	HostMounts runtime.HostMountPolicy
-	// The symlinks of the prefixes themselves are resolved once, when the
-	// Manager starts; every host mount is checked again before each
-	// in-place restart and resume from hibernate (see volumes.go).
-	// VolumeRetention removes a workspace volume once it has been unused
-	// (no live lease; last used = its last lease's end) for longer than
-	// this. Default 0: volumes are kept until an operator removes them.
-	VolumeRetention time.Duration
-	// VolumeReapInterval is how often volumes are checked against
-	// VolumeRetention. Default 1m (at most VolumeRetention/2).
-	VolumeReapInterval time.Duration
-	// MaxVolumesPerOwner bounds one owner's workspace volumes (on this
-	// instance): a persisting acquire that would create one more gets
-	// errdefs.ErrResourceExhausted naming the limit; acquires that mount an
-	// existing volume, and NoOwnerLimit acquires, are not refused. Default
-	// 0: no limit.
-	MaxVolumesPerOwner int
+	// Volumes configures workspace volumes and host mounts (volumes.go).
+	Volumes VolumeConfig
 	// Egress enforces leases' network policies (internal/egress). Default
 	// nil: none, and an acquire may only ask for mode open without a deny
 	// list (network.go).
@@ -315,13 +294,11 @@ func (c *Config) setDefaults() error {
 		return errdefs.InvalidArgument("restart_window", "restart window and delay must not be negative")
 	}
 	def(&c.PoolShrinkAfter, poolShrinkDefault)
-	if c.VolumeRetention < 0 || c.VolumeReapInterval < 0 {
-		return errdefs.InvalidArgument("volume_retention", "volume retention and reap interval must not be negative")
+	vols, err := c.Volumes.withDefaults() // volumes.go
+	if err != nil {
+		return err
 	}
-	def(&c.VolumeReapInterval, time.Minute)
-	if c.VolumeRetention > 0 {
-		c.VolumeReapInterval = min(c.VolumeReapInterval, max(c.VolumeRetention/2, 10*time.Millisecond))
-	}
+	c.Volumes = vols
 	def(&c.DiskInterval, 15*time.Second)
 	def(&c.DiskGrace, 30*time.Second)
 	if c.DiskConcurrency <= 0 {
@@ -360,10 +337,6 @@ type Manager struct {
 	// shared is store when it is a SharedStore (several replicas, one
 	// fleet: replicas.go); nil otherwise.
 	shared SharedStore
-	// hostPolicy is Config.HostMounts with the prefixes resolved once
-	// (hostMountPolicy).
-	hostPolicyOnce sync.Once
-	hostPolicy     runtime.HostMountPolicy
 	// leading is set while this replica runs the reaper (always without
 	// Config.Elect).
 	leading atomic.Bool
@@ -412,7 +385,7 @@ type Manager struct {
 	poolByID map[string]*pool
 	poolKick chan struct{}
 
-	vols volumeState // workspace volumes (volumes.go)
+	vols *volumeKeeper // workspace volumes and host mounts (volumes.go)
 
 	drain drainState // set by Drain (drain.go)
 
@@ -486,6 +459,7 @@ func New(cfg Config) (*Manager, error) {
 		persisted:   map[string]uint64{},
 		cleanQ:      make(chan string, 4096),
 	}
+	m.vols = newVolumeKeeper(cfg.Volumes, cfg.InstanceID, cfg.RemoveTimeout, cfg.Runtime, cfg.Store, cfg.Logger, m.now, m, &m.mu)
 	if ss, ok := cfg.Store.(SharedStore); ok {
 		if len(cfg.Pools) > 0 {
 			return nil, errdefs.InvalidArgument("pools", "warm pools are not supported with a lease store shared by several replicas (a claim brings its own lease id, which the conversation lock cannot name)")
@@ -518,7 +492,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.started = true
 	m.mu.Unlock()
 
-	m.hostMountPolicy() // volumes.go: resolve the prefixes now, before any sandbox runs
+	m.vols.hostMountPolicy() // volumes.go: resolve the prefixes now, before any sandbox runs
 	if err := m.load(); err != nil {
 		return err
 	}
@@ -539,7 +513,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.goBackground(func() { m.watchLoop(runCtx) })
 	m.startReconciledRestarts(runCtx)
 	m.goBackground(func() { m.diskLoop(runCtx) })
-	m.goBackground(func() { m.volumeLoop(runCtx) })
+	m.goBackground(func() { m.vols.volumeLoop(runCtx) })
 	m.goBackground(func() { m.poolLoop(runCtx) })
 	for range m.cfg.ReapConcurrency {
 		m.goBackground(func() { m.cleanWorker(runCtx) })

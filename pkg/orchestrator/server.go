@@ -156,16 +156,13 @@ func New(ctx context.Context, cfg Config, p Platform, log *slog.Logger) (*Server
 		PausedRetention:   time.Duration(cfg.PausedRetention),
 		RestartLimit:      restartLimit(cfg.RestartLimit),
 		RestartWindow:     time.Duration(cfg.RestartWindow),
-		PersistWorkspaces: cfg.PersistWorkspaces,
-		HostMounts:        hostMountPolicy(cfg), // volumes.go
-		VolumeRetention:   time.Duration(cfg.VolumeRetention),
+		Volumes:           leaseVolumes(cfg),     // volumes.go
 		Pools:             leasePools(cfg.Pools), // config.go, docs/pools.md
 		MaxPooled:         cfg.MaxPooled,
 		AgentConfigurer:   newAgentConfigurer(), // agentconfig.go
 		Elect:             electorOf(p.Cluster, instance),
 		Logger:            log.With("component", "lease"),
 
-		MaxVolumesPerOwner:       cfg.MaxVolumesPerOwner, // volumes.go
 		MaxSnapshotsPerOwner:     cfg.MaxSnapshotsPerOwner,
 		MaxSnapshotBytesPerOwner: cfg.MaxSnapshotBytesPerOwner,
 	})
@@ -235,7 +232,7 @@ func (s *Server) buildAPI() error {
 		grpc.UnknownServiceHandler(px.GRPCHandler()),
 		grpc.ForceServerCodecV2(px.Codec()),
 	)...)
-	orchv1.RegisterVolumeServiceServer(s.grpc, &volumeServer{m: s.manager}) // volumes.go
+	orchv1.RegisterVolumeServiceServer(s.grpc, &volumeServer{vols: s.manager.Volumes()}) // volumes.go
 	orchv1.RegisterLeaseServiceServer(s.grpc, &leaseServer{m: s.manager, streams: s.streams, usage: s.usage, logs: s.logs})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
