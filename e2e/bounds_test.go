@@ -21,7 +21,7 @@ func TestVolumeLimitDocker(t *testing.T) {
 	requireDocker(t)
 	requireImage(t, baseImage)
 	dir, instance := newDataDir(t)
-	o := startOrch(t, dir, func(c *orchestrator.Config) { c.Clients = persistClients; c.MaxVolumesPerOwner = 2 })
+	o := startOrch(t, dir, func(c *orchestrator.Config) { c.Clients = persistClients; c.Volumes.MaxPerOwner = 2 })
 	volumeLimitScenario(t, persistTarget{a: o.api, vm: dockerRT, reap: func() { removeContainers(runtime.LabelInstance + "=" + instance) }}, instance)
 }
 
@@ -30,7 +30,7 @@ func TestVolumeLimitContainerd(t *testing.T) {
 	rt := requireContainerd(t)
 	requireCtrdImage(t, minimalImage)
 	env := newCtrdEnv(t)
-	o := startCtrdOrch(t, env, func(c *orchestrator.Config) { c.Clients = persistClients; c.MaxVolumesPerOwner = 2 })
+	o := startCtrdOrch(t, env, func(c *orchestrator.Config) { c.Clients = persistClients; c.Volumes.MaxPerOwner = 2 })
 	volumeLimitScenario(t, persistTarget{a: o.api, vm: rt, reap: func() { o.reapAll(t); waitNoLive(t, o.api) }}, env.instance)
 }
 

@@ -56,7 +56,7 @@ func TestVolumeRetentionDocker(t *testing.T) {
 	requireDocker(t)
 	requireImage(t, baseImage)
 	dir, instance := newDataDir(t)
-	o := startOrch(t, dir, func(c *orchestrator.Config) { c.VolumeRetention = orchestrator.Duration(time.Second) })
+	o := startOrch(t, dir, func(c *orchestrator.Config) { c.Volumes.Retention = time.Second })
 	tgt := persistTarget{a: o.api, vm: dockerRT, reap: func() { removeContainers(runtime.LabelInstance + "=" + instance) }}
 	conv := "persist-ret-" + randHex(4)
 	r := acquirePersist(t, tgt, conv)

@@ -103,11 +103,11 @@ type AcquireRequest struct {
 	// Persist keeps /workspace on the conversation's volume (VolumeName of
 	// owner and conversation), created at the first such acquire and
 	// mounted again by later ones, after release or expiry: the files
-	// outlive the lease. Config.PersistWorkspaces makes every acquire
+	// outlive the lease. Config.Volumes.PersistWorkspaces makes every acquire
 	// persist. Default false.
 	Persist bool
 	// Mounts are host paths to mount (see HostMount), allowed only under
-	// Config.HostMounts' prefixes. Default none.
+	// Config.Volumes.HostMounts' prefixes. Default none.
 	Mounts []HostMount
 	// App is a server the image carries that the sandbox's agent runs as a
 	// supervised child, on Config.AppPort, and forwards the routes it does
@@ -354,7 +354,7 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if err := m.checkMaxResources("resources", req.Resources); err != nil {
 		return req, err
 	}
-	if req, err = m.validateMounts(req); err != nil {
+	if req, err = m.vols.validateMounts(req); err != nil {
 		return req, err
 	}
 	req.Labels = maps.Clone(req.Labels)
@@ -407,7 +407,7 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 	if err != nil {
 		return Lease{}, "", false, err
 	}
-	if req, err = m.listOwnerVolumes(ctx, req); err != nil { // volumes.go
+	if req, err = m.vols.listOwnerVolumes(ctx, req); err != nil { // volumes.go
 		return Lease{}, "", false, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -519,11 +519,11 @@ func (m *Manager) startCreateID(ctx context.Context, req AcquireRequest, id stri
 		m.mu.Unlock()
 		return Lease{}, err
 	}
-	if err := m.volumeFreeLocked(req); err != nil { // volumes.go
+	if err := m.vols.volumeFreeLocked(req); err != nil { // volumes.go
 		m.mu.Unlock()
 		return Lease{}, err
 	}
-	if err := m.volumeLimitLocked(req); err != nil { // volumes.go
+	if err := m.vols.volumeLimitLocked(req); err != nil { // volumes.go
 		m.mu.Unlock()
 		return Lease{}, err
 	}
@@ -603,8 +603,8 @@ func (m *Manager) addPendingLocked(req AcquireRequest, c *claim, id string) *ent
 			Resources:      req.Resources,
 			PublicPorts:    req.PublicPorts,
 			Network:        netOf(req.Network),
-			Volume:         m.volumeFor(req),
-			Mounts:         m.hostMounts(req),
+			Volume:         m.vols.volumeFor(req),
+			Mounts:         m.vols.hostMounts(req),
 			App:            req.App,
 			WorkDir:        req.WorkDir,
 			CreatedAt:      now,
@@ -683,8 +683,8 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 		ReadyTimeout:   m.cfg.ReadyTimeout,
 		User:           e.l.User,
 		DenyRootUser:   m.cfg.DenyRootUser,
-		Mounts:         m.specMounts(&e.l), // volumes.go
-		DNS:            m.sandboxDNS(),     // network.go
+		Mounts:         m.vols.specMounts(&e.l), // volumes.go
+		DNS:            m.sandboxDNS(),          // network.go
 		WorkDir:        e.l.WorkDir,
 	}
 	if a := e.l.App; a != nil {
@@ -718,7 +718,7 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 			how = "claimed from pool " + c.pool
 			err, netDone = nerr, true
 		}
-	} else if err = m.verifyHostMounts(id, hostMounts); err == nil { // volumes.go: unchanged since validate
+	} else if err = m.vols.verifyHostMounts(id, hostMounts); err == nil { // volumes.go: unchanged since validate
 		sb, err = m.rt.Create(cctx, spec)
 	}
 	if err == nil && !netDone {
@@ -778,7 +778,7 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 	} else {
 		_ = m.persist(l, rev)
 	}
-	m.noteVolumeUsed(l) // volumes.go
+	m.vols.noteVolumeUsed(l) // volumes.go
 	close(call.done)
 	if c != nil {
 		m.pools.kick() // the refill waits for the claim's answer (takeLocked)

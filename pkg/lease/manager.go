@@ -166,29 +166,8 @@ type Config struct {
 	// of a profile kept ready for acquires of that profile to claim.
 	// Default none (DefaultPoolsConfig).
 	Pools PoolsConfig
-	// PersistWorkspaces makes every acquire persist its workspace, as if
-	// it set AcquireRequest.Persist. Default false.
-	PersistWorkspaces bool
-	// HostMounts are the host directories acquires may mount
-	// (AcquireRequest.Mounts), read-only or read-write per prefix. Default
-	// none: every host mount is refused.
-	HostMounts runtime.HostMountPolicy
-	// The symlinks of the prefixes themselves are resolved once, when the
-	// Manager starts; every host mount is checked again before each
-	// in-place restart and resume from hibernate (see volumes.go).
-	// VolumeRetention removes a workspace volume once it has been unused
-	// (no live lease; last used = its last lease's end) for longer than
-	// this. Default 0: volumes are kept until an operator removes them.
-	VolumeRetention time.Duration
-	// VolumeReapInterval is how often volumes are checked against
-	// VolumeRetention. Default 1m (at most VolumeRetention/2).
-	VolumeReapInterval time.Duration
-	// MaxVolumesPerOwner bounds one owner's workspace volumes (on this
-	// instance): a persisting acquire that would create one more gets
-	// errdefs.ErrResourceExhausted naming the limit; acquires that mount an
-	// existing volume, and NoOwnerLimit acquires, are not refused. Default
-	// 0: no limit.
-	MaxVolumesPerOwner int
+	// Volumes configures workspace volumes and host mounts (volumes.go).
+	Volumes VolumeConfig
 	// Egress enforces leases' network policies (internal/egress). Default
 	// nil: none, and an acquire may only ask for mode open without a deny
 	// list (network.go).
@@ -270,13 +249,11 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	c.Pools = pools
-	if c.VolumeRetention < 0 || c.VolumeReapInterval < 0 {
-		return errdefs.InvalidArgument("volume_retention", "volume retention and reap interval must not be negative")
+	vols, err := c.Volumes.withDefaults() // volumes.go
+	if err != nil {
+		return err
 	}
-	def(&c.VolumeReapInterval, time.Minute)
-	if c.VolumeRetention > 0 {
-		c.VolumeReapInterval = min(c.VolumeReapInterval, max(c.VolumeRetention/2, 10*time.Millisecond))
-	}
+	c.Volumes = vols
 	disk, err := c.Disk.withDefaults() // disk.go
 	if err != nil {
 		return err
@@ -314,10 +291,6 @@ type Manager struct {
 	// shared is store when it is a SharedStore (several replicas, one
 	// fleet: replicas.go); nil otherwise.
 	shared SharedStore
-	// hostPolicy is Config.HostMounts with the prefixes resolved once
-	// (hostMountPolicy).
-	hostPolicyOnce sync.Once
-	hostPolicy     runtime.HostMountPolicy
 	// leading is set while this replica runs the reaper (always without
 	// Config.Elect).
 	leading atomic.Bool
@@ -358,7 +331,7 @@ type Manager struct {
 	// pools are the warm pools (pool.go), guarded by mu.
 	pools *poolSet
 
-	vols volumeState // workspace volumes (volumes.go)
+	vols *volumeKeeper // workspace volumes and host mounts (volumes.go)
 
 	disk *diskEnforcer // the disk limit (disk.go)
 
@@ -435,6 +408,7 @@ func New(cfg Config) (*Manager, error) {
 	m.disk = newDiskEnforcer(cfg, m, &m.mu, m.leases) // disk.go
 	m.restarter = &restarter{cfg: cfg.Restart, host: m, log: cfg.Logger, readyTimeout: cfg.ReadyTimeout,
 		goBackground: m.goBackground, watchDown: &m.watchDown, mu: &m.mu}
+	m.vols = newVolumeKeeper(cfg.Volumes, cfg.InstanceID, cfg.RemoveTimeout, cfg.Runtime, cfg.Store, cfg.Logger, m.now, m, &m.mu)
 	if ss, ok := cfg.Store.(SharedStore); ok {
 		if len(cfg.Pools.Pools) > 0 {
 			return nil, errdefs.InvalidArgument("pools", "warm pools are not supported with a lease store shared by several replicas (a claim brings its own lease id, which the conversation lock cannot name)")
@@ -469,7 +443,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.started = true
 	m.mu.Unlock()
 
-	m.hostMountPolicy() // volumes.go: resolve the prefixes now, before any sandbox runs
+	m.vols.hostMountPolicy() // volumes.go: resolve the prefixes now, before any sandbox runs
 	if err := m.load(); err != nil {
 		return err
 	}
@@ -490,7 +464,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.goBackground(func() { m.watchLoop(runCtx) })
 	m.restarter.startQueued(runCtx) // restart.go
 	m.goBackground(func() { m.disk.loop(runCtx) })
-	m.goBackground(func() { m.volumeLoop(runCtx) })
+	m.goBackground(func() { m.vols.volumeLoop(runCtx) })
 	m.goBackground(func() { m.pools.loop(runCtx) })
 	for range m.cfg.ReapConcurrency {
 		m.goBackground(func() { m.cleanWorker(runCtx) })

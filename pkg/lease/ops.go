@@ -431,7 +431,7 @@ func (m *Manager) cleanup(ctx context.Context, id string) error {
 		m.dropNetwork(ctx, id) // network.go: the sandbox is gone
 		// The lease's end is its volume's last use, recorded before the
 		// lease shows as cleaned (volumes.go).
-		m.noteVolumeUsed(vol)
+		m.vols.noteVolumeUsed(vol)
 	}
 
 	m.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -31,10 +32,74 @@ func VolumeName(owner, conversationID string) string {
 	return VolumeNamePrefix + hex.EncodeToString(sum[:16])
 }
 
+// VolumeConfig configures workspace volumes and host mounts (volumes.go).
+// Zero fields take the defaults (DefaultVolumeConfig).
+type VolumeConfig struct {
+	// PersistWorkspaces makes every acquire persist its workspace, as if
+	// it set AcquireRequest.Persist. Default false.
+	PersistWorkspaces bool
+	// HostMounts are the host directories acquires may mount
+	// (AcquireRequest.Mounts), read-only or read-write per prefix. Default
+	// none: every host mount is refused. The symlinks of the prefixes
+	// themselves are resolved once, when the Manager starts; every host
+	// mount is checked again before each in-place restart and resume from
+	// hibernate.
+	HostMounts runtime.HostMountPolicy
+	// Retention removes a workspace volume once it has been unused (no
+	// live lease; last used = its last lease's end) for longer than this.
+	// Default 0: volumes are kept until an operator removes them.
+	Retention time.Duration
+	// ReapInterval is how often volumes are checked against Retention.
+	// Default 1m (at most Retention/2).
+	ReapInterval time.Duration
+	// MaxPerOwner bounds one owner's workspace volumes (on this instance):
+	// a persisting acquire that would create one more gets
+	// errdefs.ErrResourceExhausted naming the limit; acquires that mount an
+	// existing volume, and NoOwnerLimit acquires, are not refused. Default
+	// 0: no limit.
+	MaxPerOwner int
+}
+
+// DefaultVolumeConfig returns the defaults of VolumeConfig: volumes kept
+// until removed, checked every minute once a retention is set, no limit
+// per owner, no host mounts, persistence per acquire.
+func DefaultVolumeConfig() VolumeConfig {
+	return VolumeConfig{ReapInterval: time.Minute}
+}
+
+// withDefaults fills the zero fields of c from DefaultVolumeConfig, bounds
+// ReapInterval by Retention/2, and validates c: negative durations or
+// limits are errdefs.ErrInvalidArgument.
+func (c VolumeConfig) withDefaults() (VolumeConfig, error) {
+	switch {
+	case c.Retention < 0:
+		return c, errdefs.InvalidArgument("volume_retention", "volume retention must not be negative (0 keeps volumes), got %s", c.Retention)
+	case c.ReapInterval < 0:
+		return c, errdefs.InvalidArgument("volume_retention", "volume reap interval must not be negative, got %s", c.ReapInterval)
+	case c.MaxPerOwner < 0:
+		return c, errdefs.InvalidArgument("max_volumes_per_owner", "max volumes per owner must not be negative (0: no limit), got %d", c.MaxPerOwner)
+	}
+	d := DefaultVolumeConfig()
+	if c.ReapInterval == 0 {
+		c.ReapInterval = d.ReapInterval
+	}
+	if c.Retention > 0 {
+		c.ReapInterval = min(c.ReapInterval, max(c.Retention/2, 10*time.Millisecond))
+	}
+	return c, nil
+}
+
+// Validate reports whether New would accept c (errdefs.ErrInvalidArgument
+// naming the setting when not).
+func (c VolumeConfig) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 // HostMount asks for a host path in the sandbox (AcquireRequest.Mounts).
 type HostMount struct {
 	// HostPath is an absolute host path; its symlinks and ".." are
-	// resolved before it is checked against Config.HostMounts.
+	// resolved before it is checked against VolumeConfig.HostMounts.
 	HostPath string
 	// Target is the absolute path inside the sandbox.
 	Target string
@@ -45,21 +110,113 @@ type HostMount struct {
 	pin runtime.FileID
 }
 
-// validateMounts applies Config.PersistWorkspaces and checks req.Mounts
-// against Config.HostMounts, replacing each host path by its resolved
-// form. Called by validate.
-func (m *Manager) validateMounts(req AcquireRequest) (AcquireRequest, error) {
-	if m.cfg.PersistWorkspaces {
+// Volumes are the workspace volumes of a Manager's instance, as the
+// operator and clients see them (Manager.Volumes).
+type Volumes interface {
+	// List returns this instance's workspace volumes matching f, by
+	// name, without sizes (SizeBytes -1).
+	List(ctx context.Context, f VolumeFilter) ([]VolumeInfo, error)
+	// Inspect returns one volume of this instance with its size
+	// measured; errdefs.ErrNotFound when there is none.
+	Inspect(ctx context.Context, name string) (VolumeInfo, error)
+	// Remove removes a workspace volume of this instance and its record.
+	// A volume a lease uses (live, or ended with its container not
+	// removed yet) is errdefs.ErrFailedPrecondition naming the lease; a
+	// missing one is NotFound. While it runs, an acquire that would mount
+	// the volume is refused (Unavailable, retry).
+	Remove(ctx context.Context, name string) error
+}
+
+// Volumes returns the workspace volumes of this instance.
+func (m *Manager) Volumes() Volumes { return m.vols }
+
+// volumeLeases is what the volumeKeeper needs from the Manager, whose
+// lock (volumeKeeper.mu) guards both the leases and the keeper's busy
+// set, so that an acquire and a removal of the same volume agree.
+// *Manager implements it.
+type volumeLeases interface {
+	// usableLocked is errdefs.ErrUnavailable while the Manager is not
+	// started or shut down.
+	usableLocked() error
+	// volumeUsersLocked calls fn for each lease whose sandbox mounts (or
+	// may still mount) its workspace volume: live, or ended with its
+	// container not yet removed; it stops when fn returns false.
+	volumeUsersLocked(fn func(l *Lease) bool)
+}
+
+// volumeUsersLocked implements volumeLeases. Called with m.mu held.
+func (m *Manager) volumeUsersLocked(fn func(l *Lease) bool) {
+	for _, e := range m.leases {
+		if e.l.Volume != "" && !(e.l.State.Ended() && e.l.Cleaned) {
+			if !fn(&e.l) {
+				return
+			}
+		}
+	}
+}
+
+var _ Volumes = (*volumeKeeper)(nil)
+
+// volumeKeeper owns the workspace volumes and host mounts of the leases:
+// it validates an acquire's mounts, enforces the volume limit per owner,
+// records each volume's last use, lists and removes volumes and reaps
+// those unused past the retention.
+type volumeKeeper struct {
+	cfg        VolumeConfig
+	instanceID string
+	// removeTimeout bounds a volume's removal (Config.RemoveTimeout).
+	removeTimeout time.Duration
+	rt            Runtime
+	// store keeps the volume records: the Manager's Store when it is a
+	// VolumeStore, else mem.
+	store VolumeStore
+	mem   memVolumes
+	log   *slog.Logger
+	now   func() time.Time // the lease clock (Manager.now)
+	// leases and mu are the Manager's (volumeLeases, Manager.mu).
+	leases volumeLeases
+	mu     sync.Locker
+
+	// policy is cfg.HostMounts with the prefixes resolved once
+	// (hostMountPolicy).
+	policyOnce sync.Once
+	policy     runtime.HostMountPolicy
+
+	// busy are the volumes being removed: an acquire that would mount one
+	// waits for the removal's outcome by retrying (Unavailable). Guarded
+	// by mu.
+	busy map[string]bool
+}
+
+// newVolumeKeeper returns the keeper of cfg (with defaults applied) over
+// rt and store; leases and mu are the Manager's.
+func newVolumeKeeper(cfg VolumeConfig, instanceID string, removeTimeout time.Duration, rt Runtime, store Store,
+	log *slog.Logger, now func() time.Time, leases volumeLeases, mu sync.Locker) *volumeKeeper {
+	k := &volumeKeeper{cfg: cfg, instanceID: instanceID, removeTimeout: removeTimeout, rt: rt, log: log, now: now,
+		leases: leases, mu: mu, busy: map[string]bool{}}
+	if vs, ok := store.(VolumeStore); ok {
+		k.store = vs
+	} else {
+		k.store = &k.mem
+	}
+	return k
+}
+
+// validateMounts applies VolumeConfig.PersistWorkspaces and checks
+// req.Mounts against VolumeConfig.HostMounts, replacing each host path by
+// its resolved form. Called by validate.
+func (k *volumeKeeper) validateMounts(req AcquireRequest) (AcquireRequest, error) {
+	if k.cfg.PersistWorkspaces {
 		req.Persist = true
 	}
 	if req.Persist {
-		if _, ok := m.rt.(runtime.VolumeManager); !ok {
-			return req, errdefs.FailedPrecondition("workspace.persist: the %s runtime has no volumes", backendName(m.rt))
+		if _, ok := k.rt.(runtime.VolumeManager); !ok {
+			return req, errdefs.FailedPrecondition("workspace.persist: the %s runtime has no volumes", backendName(k.rt))
 		}
 	}
-	if _, ok := m.rt.(runtime.VolumeManager); !ok && len(req.Mounts) > 0 {
+	if _, ok := k.rt.(runtime.VolumeManager); !ok && len(req.Mounts) > 0 {
 		// A backend without volumes (the in-process one) mounts nothing.
-		return req, errdefs.FailedPrecondition("mounts: the %s runtime cannot mount host paths", backendName(m.rt))
+		return req, errdefs.FailedPrecondition("mounts: the %s runtime cannot mount host paths", backendName(k.rt))
 	}
 	if len(req.Mounts) > runtime.MaxMounts-1 {
 		return req, errdefs.InvalidArgument("mounts", "%d mounts, at most %d", len(req.Mounts), runtime.MaxMounts-1)
@@ -71,7 +228,7 @@ func (m *Manager) validateMounts(req AcquireRequest) (AcquireRequest, error) {
 		if err := runtime.ValidTarget(f+".target", hm.Target); err != nil {
 			return req, err
 		}
-		resolved, pin, err := m.hostMountPolicy().Pin(f+".host_path", hm.HostPath, hm.ReadOnly)
+		resolved, pin, err := k.hostMountPolicy().Pin(f+".host_path", hm.HostPath, hm.ReadOnly)
 		if err != nil {
 			return req, err
 		}
@@ -96,7 +253,7 @@ func (m *Manager) validateMounts(req AcquireRequest) (AcquireRequest, error) {
 
 // volumeFor is the workspace volume of a validated request ("" when it
 // does not persist).
-func (m *Manager) volumeFor(req AcquireRequest) string {
+func (k *volumeKeeper) volumeFor(req AcquireRequest) string {
 	if !req.Persist {
 		return ""
 	}
@@ -104,7 +261,7 @@ func (m *Manager) volumeFor(req AcquireRequest) string {
 }
 
 // hostMounts converts a validated request's host mounts for the lease.
-func (m *Manager) hostMounts(req AcquireRequest) []runtime.Mount {
+func (k *volumeKeeper) hostMounts(req AcquireRequest) []runtime.Mount {
 	var out []runtime.Mount
 	for _, hm := range req.Mounts {
 		out = append(out, runtime.Mount{Type: runtime.MountBind, Source: hm.HostPath, Target: hm.Target, ReadOnly: hm.ReadOnly, Pin: hm.pin})
@@ -112,13 +269,13 @@ func (m *Manager) hostMounts(req AcquireRequest) []runtime.Mount {
 	return out
 }
 
-// hostMountPolicy is Config.HostMounts with the prefixes' own symlinks
-// resolved once (at Start, before any sandbox of this process runs): later
-// checks take them literally, so a sandbox that can write to a prefix's
-// parent (nested prefixes) cannot move the prefix.
-func (m *Manager) hostMountPolicy() runtime.HostMountPolicy {
-	m.hostPolicyOnce.Do(func() { m.hostPolicy = m.cfg.HostMounts.Resolved() })
-	return m.hostPolicy
+// hostMountPolicy is VolumeConfig.HostMounts with the prefixes' own
+// symlinks resolved once (at Start, before any sandbox of this process
+// runs): later checks take them literally, so a sandbox that can write to
+// a prefix's parent (nested prefixes) cannot move the prefix.
+func (k *volumeKeeper) hostMountPolicy() runtime.HostMountPolicy {
+	k.policyOnce.Do(func() { k.policy = k.cfg.HostMounts.Resolved() })
+	return k.policy
 }
 
 // verifyHostMounts checks, right before the runtime binds them again
@@ -131,11 +288,11 @@ func (m *Manager) hostMountPolicy() runtime.HostMountPolicy {
 // by a symlink to any host path, which the next start would bind. Errors
 // are errdefs.ErrFailedPrecondition and runtime.ErrHostPathChanged naming
 // the mount ("mounts[1].host_path"), indexed like the acquire's mounts.
-func (m *Manager) verifyHostMounts(id string, mounts []runtime.Mount) error {
-	policy := m.hostMountPolicy()
+func (k *volumeKeeper) verifyHostMounts(id string, mounts []runtime.Mount) error {
+	policy := k.hostMountPolicy()
 	for i, hm := range mounts {
 		if err := policy.Verify(fmt.Sprintf("mounts[%d].host_path", i), hm); err != nil {
-			m.log.Warn("host mount changed since the acquire; not binding it again", "lease_id", id, "host_path", hm.Source, "target", hm.Target, "err", err)
+			k.log.Warn("host mount changed since the acquire; not binding it again", "lease_id", id, "host_path", hm.Source, "target", hm.Target, "err", err)
 			return err
 		}
 	}
@@ -147,7 +304,7 @@ func (m *Manager) verifyHostMounts(id string, mounts []runtime.Mount) error {
 // verifyHostMounts: every in-place restart and resume from hibernate goes
 // through it.
 func (m *Manager) restartSandbox(ctx context.Context, id, cid string, mounts []runtime.Mount) (runtime.Sandbox, error) {
-	if err := m.verifyHostMounts(id, mounts); err != nil {
+	if err := m.vols.verifyHostMounts(id, mounts); err != nil {
 		return runtime.Sandbox{}, err
 	}
 	return m.rt.Restart(ctx, cid)
@@ -155,24 +312,14 @@ func (m *Manager) restartSandbox(ctx context.Context, id, cid string, mounts []r
 
 // specMounts is what the sandbox of l mounts: its workspace volume (with
 // the labels it gets when created) and its host paths.
-func (m *Manager) specMounts(l *Lease) []runtime.Mount {
+func (k *volumeKeeper) specMounts(l *Lease) []runtime.Mount {
 	var out []runtime.Mount
 	if l.Volume != "" {
 		labels := runtime.VolumeLabels(l.Owner, l.ConversationID)
-		labels[runtime.LabelInstance] = m.cfg.InstanceID
+		labels[runtime.LabelInstance] = k.instanceID
 		out = append(out, runtime.Mount{Type: runtime.MountVolume, Source: l.Volume, Target: WorkspaceTarget, VolumeLabels: labels})
 	}
 	return append(out, slices.Clone(l.Mounts)...)
-}
-
-// volumeState is the Manager's bookkeeping of workspace volumes. Guarded
-// by Manager.mu.
-type volumeState struct {
-	// busy are the volumes being removed: an acquire that would mount one
-	// waits for the removal's outcome by retrying (Unavailable).
-	busy map[string]bool
-	// mem holds the records when the Store is not a VolumeStore.
-	mem memVolumes
 }
 
 var _ VolumeStore = (*memVolumes)(nil)
@@ -215,24 +362,24 @@ func (s *memVolumes) ForEachVolume(fn func(VolumeRecord) error) error {
 }
 
 // volumeFreeLocked refuses an acquire whose workspace volume is being
-// removed. Called with m.mu held.
-func (m *Manager) volumeFreeLocked(req AcquireRequest) error {
-	if v := m.volumeFor(req); v != "" && m.vols.busy[v] {
+// removed. Called with k.mu held.
+func (k *volumeKeeper) volumeFreeLocked(req AcquireRequest) error {
+	if v := k.volumeFor(req); v != "" && k.busy[v] {
 		return errdefs.Unavailable("workspace volume %s of conversation %q is being removed; retry", v, req.ConversationID)
 	}
 	return nil
 }
 
 // listOwnerVolumes sets req.ownerVolumes for a persisting acquire the
-// volume limit (Config.MaxVolumesPerOwner) applies to: the names of the
-// owner's volumes the runtime has now. The runtime is asked before m.mu
+// volume limit (VolumeConfig.MaxPerOwner) applies to: the names of the
+// owner's volumes the runtime has now. The runtime is asked before k.mu
 // is taken; volumeLimitLocked adds the volumes of the leases in memory,
 // so that concurrent acquires see each other's new volumes.
-func (m *Manager) listOwnerVolumes(ctx context.Context, req AcquireRequest) (AcquireRequest, error) {
-	if m.cfg.MaxVolumesPerOwner <= 0 || !req.Persist || req.NoOwnerLimit {
+func (k *volumeKeeper) listOwnerVolumes(ctx context.Context, req AcquireRequest) (AcquireRequest, error) {
+	if k.cfg.MaxPerOwner <= 0 || !req.Persist || req.NoOwnerLimit {
 		return req, nil
 	}
-	vols, err := m.ListVolumes(ctx, VolumeFilter{Owner: req.Owner})
+	vols, err := k.List(ctx, VolumeFilter{Owner: req.Owner})
 	if err != nil {
 		return req, fmt.Errorf("volume limit: %w", err)
 	}
@@ -246,39 +393,43 @@ func (m *Manager) listOwnerVolumes(ctx context.Context, req AcquireRequest) (Acq
 }
 
 // volumeLimitLocked refuses an acquire that would create a workspace
-// volume past Config.MaxVolumesPerOwner: the owner's volumes are those
+// volume past VolumeConfig.MaxPerOwner: the owner's volumes are those
 // the runtime listed (req.ownerVolumes) and those of its leases in memory
 // (live, or ended with the container not yet removed: their volumes may
 // be being created). Mounting an existing volume is never refused. Called
-// with m.mu held.
-func (m *Manager) volumeLimitLocked(req AcquireRequest) error {
-	name := m.volumeFor(req)
+// with k.mu held.
+func (k *volumeKeeper) volumeLimitLocked(req AcquireRequest) error {
+	name := k.volumeFor(req)
 	if req.ownerVolumes == nil || name == "" || req.ownerVolumes[name] {
 		return nil
 	}
 	have := maps.Clone(req.ownerVolumes)
-	for _, e := range m.leases {
-		if e.l.Owner == req.Owner && e.l.Volume != "" && !(e.l.State.Ended() && e.l.Cleaned) {
-			have[e.l.Volume] = true
+	k.leases.volumeUsersLocked(func(l *Lease) bool {
+		if l.Owner == req.Owner {
+			have[l.Volume] = true
 		}
-	}
-	if have[name] || len(have) < m.cfg.MaxVolumesPerOwner {
+		return true
+	})
+	if have[name] || len(have) < k.cfg.MaxPerOwner {
 		return nil
 	}
 	return errdefs.ResourceExhausted("volume limit: owner %q has %d workspace volumes, at most %d per owner; remove unused ones (DELETE /v1/volumes/NAME) or let the volume retention remove them",
-		req.Owner, len(have), m.cfg.MaxVolumesPerOwner)
+		req.Owner, len(have), k.cfg.MaxPerOwner)
 }
 
 // volumeLeaseLocked returns a lease whose sandbox mounts (or may still
 // mount) volume name: live, or ended with its container not yet removed.
-// Called with m.mu held.
-func (m *Manager) volumeLeaseLocked(name string) *Lease {
-	for _, e := range m.leases {
-		if e.l.Volume == name && !(e.l.State.Ended() && e.l.Cleaned) {
-			return &e.l
+// Called with k.mu held.
+func (k *volumeKeeper) volumeLeaseLocked(name string) *Lease {
+	var found *Lease
+	k.leases.volumeUsersLocked(func(l *Lease) bool {
+		if l.Volume == name {
+			found = l
+			return false
 		}
-	}
-	return nil
+		return true
+	})
+	return found
 }
 
 // VolumeInfo is a workspace volume as the Manager reports it.
@@ -310,23 +461,23 @@ type VolumeFilter struct {
 	ConversationID string
 }
 
-// volumes returns the runtime's volume manager, or FailedPrecondition.
-func (m *Manager) volumes() (runtime.VolumeManager, error) {
-	vm, ok := m.rt.(runtime.VolumeManager)
+// runtimeVolumes returns the runtime's volume manager, or
+// FailedPrecondition.
+func (k *volumeKeeper) runtimeVolumes() (runtime.VolumeManager, error) {
+	vm, ok := k.rt.(runtime.VolumeManager)
 	if !ok {
-		return nil, errdefs.FailedPrecondition("the %s runtime has no volumes", backendName(m.rt))
+		return nil, errdefs.FailedPrecondition("the %s runtime has no volumes", backendName(k.rt))
 	}
 	return vm, nil
 }
 
-// ListVolumes returns this instance's workspace volumes matching f, by
-// name, without sizes (SizeBytes -1).
-func (m *Manager) ListVolumes(ctx context.Context, f VolumeFilter) ([]VolumeInfo, error) {
-	vm, err := m.volumes()
+// List implements Volumes.
+func (k *volumeKeeper) List(ctx context.Context, f VolumeFilter) ([]VolumeInfo, error) {
+	vm, err := k.runtimeVolumes()
 	if err != nil {
 		return nil, err
 	}
-	sel := runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID}
+	sel := runtime.Selector{runtime.LabelInstance: k.instanceID}
 	if f.Owner != "" {
 		sel[runtime.LabelOwner] = f.Owner
 	}
@@ -337,19 +488,18 @@ func (m *Manager) ListVolumes(ctx context.Context, f VolumeFilter) ([]VolumeInfo
 	if err != nil {
 		return nil, wrapf(err, "list volumes")
 	}
-	recs := m.volumeRecords()
+	recs := k.volumeRecords()
 	out := make([]VolumeInfo, 0, len(vols))
 	for _, v := range vols {
-		out = append(out, m.volumeInfo(v, recs[v.Name]))
+		out = append(out, k.volumeInfo(v, recs[v.Name]))
 	}
 	slices.SortFunc(out, func(a, b VolumeInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
-// InspectVolume returns one volume of this instance with its size
-// measured; errdefs.ErrNotFound when there is none.
-func (m *Manager) InspectVolume(ctx context.Context, name string) (VolumeInfo, error) {
-	vm, err := m.volumes()
+// Inspect implements Volumes.
+func (k *volumeKeeper) Inspect(ctx context.Context, name string) (VolumeInfo, error) {
+	vm, err := k.runtimeVolumes()
 	if err != nil {
 		return VolumeInfo{}, err
 	}
@@ -357,162 +507,148 @@ func (m *Manager) InspectVolume(ctx context.Context, name string) (VolumeInfo, e
 	if err != nil {
 		return VolumeInfo{}, err
 	}
-	if v.Labels[runtime.LabelInstance] != m.cfg.InstanceID {
+	if v.Labels[runtime.LabelInstance] != k.instanceID {
 		return VolumeInfo{}, errdefs.NotFound("volume %s not found", name)
 	}
-	return m.volumeInfo(v, m.volumeRecords()[name]), nil
+	return k.volumeInfo(v, k.volumeRecords()[name]), nil
 }
 
 // volumeInfo merges a runtime volume with its record and the live leases.
-func (m *Manager) volumeInfo(v runtime.Volume, rec VolumeRecord) VolumeInfo {
+func (k *volumeKeeper) volumeInfo(v runtime.Volume, rec VolumeRecord) VolumeInfo {
 	info := VolumeInfo{Name: v.Name, Owner: v.Owner, ConversationID: v.ConversationID, SizeBytes: v.SizeBytes,
 		CreatedAt: v.CreatedAt, LastUsedAt: rec.LastUsedAt}
 	if info.LastUsedAt.IsZero() {
 		info.LastUsedAt = v.CreatedAt
 	}
-	m.mu.Lock()
-	if l := m.volumeLeaseLocked(v.Name); l != nil {
+	k.mu.Lock()
+	if l := k.volumeLeaseLocked(v.Name); l != nil {
 		info.LeaseID = l.ID
-		info.LastUsedAt = m.now()
+		info.LastUsedAt = k.now()
 	}
-	m.mu.Unlock()
+	k.mu.Unlock()
 	return info
 }
 
-// RemoveVolume removes a workspace volume of this instance and its record.
-// A volume a lease uses (live, or ended with its container not removed
-// yet) is errdefs.ErrFailedPrecondition naming the lease; a missing one
-// is NotFound. While it runs, an acquire that would mount the volume is
-// refused (Unavailable, retry).
-func (m *Manager) RemoveVolume(ctx context.Context, name string) error {
-	if _, err := m.InspectVolume(ctx, name); err != nil {
+// Remove implements Volumes.
+func (k *volumeKeeper) Remove(ctx context.Context, name string) error {
+	if _, err := k.Inspect(ctx, name); err != nil {
 		return err
 	}
-	return m.removeVolume(ctx, name, nil)
+	return k.removeVolume(ctx, name, nil)
 }
 
 // removeVolume removes name unless a lease uses it or keep (called under
-// m.mu) says no.
-func (m *Manager) removeVolume(ctx context.Context, name string, keep func() bool) error {
-	vm, err := m.volumes()
+// k.mu) says no.
+func (k *volumeKeeper) removeVolume(ctx context.Context, name string, keep func() bool) error {
+	vm, err := k.runtimeVolumes()
 	if err != nil {
 		return err
 	}
-	m.mu.Lock()
-	if err := m.usableLocked(); err != nil {
-		m.mu.Unlock()
+	k.mu.Lock()
+	if err := k.leases.usableLocked(); err != nil {
+		k.mu.Unlock()
 		return err
 	}
-	if l := m.volumeLeaseLocked(name); l != nil {
-		m.mu.Unlock()
+	if l := k.volumeLeaseLocked(name); l != nil {
+		k.mu.Unlock()
 		return errdefs.FailedPrecondition("volume %s is in use by lease %s (%s); release the lease first", name, l.ID, l.State)
 	}
-	if m.vols.busy[name] {
-		m.mu.Unlock()
+	if k.busy[name] {
+		k.mu.Unlock()
 		return errdefs.Unavailable("volume %s is being removed", name)
 	}
 	if keep != nil && keep() {
-		m.mu.Unlock()
+		k.mu.Unlock()
 		return nil
 	}
-	if m.vols.busy == nil {
-		m.vols.busy = map[string]bool{}
-	}
-	m.vols.busy[name] = true
-	m.mu.Unlock()
+	k.busy[name] = true
+	k.mu.Unlock()
 	defer func() {
-		m.mu.Lock()
-		delete(m.vols.busy, name)
-		m.mu.Unlock()
+		k.mu.Lock()
+		delete(k.busy, name)
+		k.mu.Unlock()
 	}()
-	rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+	rctx, cancel := detached(ctx, k.removeTimeout)
 	defer cancel()
 	if err := vm.RemoveVolume(rctx, name); err != nil {
 		return wrapf(err, "remove volume %s", name)
 	}
-	if err := m.deleteVolumeRecord(name); err != nil {
-		m.log.Warn("deleting the volume's record failed", "volume", name, "err", err)
+	if err := k.deleteVolumeRecord(name); err != nil {
+		k.log.Warn("deleting the volume's record failed", "volume", name, "err", err)
 	}
-	m.log.Info("removed workspace volume", "volume", name)
+	k.log.Info("removed workspace volume", "volume", name)
 	return nil
 }
 
 // noteVolumeUsed records that l's workspace volume was used now (its
 // sandbox became ready, or was removed at the lease's end).
-func (m *Manager) noteVolumeUsed(l Lease) {
+func (k *volumeKeeper) noteVolumeUsed(l Lease) {
 	if l.Volume == "" {
 		return
 	}
-	rec := VolumeRecord{Name: l.Volume, Owner: l.Owner, ConversationID: l.ConversationID, LastUsedAt: m.now(), LastLeaseID: l.ID}
-	if err := m.putVolumeRecord(rec); err != nil {
-		m.log.Warn("recording the volume's last use failed", "volume", l.Volume, "lease_id", l.ID, "err", err)
+	rec := VolumeRecord{Name: l.Volume, Owner: l.Owner, ConversationID: l.ConversationID, LastUsedAt: k.now(), LastLeaseID: l.ID}
+	if err := k.putVolumeRecord(rec); err != nil {
+		k.log.Warn("recording the volume's last use failed", "volume", l.Volume, "lease_id", l.ID, "err", err)
 	}
 }
 
-// volumeLoop reaps volumes unused for longer than Config.VolumeRetention.
-func (m *Manager) volumeLoop(ctx context.Context) {
-	if m.cfg.VolumeRetention <= 0 {
+// volumeLoop reaps volumes unused for longer than VolumeConfig.Retention.
+func (k *volumeKeeper) volumeLoop(ctx context.Context) {
+	if k.cfg.Retention <= 0 {
 		return
 	}
-	if _, ok := m.rt.(runtime.VolumeManager); !ok {
+	if _, ok := k.rt.(runtime.VolumeManager); !ok {
 		return
 	}
-	periodic.Run(ctx, m.cfg.VolumeReapInterval, func(ctx context.Context) { m.reapVolumes(ctx) })
+	periodic.Run(ctx, k.cfg.ReapInterval, func(ctx context.Context) { k.reapVolumes(ctx) })
 }
 
 // reapVolumes removes the volumes of this instance unused for longer than
-// Config.VolumeRetention, and returns their names.
-func (m *Manager) reapVolumes(ctx context.Context) []string {
-	vols, err := m.ListVolumes(ctx, VolumeFilter{})
+// VolumeConfig.Retention, and returns their names.
+func (k *volumeKeeper) reapVolumes(ctx context.Context) []string {
+	vols, err := k.List(ctx, VolumeFilter{})
 	if err != nil {
 		if ctx.Err() == nil {
-			m.log.Warn("listing volumes for retention failed", "err", err)
+			k.log.Warn("listing volumes for retention failed", "err", err)
 		}
 		return nil
 	}
 	var reaped []string
 	for _, v := range vols {
-		if v.InUse() || m.now().Sub(v.LastUsedAt) <= m.cfg.VolumeRetention {
+		if v.InUse() || k.now().Sub(v.LastUsedAt) <= k.cfg.Retention {
 			continue
 		}
-		// Checked again under m.mu: an acquire may have started since.
+		// Checked again under k.mu: an acquire may have started since.
 		stillFresh := func() bool {
-			rec := m.volumeRecords()[v.Name]
-			return !rec.LastUsedAt.IsZero() && m.now().Sub(rec.LastUsedAt) <= m.cfg.VolumeRetention
+			rec := k.volumeRecords()[v.Name]
+			return !rec.LastUsedAt.IsZero() && k.now().Sub(rec.LastUsedAt) <= k.cfg.Retention
 		}
-		if err := m.removeVolume(ctx, v.Name, stillFresh); err != nil {
+		if err := k.removeVolume(ctx, v.Name, stillFresh); err != nil {
 			if ctx.Err() == nil && !errdefs.IsFailedPrecondition(err) {
-				m.log.Warn("reaping an unused volume failed", "volume", v.Name, "err", err)
+				k.log.Warn("reaping an unused volume failed", "volume", v.Name, "err", err)
 			}
 			continue
 		}
-		m.log.Info("reaped unused workspace volume", "volume", v.Name, "conversation_id", v.ConversationID, "last_used_at", v.LastUsedAt, "retention", m.cfg.VolumeRetention)
+		k.log.Info("reaped unused workspace volume", "volume", v.Name, "conversation_id", v.ConversationID, "last_used_at", v.LastUsedAt, "retention", k.cfg.Retention)
 		reaped = append(reaped, v.Name)
 	}
 	return reaped
 }
 
-// volumeStore is where the volume records are kept: the Store when it is
-// a VolumeStore, else memory.
-func (m *Manager) volumeStore() VolumeStore {
-	if vs, ok := m.store.(VolumeStore); ok {
-		return vs
-	}
-	return &m.vols.mem
-}
-
 // volumeRecords returns every volume record by name.
-func (m *Manager) volumeRecords() map[string]VolumeRecord {
+func (k *volumeKeeper) volumeRecords() map[string]VolumeRecord {
 	out := map[string]VolumeRecord{}
-	if err := m.volumeStore().ForEachVolume(func(r VolumeRecord) error {
+	if err := k.store.ForEachVolume(func(r VolumeRecord) error {
 		out[r.Name] = r
 		return nil
 	}); err != nil {
-		m.log.Warn("reading volume records failed", "err", err)
+		k.log.Warn("reading volume records failed", "err", err)
 	}
 	return out
 }
 
-func (m *Manager) putVolumeRecord(r VolumeRecord) error { return m.volumeStore().PutVolume(r) }
+// putVolumeRecord creates or replaces a volume record.
+func (k *volumeKeeper) putVolumeRecord(r VolumeRecord) error { return k.store.PutVolume(r) }
 
-func (m *Manager) deleteVolumeRecord(name string) error { return m.volumeStore().DeleteVolume(name) }
+// deleteVolumeRecord removes a volume record.
+func (k *volumeKeeper) deleteVolumeRecord(name string) error { return k.store.DeleteVolume(name) }

@@ -13,13 +13,13 @@ import (
 )
 
 // TestVolumeLimitPerOwner performs the attack of a tenant that persists
-// workspace after workspace: past Config.MaxVolumesPerOwner, an acquire
+// workspace after workspace: past Config.Volumes.MaxPerOwner, an acquire
 // that would create another volume is RESOURCE_EXHAUSTED naming the limit,
 // also when the acquires race; acquiring an existing volume's
 // conversation again, another owner, and the operator are not refused;
 // removing a volume makes room.
 func TestVolumeLimitPerOwner(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxVolumesPerOwner = 3 })
+	h := newHarness(t, func(c *Config) { c.Volumes.MaxPerOwner = 3 })
 	ctx := context.Background()
 	acquire := func(owner, conv string, noLimit bool) (Lease, error) {
 		l, _, _, err := h.m.Acquire(ctx, AcquireRequest{Owner: owner, ConversationID: conv, Persist: true, NoOwnerLimit: noLimit})
@@ -45,7 +45,7 @@ func TestVolumeLimitPerOwner(t *testing.T) {
 	if won.Load() != 3 || refused.Load() != 5 {
 		t.Fatalf("%d acquires created volumes, %d refused; want 3 and 5", won.Load(), refused.Load())
 	}
-	vols, err := h.m.ListVolumes(ctx, VolumeFilter{Owner: "mallory"})
+	vols, err := h.m.Volumes().List(ctx, VolumeFilter{Owner: "mallory"})
 	if err != nil || len(vols) != 3 {
 		t.Fatalf("mallory's volumes: %d, %v", len(vols), err)
 	}
@@ -65,7 +65,7 @@ func TestVolumeLimitPerOwner(t *testing.T) {
 		t.Fatalf("another owner: %v", err)
 	}
 	// Removing an unused volume makes room.
-	eventually(t, 5*time.Second, "volume removable", func() bool { return h.m.RemoveVolume(ctx, vols[1].Name) == nil })
+	eventually(t, 5*time.Second, "volume removable", func() bool { return h.m.Volumes().Remove(ctx, vols[1].Name) == nil })
 	if _, err := acquire("mallory", "c-new", false); err != nil {
 		t.Fatalf("after removing a volume: %v", err)
 	}
@@ -84,8 +84,8 @@ func TestVolumeLimitPerOwner(t *testing.T) {
 func TestVolumeRetentionClock(t *testing.T) {
 	var offset atomic.Int64
 	h := newHarness(t, func(c *Config) {
-		c.VolumeRetention = 30 * 24 * time.Hour
-		c.VolumeReapInterval = time.Hour // the test calls reapVolumes itself
+		c.Volumes.Retention = 30 * 24 * time.Hour
+		c.Volumes.ReapInterval = time.Hour // the test calls reapVolumes itself
 		c.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	})
 	ctx := context.Background()
@@ -101,27 +101,27 @@ func TestVolumeRetentionClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "volume no longer in use", func() bool {
-		v, err := h.m.InspectVolume(ctx, old.Volume)
+		v, err := h.m.Volumes().Inspect(ctx, old.Volume)
 		return err == nil && !v.InUse()
 	})
-	if got := h.m.reapVolumes(ctx); len(got) != 0 {
+	if got := h.m.vols.reapVolumes(ctx); len(got) != 0 {
 		t.Fatalf("reaped %v right after the last use", got)
 	}
 	offset.Store(int64(29 * 24 * time.Hour))
-	if got := h.m.reapVolumes(ctx); len(got) != 0 {
+	if got := h.m.vols.reapVolumes(ctx); len(got) != 0 {
 		t.Fatalf("reaped %v within the retention", got)
 	}
 	// The other lease may expire on the new clock; its volume's last use
 	// is then now, and it is kept either way.
 	offset.Store(int64(31 * 24 * time.Hour))
-	got := h.m.reapVolumes(ctx)
+	got := h.m.vols.reapVolumes(ctx)
 	if len(got) != 1 || got[0] != old.Volume {
 		t.Fatalf("reaped %v, want only %s", got, old.Volume)
 	}
-	if _, err := h.m.InspectVolume(ctx, old.Volume); !errdefs.IsNotFound(err) {
+	if _, err := h.m.Volumes().Inspect(ctx, old.Volume); !errdefs.IsNotFound(err) {
 		t.Fatalf("the old volume after the reap: %v", err)
 	}
-	if _, err := h.m.InspectVolume(ctx, used.Volume); err != nil {
+	if _, err := h.m.Volumes().Inspect(ctx, used.Volume); err != nil {
 		t.Fatalf("the volume in use was reaped: %v", err)
 	}
 }

@@ -97,30 +97,30 @@ func TestPersistentWorkspace(t *testing.T) {
 		spec.Mounts[0].VolumeLabels[runtime.LabelOwner] != "alice" || spec.Mounts[0].VolumeLabels[runtime.LabelInstance] != "test" {
 		t.Fatalf("spec mounts = %+v", spec.Mounts)
 	}
-	vols, err := h.m.ListVolumes(ctx, VolumeFilter{Owner: "alice"})
+	vols, err := h.m.Volumes().List(ctx, VolumeFilter{Owner: "alice"})
 	if err != nil || len(vols) != 1 || vols[0].LeaseID != l.ID || vols[0].ConversationID != "c1" {
 		t.Fatalf("ListVolumes = %+v, %v", vols, err)
 	}
-	if other, _ := h.m.ListVolumes(ctx, VolumeFilter{Owner: "bob"}); len(other) != 0 {
+	if other, _ := h.m.Volumes().List(ctx, VolumeFilter{Owner: "bob"}); len(other) != 0 {
 		t.Fatalf("bob sees %+v", other)
 	}
-	if err := h.m.RemoveVolume(ctx, want); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), l.ID) {
+	if err := h.m.Volumes().Remove(ctx, want); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), l.ID) {
 		t.Fatalf("RemoveVolume in use = %v, want FailedPrecondition naming the lease", err)
 	}
 	if _, err := h.m.Release(ctx, l.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "volume no longer in use", func() bool {
-		v, err := h.m.InspectVolume(ctx, want)
+		v, err := h.m.Volumes().Inspect(ctx, want)
 		return err == nil && !v.InUse()
 	})
-	v, _ := h.m.InspectVolume(ctx, want)
+	v, _ := h.m.Volumes().Inspect(ctx, want)
 	if v.SizeBytes != 42 || time.Since(v.LastUsedAt) > time.Minute {
 		t.Errorf("InspectVolume = %+v", v)
 	}
 	// The last use is durable.
 	h.restart()
-	v2, err := h.m.InspectVolume(ctx, want)
+	v2, err := h.m.Volumes().Inspect(ctx, want)
 	if err != nil || !v2.LastUsedAt.Equal(v.LastUsedAt) {
 		t.Errorf("after restart: %+v, %v; want last used %s", v2, err, v.LastUsedAt)
 	}
@@ -135,17 +135,17 @@ func TestPersistentWorkspace(t *testing.T) {
 	if _, err := h.m.Release(ctx, l2.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "volume removable", func() bool { return h.m.RemoveVolume(ctx, want) == nil })
-	if _, err := h.m.InspectVolume(ctx, want); !errdefs.IsNotFound(err) {
+	eventually(t, 5*time.Second, "volume removable", func() bool { return h.m.Volumes().Remove(ctx, want) == nil })
+	if _, err := h.m.Volumes().Inspect(ctx, want); !errdefs.IsNotFound(err) {
 		t.Errorf("InspectVolume after remove = %v", err)
 	}
-	if err := h.m.RemoveVolume(ctx, want); !errdefs.IsNotFound(err) {
+	if err := h.m.Volumes().Remove(ctx, want); !errdefs.IsNotFound(err) {
 		t.Errorf("RemoveVolume twice = %v, want NotFound", err)
 	}
 }
 
 func TestPersistDefault(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.PersistWorkspaces = true })
+	h := newHarness(t, func(c *Config) { c.Volumes.PersistWorkspaces = true })
 	l, _ := h.acquire("c-default")
 	if l.Volume != VolumeName("", "c-default") {
 		t.Fatalf("volume = %q with PersistWorkspaces", l.Volume)
@@ -154,8 +154,8 @@ func TestPersistDefault(t *testing.T) {
 
 func TestVolumeRetention(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
-		c.VolumeRetention = 300 * time.Millisecond
-		c.VolumeReapInterval = 50 * time.Millisecond
+		c.Volumes.Retention = 300 * time.Millisecond
+		c.Volumes.ReapInterval = 50 * time.Millisecond
 	})
 	ctx := context.Background()
 	l, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "c-ret", Persist: true})
@@ -163,14 +163,14 @@ func TestVolumeRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // older than the retention, but in use
-	if vols, _ := h.m.ListVolumes(ctx, VolumeFilter{}); len(vols) != 1 {
+	if vols, _ := h.m.Volumes().List(ctx, VolumeFilter{}); len(vols) != 1 {
 		t.Fatalf("a volume in use was reaped: %+v", vols)
 	}
 	if _, err := h.m.Release(ctx, l.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "unused volume reaped", func() bool {
-		vols, _ := h.m.ListVolumes(ctx, VolumeFilter{})
+		vols, _ := h.m.Volumes().List(ctx, VolumeFilter{})
 		return len(vols) == 0
 	})
 }
@@ -191,7 +191,7 @@ func TestHostMounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, func(c *Config) { c.HostMounts = policy })
+	h := newHarness(t, func(c *Config) { c.Volumes.HostMounts = policy })
 	ctx := context.Background()
 	acq := func(conv string, mounts ...HostMount) (Lease, error) {
 		l, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: conv, Mounts: mounts})
@@ -247,7 +247,7 @@ func TestHostMountSwapRefused(t *testing.T) {
 	if err := os.MkdirAll(outside, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, func(c *Config) { c.HostMounts = runtime.HostMountPolicy{{Path: prefix}} })
+	h := newHarness(t, func(c *Config) { c.Volumes.HostMounts = runtime.HostMountPolicy{{Path: prefix}} })
 	ctx := context.Background()
 	acquireSwapped := func(conv string) Lease {
 		t.Helper()

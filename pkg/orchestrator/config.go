@@ -173,24 +173,24 @@ type Config struct {
 	// together (they do not count against MaxLeases until claimed).
 	// Default 0: the sum of the pools' Max; negative: no bound.
 	MaxPooled int
-	// PersistWorkspaces makes every acquire keep /workspace on its
-	// conversation's volume, as if it set workspace.persist (see
-	// docs/workspaces.md). Default false.
-	PersistWorkspaces bool
+	// Volumes configures workspace volumes (see docs/workspaces.md):
+	// Volumes.PersistWorkspaces makes every acquire keep /workspace on its
+	// conversation's volume, as if it set workspace.persist (default
+	// false); Volumes.Retention removes a workspace volume unused (no live
+	// lease) for longer than it, counted from its last lease's end
+	// (default 720h, 30 days; 0 keeps volumes until an operator removes
+	// them); Volumes.MaxPerOwner bounds one owner's workspace volumes: a
+	// persisting acquire that would create one more gets
+	// RESOURCE_EXHAUSTED (HTTP 429) naming the limit; the operator's
+	// acquires are exempt (default 50; 0: no limit). The host mounts the
+	// lease manager allows are Volumes.HostMounts plus those of
+	// AllowHostMounts.
+	Volumes lease.VolumeConfig
 	// AllowHostMounts are the host directories acquires may mount, as
 	// "PATH:ro|rw,..." (a path without a mode is read-only); an acquire may
 	// mount a path under one (symlinks resolved), read-write only under a
 	// ":rw" one. Default "": no host mounts.
 	AllowHostMounts string
-	// VolumeRetention removes a workspace volume unused (no live lease)
-	// for longer than this, counted from its last lease's end. Default
-	// 720h (30 days); 0 keeps volumes until an operator removes them.
-	VolumeRetention Duration
-	// MaxVolumesPerOwner bounds one owner's workspace volumes: a persisting
-	// acquire that would create one more gets RESOURCE_EXHAUSTED (HTTP
-	// 429) naming the limit; the operator's acquires are exempt. Default
-	// 50; 0: no limit.
-	MaxVolumesPerOwner int
 	// Restart is the in-place restart of a sandbox whose container exited
 	// unexpectedly (agent crash, kill from outside, engine restart): it is
 	// restarted, files kept, Limit times within Window, each Delay after
@@ -431,10 +431,9 @@ func Defaults() Config {
 		MaxEndedPerOwner:         100,
 		MaxSnapshotsPerOwner:     20,
 		MaxSnapshotBytesPerOwner: 10 << 30,
-		MaxVolumesPerOwner:       50,
 		SandboxOutputMaxBytes:    runtime.DefaultOutputMaxBytes,
 		SandboxOutputMaxFiles:    runtime.DefaultOutputMaxFiles,
-		VolumeRetention:          Duration(30 * 24 * time.Hour),
+		Volumes:                  defaultVolumes(), // volumes.go
 		MaxWatchesPerPrincipal:   streamlimit.DefaultMax,
 		MaxConnections:           1024,
 		ReadHeaderTimeout:        Duration(10 * time.Second),

@@ -152,15 +152,12 @@ func New(ctx context.Context, cfg Config, p Platform, log *slog.Logger) (*Server
 		MaxEndedPerOwner:  cfg.MaxEndedPerOwner,
 		Retention:         time.Duration(cfg.Retention),
 		Pause:             cfg.Pause,
-		Restart:           leaseRestart(cfg.Restart), // config.go
-		PersistWorkspaces: cfg.PersistWorkspaces,
-		HostMounts:        hostMountPolicy(cfg), // volumes.go
-		VolumeRetention:   time.Duration(cfg.VolumeRetention),
+		Restart:           leaseRestart(cfg.Restart),            // config.go
+		Volumes:           leaseVolumes(cfg),                    // volumes.go
 		Pools:             cfg.leasePools(newAgentConfigurer()), // config.go, agentconfig.go, docs/pools.md
 		Elect:             electorOf(p.Cluster, instance),
 		Logger:            log.With("component", "lease"),
 
-		MaxVolumesPerOwner:       cfg.MaxVolumesPerOwner, // volumes.go
 		MaxSnapshotsPerOwner:     cfg.MaxSnapshotsPerOwner,
 		MaxSnapshotBytesPerOwner: cfg.MaxSnapshotBytesPerOwner,
 	})
@@ -230,7 +227,7 @@ func (s *Server) buildAPI() error {
 		grpc.UnknownServiceHandler(px.GRPCHandler()),
 		grpc.ForceServerCodecV2(px.Codec()),
 	)...)
-	orchv1.RegisterVolumeServiceServer(s.grpc, &volumeServer{m: s.manager}) // volumes.go
+	orchv1.RegisterVolumeServiceServer(s.grpc, &volumeServer{vols: s.manager.Volumes()}) // volumes.go
 	orchv1.RegisterLeaseServiceServer(s.grpc, &leaseServer{m: s.manager, streams: s.streams, usage: s.usage, logs: s.logs})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -17,7 +18,7 @@ import (
 // NOT_FOUND, so its existence is not revealed); a lease token nothing.
 type volumeServer struct {
 	orchv1.UnimplementedVolumeServiceServer
-	m *lease.Manager
+	vols lease.Volumes
 }
 
 // volumeOwner returns the owner the caller is limited to ("" for the
@@ -45,7 +46,7 @@ func (s *volumeServer) List(ctx context.Context, req *orchv1.ListVolumesRequest)
 		}
 		f.Owner = owner
 	}
-	vols, err := s.m.ListVolumes(ctx, f)
+	vols, err := s.vols.List(ctx, f)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +69,7 @@ func (s *volumeServer) lookup(ctx context.Context, name string) (lease.VolumeInf
 	if !runtime.ValidVolumeName(name) {
 		return lease.VolumeInfo{}, errdefs.Newf(errdefs.ErrInvalidArgument, "name: %q is not a volume name", name)
 	}
-	v, err := s.m.InspectVolume(ctx, name)
+	v, err := s.vols.Inspect(ctx, name)
 	if err != nil {
 		return v, err
 	}
@@ -92,7 +93,7 @@ func (s *volumeServer) Delete(ctx context.Context, req *orchv1.DeleteVolumeReque
 	if _, err := s.lookup(ctx, req.Name); err != nil {
 		return nil, err
 	}
-	if err := s.m.RemoveVolume(ctx, req.Name); err != nil {
+	if err := s.vols.Remove(ctx, req.Name); err != nil {
 		return nil, err
 	}
 	return &orchv1.DeleteVolumeResponse{}, nil
@@ -124,19 +125,29 @@ func setLeaseMounts(out *orchv1.Lease, l lease.Lease) {
 	}
 }
 
-// hostMountPolicy parses Config.AllowHostMounts (checked by Validate).
-func hostMountPolicy(c Config) runtime.HostMountPolicy {
+// defaultVolumes is Defaults' Volumes: the lease manager's defaults,
+// but a service keeps an unused workspace 30 days (the library: until
+// removed) and 50 per owner (the library: no limit).
+func defaultVolumes() lease.VolumeConfig {
+	v := lease.DefaultVolumeConfig()
+	v.Retention = 30 * 24 * time.Hour
+	v.MaxPerOwner = 50
+	return v
+}
+
+// leaseVolumes is the lease manager's VolumeConfig: Config.Volumes with
+// the host mounts of Config.AllowHostMounts (checked by Validate) added.
+func leaseVolumes(c Config) lease.VolumeConfig {
+	v := c.Volumes
 	p, _ := runtime.ParseHostMountPolicy(c.AllowHostMounts)
-	return p
+	v.HostMounts = append(slices.Clone(v.HostMounts), p...)
+	return v
 }
 
 // validateVolumes checks the volume and host mount settings.
 func (c Config) validateVolumes() error {
-	if c.MaxVolumesPerOwner < 0 {
-		return fmt.Errorf("max volumes per owner must not be negative (0: no limit), got %d", c.MaxVolumesPerOwner)
-	}
-	if c.VolumeRetention < 0 {
-		return fmt.Errorf("volume retention must not be negative (0 keeps volumes), got %s", time.Duration(c.VolumeRetention))
+	if err := c.Volumes.Validate(); err != nil {
+		return err
 	}
 	if _, err := runtime.ParseHostMountPolicy(c.AllowHostMounts); err != nil {
 		return fmt.Errorf("allow host mounts: %w", err)

@@ -38,7 +38,11 @@ func configFields(c orchestrator.Config) map[string]any {
 
 // noSetting are the fields of the lease components' configurations the
 // orchestrator does not expose: they keep the component's default.
-var noSetting = map[string]bool{"Disk.Concurrency": true}
+var noSetting = map[string]bool{
+	"Disk.Concurrency":     true, // two measurements at once
+	"Volumes.ReapInterval": true, // a minute, at most half the retention
+	"Volumes.HostMounts":   true, // AllowHostMounts (a string) adds to it
+}
 
 // load runs Load with a fresh data dir (Validate wants one), an optional
 // file and env.

@@ -296,13 +296,15 @@ var settings = []setting{
 		field: boolean(func(c *orchestrator.Config) *bool { return &c.AllowRootUser }, false)},
 	{Flag: "persist-workspaces", Env: "BERTH_PERSIST_WORKSPACES", Key: "persistWorkspaces", Group: groupLeases,
 		Usage: "keep every acquire's /workspace on its conversation's volume, as workspace.persist (docs/workspaces.md)",
-		field: boolean(func(c *orchestrator.Config) *bool { return &c.PersistWorkspaces }, true)},
+		field: boolean(func(c *orchestrator.Config) *bool { return &c.Volumes.PersistWorkspaces }, true)},
 	{Flag: "volume-retention", Env: "BERTH_VOLUME_RETENTION", Key: "volumeRetention", Group: groupLeases,
 		Usage: "remove a workspace volume unused this long after its last lease ended; 0 keeps volumes",
-		field: dur(func(c *orchestrator.Config) *orchestrator.Duration { return &c.VolumeRetention })},
+		field: dur(func(c *orchestrator.Config) *orchestrator.Duration {
+			return (*orchestrator.Duration)(&c.Volumes.Retention)
+		})},
 	{Flag: "max-volumes-per-owner", Env: "BERTH_MAX_VOLUMES_PER_OWNER", Key: "maxVolumesPerOwner", Group: groupLeases,
 		Usage: "workspace volumes of one owner; an acquire that would create one more gets RESOURCE_EXHAUSTED (HTTP 429); the operator is exempt; 0: no limit",
-		field: num(func(c *orchestrator.Config) *int { return &c.MaxVolumesPerOwner })},
+		field: num(func(c *orchestrator.Config) *int { return &c.Volumes.MaxPerOwner })},
 	{Flag: "allow-host-mount", Env: "BERTH_ALLOW_HOST_MOUNT", Key: "allowHostMount", Group: groupLeases,
 		Usage: "host directories acquires may mount, PATH:ro|rw comma-separated (/srv/projects:rw,/data:ro); empty allows none",
 		field: str(func(c *orchestrator.Config) *string { return &c.AllowHostMounts })},
