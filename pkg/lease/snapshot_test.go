@@ -397,3 +397,17 @@ func TestSnapshotOldTag(t *testing.T) {
 		t.Errorf("alice removes her old snapshot: %v", err)
 	}
 }
+
+// TestSnapshotConfigDefaults: the library's default is no limit, and every
+// value is accepted as given (0 or negative: no limit).
+func TestSnapshotConfigDefaults(t *testing.T) {
+	got, err := SnapshotConfig{}.withDefaults()
+	if err != nil || got != DefaultSnapshotConfig() || got != (SnapshotConfig{}) {
+		t.Fatalf("zero config = %+v, %v; want no limits", got, err)
+	}
+	for _, c := range []SnapshotConfig{{MaxPerOwner: 3, MaxBytesPerOwner: 1 << 20}, {MaxPerOwner: -1, MaxBytesPerOwner: -1}} {
+		if got, err := c.withDefaults(); err != nil || got != c {
+			t.Errorf("%+v: withDefaults = %+v, %v; want it unchanged", c, got, err)
+		}
+	}
+}
