@@ -30,8 +30,8 @@ const (
 func withTenants(c *orchestrator.Config) {
 	c.Clients = append(c.Clients, orchestrator.Client{Owner: "team-a", Token: teamAToken}, orchestrator.Client{Owner: "team-b", Token: teamBToken})
 	c.AllowedImages = []string{"*"}
-	c.MaxSnapshotsPerOwner = tenantMaxSnapshots
-	c.MaxSnapshotBytesPerOwner = tenantMaxSnapshotBytes
+	c.Snapshots.MaxPerOwner = tenantMaxSnapshots
+	c.Snapshots.MaxBytesPerOwner = tenantMaxSnapshotBytes
 }
 
 // tenantAcquire acquires conversation conv with body's other fields and

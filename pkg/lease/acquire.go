@@ -84,7 +84,7 @@ type AcquireRequest struct {
 	// edge sets it for the operator). Config.MaxLive still applies.
 	NoOwnerLimit bool
 	// Snapshot starts the sandbox from snapshot NAME of Owner
-	// (Manager.Snapshot): a fork, with the snapshotted sandbox's files.
+	// (Snapshots.Take): a fork, with the snapshotted sandbox's files.
 	// Image must then be empty; an Image into the snapshot repository
 	// (berth/snapshot:NAME in any spelling) is the same request, and image
 	// ids and digests into it are refused (runtime.ParseImageRef). Another
@@ -400,7 +400,7 @@ func validEnvVar(field, k, v string) error {
 // ReadyTimeout): a caller who gives up does not leave half a sandbox — the
 // creation finishes, and a retry gets the lease.
 func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, token string, created bool, err error) {
-	if req, err = m.resolveFork(ctx, req); err != nil {
+	if req, err = m.snaps.resolveFork(ctx, req); err != nil {
 		return Lease{}, "", false, err
 	}
 	req, err = m.validate(req)

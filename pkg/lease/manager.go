@@ -110,13 +110,9 @@ type Config struct {
 	// reaper purges the oldest beyond it even before Retention passes.
 	// Default 0: no bound (Retention alone).
 	MaxEndedPerOwner int
-	// MaxSnapshotsPerOwner and MaxSnapshotBytesPerOwner bound one owner's
-	// snapshots: their number, and the bytes they add together
-	// (Snapshot.Size); a snapshot beyond either is
-	// errdefs.ErrResourceExhausted naming the limit (snapshot.go). Default
-	// 0: no limit.
-	MaxSnapshotsPerOwner     int
-	MaxSnapshotBytesPerOwner int64
+	// Snapshots configures snapshots (snapshot.go): the limits on one
+	// owner's snapshots. Default no limit (DefaultSnapshotConfig).
+	Snapshots SnapshotConfig
 	// Retention is how long ended lease records are kept (for Get, List and
 	// debugging) before they are purged. Default 1h; negative keeps them
 	// forever.
@@ -254,6 +250,11 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	c.Volumes = vols
+	snaps, err := c.Snapshots.withDefaults() // snapshot.go
+	if err != nil {
+		return err
+	}
+	c.Snapshots = snaps
 	disk, err := c.Disk.withDefaults() // disk.go
 	if err != nil {
 		return err
@@ -294,9 +295,6 @@ type Manager struct {
 	// leading is set while this replica runs the reaper (always without
 	// Config.Elect).
 	leading atomic.Bool
-	// snapMu makes one Snapshot at a time: its owner's limits are checked,
-	// then the snapshot is taken (snapshot.go).
-	snapMu sync.Mutex
 
 	mu     sync.Mutex
 	leases map[string]*entry // every record, live and ended
@@ -332,6 +330,8 @@ type Manager struct {
 	pools *poolSet
 
 	vols *volumeKeeper // workspace volumes and host mounts (volumes.go)
+
+	snaps *snapshotKeeper // snapshots and forks (snapshot.go)
 
 	disk *diskEnforcer // the disk limit (disk.go)
 
@@ -409,6 +409,7 @@ func New(cfg Config) (*Manager, error) {
 	m.restarter = &restarter{cfg: cfg.Restart, host: m, log: cfg.Logger, readyTimeout: cfg.ReadyTimeout,
 		goBackground: m.goBackground, watchDown: &m.watchDown, mu: &m.mu}
 	m.vols = newVolumeKeeper(cfg.Volumes, cfg.InstanceID, cfg.RemoveTimeout, cfg.Runtime, cfg.Store, cfg.Logger, m.now, m, &m.mu)
+	m.snaps = newSnapshotKeeper(cfg.Snapshots, cfg.InstanceID, cfg.Runtime, cfg.Logger, m.now, m) // snapshot.go
 	if ss, ok := cfg.Store.(SharedStore); ok {
 		if len(cfg.Pools.Pools) > 0 {
 			return nil, errdefs.InvalidArgument("pools", "warm pools are not supported with a lease store shared by several replicas (a claim brings its own lease id, which the conversation lock cannot name)")

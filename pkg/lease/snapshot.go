@@ -3,7 +3,9 @@ package lease
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -37,88 +39,196 @@ type Snapshot struct {
 	Size int64
 	// CreatedAt is when it was taken.
 	CreatedAt time.Time
-	// Duration is how long taking it took (set by Manager.Snapshot only).
+	// Duration is how long taking it took (set by Snapshots.Take only).
 	Duration time.Duration
 }
 
-// snapshotter returns the runtime's Snapshotter, or FailedPrecondition
-// naming the backend.
-func (m *Manager) snapshotter() (runtime.Snapshotter, error) {
-	if sn, ok := m.rt.(runtime.Snapshotter); ok {
-		return sn, nil
-	}
-	return nil, errdefs.FailedPrecondition("the %s runtime cannot snapshot a sandbox", backendName(m.rt))
+// SnapshotConfig configures snapshots (snapshot.go): the limits on one
+// owner's snapshots. Zero fields take the defaults (DefaultSnapshotConfig).
+type SnapshotConfig struct {
+	// MaxPerOwner bounds the number of one owner's snapshots (on this
+	// instance): one more is errdefs.ErrResourceExhausted naming
+	// max_snapshots_per_owner. Default 0 (or negative): no limit.
+	MaxPerOwner int
+	// MaxBytesPerOwner bounds the bytes one owner's snapshots add together
+	// (Snapshot.Size): a snapshot beyond it is removed again and
+	// errdefs.ErrResourceExhausted naming max_snapshot_bytes_per_owner.
+	// Default 0 (or negative): no limit.
+	MaxBytesPerOwner int64
 }
 
-// snapshotTimeout bounds one snapshot's runtime work.
-const snapshotTimeout = 5 * time.Minute
+// DefaultSnapshotConfig returns the defaults of SnapshotConfig: no limit
+// on an owner's snapshots, neither on their number nor on their bytes.
+func DefaultSnapshotConfig() SnapshotConfig {
+	return SnapshotConfig{}
+}
 
-// Snapshot stores READY or PAUSED lease id's sandbox files as snapshot
-// name ("" names it LEASEID-YYYYMMDD-HHMMSS) of the lease's owner. Names
-// are per owner: the image tag is runtime.SnapshotTag of the instance, the
-// owner and the name, so another owner's snapshot of the same name neither
-// collides nor shows. The lease's state does not change: a running sandbox
-// is frozen for the time its files are read, a paused one stays paused;
-// pause and resume calls wait meanwhile.
-// Errors: errdefs.ErrInvalidArgument naming "name"; ErrAlreadyExists for a
-// name the owner took; ErrResourceExhausted naming the limit when the
-// owner has Config.MaxSnapshotsPerOwner snapshots, or its snapshots would
-// add more than Config.MaxSnapshotBytesPerOwner bytes; ErrNotFound for an
-// unknown lease; ErrFailedPrecondition for a lease in another state or a
-// runtime that cannot snapshot.
-func (m *Manager) Snapshot(ctx context.Context, id, name string) (Snapshot, error) {
-	sn, err := m.snapshotter()
-	if err != nil {
-		return Snapshot{}, err
+// withDefaults fills the zero fields of c from DefaultSnapshotConfig. Every
+// value is valid: 0 or a negative limit is no limit.
+func (c SnapshotConfig) withDefaults() (SnapshotConfig, error) {
+	d := DefaultSnapshotConfig()
+	if c.MaxPerOwner == 0 {
+		c.MaxPerOwner = d.MaxPerOwner
 	}
-	if name == "" {
-		name = fmt.Sprintf("%s-%s", id, m.now().Format("20060102-150405"))
+	if c.MaxBytesPerOwner == 0 {
+		c.MaxBytesPerOwner = d.MaxBytesPerOwner
 	}
-	if err := runtime.ValidSnapshotName("name", name); err != nil {
-		return Snapshot{}, err
-	}
+	return c, nil
+}
+
+// Snapshots are the snapshots of a Manager's instance: taking, listing,
+// finding and removing them (Manager.Snapshots). Forks are acquires
+// (AcquireRequest.Snapshot).
+type Snapshots interface {
+	// Take stores READY or PAUSED lease id's sandbox files as snapshot
+	// name ("" names it LEASEID-YYYYMMDD-HHMMSS) of the lease's owner.
+	// Names are per owner: the image tag is runtime.SnapshotTag of the
+	// instance, the owner and the name, so another owner's snapshot of the
+	// same name neither collides nor shows. The lease's state does not
+	// change: a running sandbox is frozen for the time its files are read,
+	// a paused one stays paused; pause and resume calls wait meanwhile.
+	// Errors: errdefs.ErrInvalidArgument naming "name"; ErrAlreadyExists
+	// for a name the owner took; ErrResourceExhausted naming the limit
+	// when the owner has SnapshotConfig.MaxPerOwner snapshots, or its
+	// snapshots would add more than SnapshotConfig.MaxBytesPerOwner bytes;
+	// ErrNotFound for an unknown lease; ErrFailedPrecondition for a lease
+	// in another state or a runtime that cannot snapshot.
+	Take(ctx context.Context, id, name string) (Snapshot, error)
+	// List lists this instance's snapshots matching f, by name.
+	List(ctx context.Context, f SnapshotFilter) ([]Snapshot, error)
+	// Get returns snapshot name (a name, or a berth/snapshot:NAME
+	// reference) of owner; with anyOwner (the operator) the one of that
+	// name of any owner, or the one stored under that tag.
+	// errdefs.ErrNotFound when there is none: another owner's snapshot is
+	// not found, exactly like a missing one. With anyOwner a name several
+	// owners use is ErrInvalidArgument listing their tags, unless one of
+	// them is owner's.
+	Get(ctx context.Context, name, owner string, anyOwner bool) (Snapshot, error)
+	// Remove removes snapshot name of owner (any owner's with anyOwner, as
+	// Get finds it): errdefs.ErrNotFound when there is no such snapshot
+	// (or it is another owner's), ErrFailedPrecondition while a sandbox
+	// forked from it exists (release those leases first).
+	Remove(ctx context.Context, name, owner string, anyOwner bool) error
+}
+
+// Snapshots returns the snapshots of this instance.
+func (m *Manager) Snapshots() Snapshots { return m.snaps }
+
+// snapshotLeases is what the snapshotKeeper needs from the Manager: a
+// lease held still while its sandbox is snapshotted. *Manager implements
+// it.
+type snapshotLeases interface {
+	// holdForSnapshot waits for a pause or resume of lease id in flight,
+	// then holds the lease: pause and resume calls wait until release is
+	// called, and so does the Manager's shutdown. It returns a copy of the
+	// lease. Errors: errdefs.ErrNotFound for an unknown lease,
+	// ErrFailedPrecondition for one neither READY nor PAUSED, ErrUnavailable
+	// while the Manager is not started or shut down.
+	holdForSnapshot(ctx context.Context, id string) (l Lease, release func(), err error)
+}
+
+// holdForSnapshot implements snapshotLeases.
+func (m *Manager) holdForSnapshot(ctx context.Context, id string) (Lease, func(), error) {
 	m.mu.Lock()
 	if err := m.enterLocked(); err != nil {
 		m.mu.Unlock()
-		return Snapshot{}, err
+		return Lease{}, nil, err
 	}
-	defer m.wg.Done()
-	e, err := m.idleEntryLocked(ctx, id)
+	e, err := m.idleEntryLocked(ctx, id) // unlocks mu on error
 	if err != nil {
-		return Snapshot{}, err
+		m.wg.Done()
+		return Lease{}, nil, err
 	}
 	if e.l.State != StateReady && e.l.State != StatePaused {
 		err := errNotUsable(&e.l)
 		m.mu.Unlock()
-		return Snapshot{}, err
+		m.wg.Done()
+		return Lease{}, nil, err
 	}
 	// Pause and resume wait for the snapshot (a pauseOp that is no resume).
 	op := &pauseOp{done: make(chan struct{})}
 	e.pause = op
 	l := e.l.Clone()
 	m.mu.Unlock()
-	defer func() {
+	release := func() {
 		m.mu.Lock()
 		if e.pause == op {
 			e.pause = nil
 		}
 		m.mu.Unlock()
 		close(op.done)
-	}()
+		m.wg.Done()
+	}
+	return l, release, nil
+}
 
-	// One snapshot at a time: the owner's limits hold for what it takes.
-	m.snapMu.Lock()
-	defer m.snapMu.Unlock()
-	used, err := m.snapshotUsage(ctx, sn, l.Owner)
+var _ Snapshots = (*snapshotKeeper)(nil)
+
+// snapshotKeeper owns the snapshots of the leases: it takes them within
+// the owner's limits, lists, finds and removes them, and resolves the
+// snapshot a fork starts from.
+type snapshotKeeper struct {
+	cfg        SnapshotConfig
+	instanceID string
+	rt         Runtime
+	log        *slog.Logger
+	now        func() time.Time // the lease clock (Manager.now)
+	leases     snapshotLeases
+	// mu makes one Take at a time: its owner's limits are checked, then
+	// the snapshot is taken.
+	mu sync.Mutex
+}
+
+// newSnapshotKeeper returns the keeper of cfg (with defaults applied)
+// over rt; leases is the Manager.
+func newSnapshotKeeper(cfg SnapshotConfig, instanceID string, rt Runtime, log *slog.Logger, now func() time.Time,
+	leases snapshotLeases) *snapshotKeeper {
+	return &snapshotKeeper{cfg: cfg, instanceID: instanceID, rt: rt, log: log, now: now, leases: leases}
+}
+
+// snapshotter returns the runtime's Snapshotter, or FailedPrecondition
+// naming the backend.
+func (k *snapshotKeeper) snapshotter() (runtime.Snapshotter, error) {
+	if sn, ok := k.rt.(runtime.Snapshotter); ok {
+		return sn, nil
+	}
+	return nil, errdefs.FailedPrecondition("the %s runtime cannot snapshot a sandbox", backendName(k.rt))
+}
+
+// snapshotTimeout bounds one snapshot's runtime work.
+const snapshotTimeout = 5 * time.Minute
+
+// Take implements Snapshots.
+func (k *snapshotKeeper) Take(ctx context.Context, id, name string) (Snapshot, error) {
+	sn, err := k.snapshotter()
 	if err != nil {
 		return Snapshot{}, err
 	}
-	if err := m.checkSnapshotLimits(l.Owner, used, 0); err != nil {
+	if name == "" {
+		name = fmt.Sprintf("%s-%s", id, k.now().Format("20060102-150405"))
+	}
+	if err := runtime.ValidSnapshotName("name", name); err != nil {
+		return Snapshot{}, err
+	}
+	l, release, err := k.leases.holdForSnapshot(ctx, id)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	defer release()
+
+	// One snapshot at a time: the owner's limits hold for what it takes.
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	used, err := k.snapshotUsage(ctx, sn, l.Owner)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if err := k.checkSnapshotLimits(l.Owner, used, 0); err != nil {
 		return Snapshot{}, err
 	}
 	// The owner's name is taken whatever tag holds it (a snapshot of an
 	// older version is stored under its bare name).
-	if _, err := m.findSnapshot(ctx, sn, "name", name, l.Owner, false); err == nil {
+	if _, err := k.findSnapshot(ctx, sn, "name", name, l.Owner, false); err == nil {
 		return Snapshot{}, errdefs.AlreadyExists("name: snapshot %s exists", name)
 	} else if !errdefs.IsNotFound(err) {
 		return Snapshot{}, err
@@ -126,7 +236,7 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (Snapshot, erro
 	image := l.Image
 	if _, ok := runtime.SnapshotTagOf(image); ok {
 		// A fork's snapshot names the image its source ran.
-		if src, err := m.snapshotByRef(ctx, sn, image); err == nil && src.Image != "" {
+		if src, err := k.snapshotByRef(ctx, sn, image); err == nil && src.Image != "" {
 			image = src.Image
 		}
 	}
@@ -136,9 +246,9 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (Snapshot, erro
 		runtime.LabelSnapshotOwner:        l.Owner,
 		runtime.LabelSnapshotImage:        image,
 		runtime.LabelSnapshotUser:         l.User,
-		runtime.LabelInstance:             m.cfg.InstanceID,
+		runtime.LabelInstance:             k.instanceID,
 	}
-	tag := runtime.SnapshotTag(m.cfg.InstanceID, l.Owner, name)
+	tag := runtime.SnapshotTag(k.instanceID, l.Owner, name)
 	rctx, cancel := detached(ctx, snapshotTimeout)
 	defer cancel()
 	began := time.Now()
@@ -151,15 +261,15 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (Snapshot, erro
 	}
 	s := fromImage(img)
 	s.Duration = time.Since(began)
-	if err := m.checkSnapshotLimits(l.Owner, used, s.Size); err != nil {
+	if err := k.checkSnapshotLimits(l.Owner, used, s.Size); err != nil {
 		// Its size is known only once it is taken: one over the bytes
 		// limit is removed again.
 		if rerr := sn.RemoveSnapshot(rctx, s.Tag); rerr != nil {
-			m.log.Warn("removing a snapshot over its owner's limit failed", "snapshot", name, "tag", s.Tag, "err", rerr)
+			k.log.Warn("removing a snapshot over its owner's limit failed", "snapshot", name, "tag", s.Tag, "err", rerr)
 		}
 		return Snapshot{}, err
 	}
-	m.log.Info("lease snapshotted", "lease_id", id, "container_id", l.ContainerID, "snapshot", name, "tag", s.Tag,
+	k.log.Info("lease snapshotted", "lease_id", id, "container_id", l.ContainerID, "snapshot", name, "tag", s.Tag,
 		"owner", l.Owner, "size_bytes", s.Size, "duration", s.Duration)
 	return s, nil
 }
@@ -172,11 +282,11 @@ type snapshotUse struct {
 
 // snapshotUsage counts owner's snapshots on this instance and the bytes
 // they add.
-func (m *Manager) snapshotUsage(ctx context.Context, sn runtime.Snapshotter, owner string) (snapshotUse, error) {
-	if m.cfg.MaxSnapshotsPerOwner <= 0 && m.cfg.MaxSnapshotBytesPerOwner <= 0 {
+func (k *snapshotKeeper) snapshotUsage(ctx context.Context, sn runtime.Snapshotter, owner string) (snapshotUse, error) {
+	if k.cfg.MaxPerOwner <= 0 && k.cfg.MaxBytesPerOwner <= 0 {
 		return snapshotUse{}, nil
 	}
-	imgs, err := sn.Snapshots(ctx, runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID, runtime.LabelSnapshotOwner: owner})
+	imgs, err := sn.Snapshots(ctx, runtime.Selector{runtime.LabelInstance: k.instanceID, runtime.LabelSnapshotOwner: owner})
 	if err != nil {
 		return snapshotUse{}, wrapf(err, "list the snapshots of owner %q", owner)
 	}
@@ -189,14 +299,14 @@ func (m *Manager) snapshotUsage(ctx context.Context, sn runtime.Snapshotter, own
 
 // checkSnapshotLimits refuses owner's next snapshot (of size bytes; 0
 // before it is taken) when owner's snapshots (used) are at
-// Config.MaxSnapshotsPerOwner, or would add more than
-// Config.MaxSnapshotBytesPerOwner bytes with it (or are at it already):
+// SnapshotConfig.MaxPerOwner, or would add more than
+// SnapshotConfig.MaxBytesPerOwner bytes with it (or are at it already):
 // errdefs.ErrResourceExhausted naming the limit.
-func (m *Manager) checkSnapshotLimits(owner string, used snapshotUse, size int64) error {
-	if mx := m.cfg.MaxSnapshotsPerOwner; mx > 0 && size == 0 && used.count >= mx {
+func (k *snapshotKeeper) checkSnapshotLimits(owner string, used snapshotUse, size int64) error {
+	if mx := k.cfg.MaxPerOwner; mx > 0 && size == 0 && used.count >= mx {
 		return errdefs.ResourceExhausted("snapshot limit max_snapshots_per_owner: owner %q has %d snapshots, the maximum per owner is %d; remove one first", owner, used.count, mx)
 	}
-	mx := m.cfg.MaxSnapshotBytesPerOwner
+	mx := k.cfg.MaxBytesPerOwner
 	if mx <= 0 {
 		return nil
 	}
@@ -218,7 +328,7 @@ func fromImage(img runtime.SnapshotImage) Snapshot {
 	}
 }
 
-// SnapshotFilter selects snapshots for Manager.Snapshots.
+// SnapshotFilter selects snapshots for Snapshots.List.
 type SnapshotFilter struct {
 	// Owner keeps one owner's snapshots; edges set it for clients.
 	Owner string
@@ -231,13 +341,13 @@ type SnapshotFilter struct {
 	ConversationID string
 }
 
-// Snapshots lists this orchestrator's snapshots matching f, by name.
-func (m *Manager) Snapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, error) {
-	sn, err := m.snapshotter()
+// List implements Snapshots.
+func (k *snapshotKeeper) List(ctx context.Context, f SnapshotFilter) ([]Snapshot, error) {
+	sn, err := k.snapshotter()
 	if err != nil {
 		return nil, err
 	}
-	sel := runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID}
+	sel := runtime.Selector{runtime.LabelInstance: k.instanceID}
 	if !f.AnyOwner {
 		sel[runtime.LabelSnapshotOwner] = f.Owner
 	}
@@ -258,21 +368,16 @@ func (m *Manager) Snapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, 
 	return out, nil
 }
 
-// GetSnapshot returns snapshot name (a name, or a berth/snapshot:NAME
-// reference) of owner; with anyOwner (the operator) the one of that name
-// of any owner, or the one stored under that tag. errdefs.ErrNotFound when
-// there is none: another owner's snapshot is not found, exactly like a
-// missing one. With anyOwner a name several owners use is
-// ErrInvalidArgument listing their tags, unless one of them is owner's.
-func (m *Manager) GetSnapshot(ctx context.Context, name, owner string, anyOwner bool) (Snapshot, error) {
-	sn, err := m.snapshotter()
+// Get implements Snapshots.
+func (k *snapshotKeeper) Get(ctx context.Context, name, owner string, anyOwner bool) (Snapshot, error) {
+	sn, err := k.snapshotter()
 	if err != nil {
 		return Snapshot{}, err
 	}
 	if name, err = snapshotNameOf("name", name); err != nil {
 		return Snapshot{}, err
 	}
-	return m.findSnapshot(ctx, sn, "name", name, owner, anyOwner)
+	return k.findSnapshot(ctx, sn, "name", name, owner, anyOwner)
 }
 
 // snapshotNameOf returns the snapshot name s gives: s itself, or the tag
@@ -293,12 +398,12 @@ func snapshotNameOf(field, s string) (string, error) {
 }
 
 // findSnapshot looks snapshot name of owner (any owner's with anyOwner:
-// see GetSnapshot) up among this instance's; errors name field.
-func (m *Manager) findSnapshot(ctx context.Context, sn runtime.Snapshotter, field, name, owner string, anyOwner bool) (Snapshot, error) {
+// see Snapshots.Get) up among this instance's; errors name field.
+func (k *snapshotKeeper) findSnapshot(ctx context.Context, sn runtime.Snapshotter, field, name, owner string, anyOwner bool) (Snapshot, error) {
 	if err := runtime.ValidSnapshotName(field, name); err != nil {
 		return Snapshot{}, err
 	}
-	sel := runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID}
+	sel := runtime.Selector{runtime.LabelInstance: k.instanceID}
 	if !anyOwner {
 		sel[runtime.LabelSnapshotOwner] = owner
 		sel[runtime.LabelSnapshot] = name
@@ -342,12 +447,12 @@ func (m *Manager) findSnapshot(ctx context.Context, sn runtime.Snapshotter, fiel
 
 // snapshotByRef looks the snapshot stored as image ref up among this
 // instance's.
-func (m *Manager) snapshotByRef(ctx context.Context, sn runtime.Snapshotter, ref string) (Snapshot, error) {
+func (k *snapshotKeeper) snapshotByRef(ctx context.Context, sn runtime.Snapshotter, ref string) (Snapshot, error) {
 	tag, ok := runtime.SnapshotTagOf(ref)
 	if !ok {
 		return Snapshot{}, errdefs.NotFound("snapshot %s", ref)
 	}
-	imgs, err := sn.Snapshots(ctx, runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID})
+	imgs, err := sn.Snapshots(ctx, runtime.Selector{runtime.LabelInstance: k.instanceID})
 	if err != nil {
 		return Snapshot{}, wrapf(err, "get snapshot %s", ref)
 	}
@@ -359,20 +464,17 @@ func (m *Manager) snapshotByRef(ctx context.Context, sn runtime.Snapshotter, ref
 	return Snapshot{}, errdefs.NotFound("snapshot %s", ref)
 }
 
-// RemoveSnapshot removes snapshot name of owner (any owner's with
-// anyOwner, as GetSnapshot finds it): errdefs.ErrNotFound when there is no
-// such snapshot (or it is another owner's), ErrFailedPrecondition while a
-// sandbox forked from it exists (release those leases first).
-func (m *Manager) RemoveSnapshot(ctx context.Context, name, owner string, anyOwner bool) error {
-	s, err := m.GetSnapshot(ctx, name, owner, anyOwner)
+// Remove implements Snapshots.
+func (k *snapshotKeeper) Remove(ctx context.Context, name, owner string, anyOwner bool) error {
+	s, err := k.Get(ctx, name, owner, anyOwner)
 	if err != nil {
 		return err
 	}
-	sn, _ := m.snapshotter()
+	sn, _ := k.snapshotter()
 	if err := sn.RemoveSnapshot(ctx, s.Tag); err != nil {
 		return wrapf(err, "remove snapshot %s", s.Name)
 	}
-	m.log.Info("snapshot removed", "snapshot", s.Name, "tag", s.Tag, "owner", s.Owner)
+	k.log.Info("snapshot removed", "snapshot", s.Name, "tag", s.Tag, "owner", s.Owner)
 	return nil
 }
 
@@ -385,7 +487,7 @@ func (m *Manager) RemoveSnapshot(ctx context.Context, name, owner string, anyOwn
 // missing one. Image ids, id prefixes and digest references into the
 // snapshot repository are refused (ParseImageRef). The user defaults to
 // the snapshotted lease's.
-func (m *Manager) resolveFork(ctx context.Context, req AcquireRequest) (AcquireRequest, error) {
+func (k *snapshotKeeper) resolveFork(ctx context.Context, req AcquireRequest) (AcquireRequest, error) {
 	name, field := req.Snapshot, "snapshot"
 	if req.Image != "" {
 		ir, err := runtime.ParseImageRef("image", req.Image)
@@ -411,11 +513,11 @@ func (m *Manager) resolveFork(ctx context.Context, req AcquireRequest) (AcquireR
 	if err != nil {
 		return req, err
 	}
-	sn, err := m.snapshotter()
+	sn, err := k.snapshotter()
 	if err != nil {
 		return req, err
 	}
-	s, err := m.findSnapshot(ctx, sn, field, name, req.Owner, req.AnySnapshot)
+	s, err := k.findSnapshot(ctx, sn, field, name, req.Owner, req.AnySnapshot)
 	if err != nil {
 		if errdefs.IsNotFound(err) {
 			return req, fmt.Errorf("%w: %s: snapshot %s not found", errdefs.ErrNotFound, field, name)

@@ -99,17 +99,17 @@ func TestSnapshotAndFork(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := m.Snapshot(ctx, src.ID, "Bad Name"); !errdefs.IsInvalidArgument(err) {
+	if _, err := m.Snapshots().Take(ctx, src.ID, "Bad Name"); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("bad name: %v, want InvalidArgument", err)
 	}
-	if _, err := m.Snapshot(ctx, "no-such-lease", "x"); !errdefs.IsNotFound(err) {
+	if _, err := m.Snapshots().Take(ctx, "no-such-lease", "x"); !errdefs.IsNotFound(err) {
 		t.Errorf("unknown lease: %v, want NotFound", err)
 	}
-	auto, err := m.Snapshot(ctx, src.ID, "")
+	auto, err := m.Snapshots().Take(ctx, src.ID, "")
 	if err != nil || !strings.HasPrefix(auto.Name, src.ID+"-") {
 		t.Fatalf("Snapshot without a name: %+v %v", auto, err)
 	}
-	s, err := m.Snapshot(ctx, src.ID, "s1")
+	s, err := m.Snapshots().Take(ctx, src.ID, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,20 +119,20 @@ func TestSnapshotAndFork(t *testing.T) {
 	if rt.of[s.Tag] != src.ContainerID {
 		t.Errorf("snapshot of container %q, want %q", rt.of[s.Tag], src.ContainerID)
 	}
-	if _, err := m.Snapshot(ctx, src.ID, "s1"); !errdefs.IsAlreadyExists(err) {
+	if _, err := m.Snapshots().Take(ctx, src.ID, "s1"); !errdefs.IsAlreadyExists(err) {
 		t.Errorf("taken name: %v", err)
 	}
 	if got, _ := m.Get(ctx, src.ID); got.State != StateReady {
 		t.Errorf("source after its snapshot: %s", got.State)
 	}
 
-	if list, err := m.Snapshots(ctx, SnapshotFilter{Owner: "alice"}); err != nil || len(list) != 2 {
+	if list, err := m.Snapshots().List(ctx, SnapshotFilter{Owner: "alice"}); err != nil || len(list) != 2 {
 		t.Errorf("alice's snapshots: %v %v", list, err)
 	}
-	if list, _ := m.Snapshots(ctx, SnapshotFilter{Owner: "bob"}); len(list) != 0 {
+	if list, _ := m.Snapshots().List(ctx, SnapshotFilter{Owner: "bob"}); len(list) != 0 {
 		t.Errorf("bob sees %v", list)
 	}
-	if list, _ := m.Snapshots(ctx, SnapshotFilter{AnyOwner: true, LeaseID: src.ID}); len(list) != 2 {
+	if list, _ := m.Snapshots().List(ctx, SnapshotFilter{AnyOwner: true, LeaseID: src.ID}); len(list) != 2 {
 		t.Errorf("every owner's snapshots of the lease: %v", list)
 	}
 
@@ -159,13 +159,13 @@ func TestSnapshotAndFork(t *testing.T) {
 		t.Errorf("fork of a missing snapshot: %v", err)
 	}
 
-	if err := m.RemoveSnapshot(ctx, "s1", "bob", false); !errdefs.IsNotFound(err) {
+	if err := m.Snapshots().Remove(ctx, "s1", "bob", false); !errdefs.IsNotFound(err) {
 		t.Errorf("bob removes alice's snapshot: %v", err)
 	}
-	if err := m.RemoveSnapshot(ctx, "s1", "alice", false); err != nil {
+	if err := m.Snapshots().Remove(ctx, "s1", "alice", false); err != nil {
 		t.Errorf("alice removes her snapshot: %v", err)
 	}
-	if _, err := m.GetSnapshot(ctx, "s1", "", true); !errdefs.IsNotFound(err) {
+	if _, err := m.Snapshots().Get(ctx, "s1", "", true); !errdefs.IsNotFound(err) {
 		t.Errorf("removed snapshot: %v", err)
 	}
 }
@@ -181,7 +181,7 @@ func TestSnapshotOtherImagesAllowedAndRuntimeWithout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Snapshot(ctx, src.ID, "py"); err != nil {
+	if _, err := m.Snapshots().Take(ctx, src.ID, "py"); err != nil {
 		t.Fatal(err)
 	}
 	fork, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c-2", Owner: "o", Snapshot: "py"})
@@ -197,7 +197,7 @@ func TestSnapshotOtherImagesAllowedAndRuntimeWithout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plain.Snapshot(ctx, l.ID, "x"); !errdefs.IsFailedPrecondition(err) {
+	if _, err := plain.Snapshots().Take(ctx, l.ID, "x"); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("Snapshot on a runtime without Snapshotter: %v, want FailedPrecondition", err)
 	}
 	if _, _, _, err := plain.Acquire(ctx, AcquireRequest{ConversationID: "c-2", Snapshot: "x"}); !errdefs.IsFailedPrecondition(err) {
@@ -217,11 +217,11 @@ func TestForkSpellings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := m.Snapshot(ctx, src.ID, "base")
+	s, err := m.Snapshots().Take(ctx, src.ID, "base")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Snapshot(ctx, src.ID, "latest"); err != nil {
+	if _, err := m.Snapshots().Take(ctx, src.ID, "latest"); err != nil {
 		t.Fatal(err)
 	}
 	hexID := strings.TrimPrefix(s.ID, "sha256:")
@@ -280,19 +280,19 @@ func TestSnapshotNamesPerOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 		srcs[owner] = l
-		if _, err := m.Snapshot(ctx, l.ID, "base"); err != nil {
+		if _, err := m.Snapshots().Take(ctx, l.ID, "base"); err != nil {
 			t.Fatalf("%s's snapshot base: %v", owner, err)
 		}
 	}
-	a, err := m.GetSnapshot(ctx, "base", "alice", false)
+	a, err := m.Snapshots().Get(ctx, "base", "alice", false)
 	if err != nil || a.Owner != "alice" || a.LeaseID != srcs["alice"].ID {
 		t.Fatalf("alice's base: %+v %v", a, err)
 	}
-	b, err := m.GetSnapshot(ctx, "base", "bob", false)
+	b, err := m.Snapshots().Get(ctx, "base", "bob", false)
 	if err != nil || b.Owner != "bob" || b.LeaseID != srcs["bob"].ID || b.Tag == a.Tag {
 		t.Fatalf("bob's base: %+v %v (alice's tag %s)", b, err, a.Tag)
 	}
-	if _, err := m.GetSnapshot(ctx, "base", "carol", false); !errdefs.IsNotFound(err) {
+	if _, err := m.Snapshots().Get(ctx, "base", "carol", false); !errdefs.IsNotFound(err) {
 		t.Errorf("carol's base: %v, want NotFound", err)
 	}
 	fork, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c-fork", Owner: "bob", Snapshot: "base"})
@@ -300,70 +300,70 @@ func TestSnapshotNamesPerOwner(t *testing.T) {
 		t.Errorf("bob's fork of base: %s %v, want %s", fork.Image, err, b.Ref)
 	}
 	// The operator: every owner's; a shared name needs the owner or the tag.
-	if list, _ := m.Snapshots(ctx, SnapshotFilter{AnyOwner: true}); len(list) != 2 {
+	if list, _ := m.Snapshots().List(ctx, SnapshotFilter{AnyOwner: true}); len(list) != 2 {
 		t.Errorf("operator lists %v", list)
 	}
-	if _, err := m.GetSnapshot(ctx, "base", "", true); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), a.Tag) {
+	if _, err := m.Snapshots().Get(ctx, "base", "", true); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), a.Tag) {
 		t.Errorf("operator gets the shared name: %v, want InvalidArgument listing the tags", err)
 	}
-	if got, err := m.GetSnapshot(ctx, "base", "bob", true); err != nil || got.Tag != b.Tag {
+	if got, err := m.Snapshots().Get(ctx, "base", "bob", true); err != nil || got.Tag != b.Tag {
 		t.Errorf("operator gets bob's base: %+v %v", got, err)
 	}
-	if err := m.RemoveSnapshot(ctx, a.Tag, "", true); err != nil {
+	if err := m.Snapshots().Remove(ctx, a.Tag, "", true); err != nil {
 		t.Errorf("operator removes alice's base by its tag: %v", err)
 	}
-	if _, err := m.GetSnapshot(ctx, "base", "alice", false); !errdefs.IsNotFound(err) {
+	if _, err := m.Snapshots().Get(ctx, "base", "alice", false); !errdefs.IsNotFound(err) {
 		t.Errorf("alice's base after its removal: %v", err)
 	}
-	if _, err := m.GetSnapshot(ctx, "base", "bob", false); err != nil {
+	if _, err := m.Snapshots().Get(ctx, "base", "bob", false); err != nil {
 		t.Errorf("bob's base after alice's removal: %v", err)
 	}
 }
 
-// TestSnapshotLimits: an owner's snapshots beyond MaxSnapshotsPerOwner, or
-// adding more than MaxSnapshotBytesPerOwner bytes, are RESOURCE_EXHAUSTED
+// TestSnapshotLimits: an owner's snapshots beyond Snapshots.MaxPerOwner, or
+// adding more than Snapshots.MaxBytesPerOwner bytes, are RESOURCE_EXHAUSTED
 // naming the limit; other owners are not affected; one over the bytes
 // limit is not kept.
 func TestSnapshotLimits(t *testing.T) {
 	rt := newSnapRuntime()
-	m := startSnapManager(t, rt, func(c *Config) { c.MaxSnapshotsPerOwner = 2 })
+	m := startSnapManager(t, rt, func(c *Config) { c.Snapshots.MaxPerOwner = 2 })
 	ctx := context.Background()
 	l, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"s1", "s2"} {
-		if _, err := m.Snapshot(ctx, l.ID, n); err != nil {
+		if _, err := m.Snapshots().Take(ctx, l.ID, n); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.Snapshot(ctx, l.ID, "s3"); !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "max_snapshots_per_owner") {
+	if _, err := m.Snapshots().Take(ctx, l.ID, "s3"); !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "max_snapshots_per_owner") {
 		t.Errorf("third snapshot: %v, want ResourceExhausted naming max_snapshots_per_owner", err)
 	}
 	bl, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: "bob"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Snapshot(ctx, bl.ID, "s1"); err != nil {
+	if _, err := m.Snapshots().Take(ctx, bl.ID, "s1"); err != nil {
 		t.Errorf("bob's first snapshot: %v", err)
 	}
 
 	rt2 := newSnapRuntime()
 	rt2.size = 40
-	m2 := startSnapManager(t, rt2, func(c *Config) { c.MaxSnapshotBytesPerOwner = 100 })
+	m2 := startSnapManager(t, rt2, func(c *Config) { c.Snapshots.MaxBytesPerOwner = 100 })
 	l2, _, _, err := m2.Acquire(ctx, AcquireRequest{ConversationID: "c", Owner: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"s1", "s2"} {
-		if _, err := m2.Snapshot(ctx, l2.ID, n); err != nil {
+		if _, err := m2.Snapshots().Take(ctx, l2.ID, n); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m2.Snapshot(ctx, l2.ID, "s3"); !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "max_snapshot_bytes_per_owner") {
+	if _, err := m2.Snapshots().Take(ctx, l2.ID, "s3"); !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "max_snapshot_bytes_per_owner") {
 		t.Errorf("snapshot over the bytes limit: %v, want ResourceExhausted naming max_snapshot_bytes_per_owner", err)
 	}
-	if list, _ := m2.Snapshots(ctx, SnapshotFilter{Owner: "alice"}); len(list) != 2 {
+	if list, _ := m2.Snapshots().List(ctx, SnapshotFilter{Owner: "alice"}); len(list) != 2 {
 		t.Errorf("alice's snapshots after the refused one: %v", list)
 	}
 }
@@ -384,7 +384,7 @@ func TestSnapshotOldTag(t *testing.T) {
 	if err != nil || old.Ref != "berth/snapshot:old" {
 		t.Fatalf("old-style snapshot: %+v %v", old, err)
 	}
-	if _, err := m.Snapshot(ctx, l.ID, "old"); !errdefs.IsAlreadyExists(err) {
+	if _, err := m.Snapshots().Take(ctx, l.ID, "old"); !errdefs.IsAlreadyExists(err) {
 		t.Errorf("alice takes the name of her old snapshot: %v, want AlreadyExists", err)
 	}
 	if _, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c-bob", Owner: "bob", Image: "berth/snapshot:old"}); !errdefs.IsNotFound(err) {
@@ -393,7 +393,21 @@ func TestSnapshotOldTag(t *testing.T) {
 	if f, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c-fork", Owner: "alice", Snapshot: "old"}); err != nil || f.Image != old.Ref {
 		t.Errorf("alice forks her old snapshot: %s %v", f.Image, err)
 	}
-	if err := m.RemoveSnapshot(ctx, "old", "alice", false); err != nil {
+	if err := m.Snapshots().Remove(ctx, "old", "alice", false); err != nil {
 		t.Errorf("alice removes her old snapshot: %v", err)
+	}
+}
+
+// TestSnapshotConfigDefaults: the library's default is no limit, and every
+// value is accepted as given (0 or negative: no limit).
+func TestSnapshotConfigDefaults(t *testing.T) {
+	got, err := SnapshotConfig{}.withDefaults()
+	if err != nil || got != DefaultSnapshotConfig() || got != (SnapshotConfig{}) {
+		t.Fatalf("zero config = %+v, %v; want no limits", got, err)
+	}
+	for _, c := range []SnapshotConfig{{MaxPerOwner: 3, MaxBytesPerOwner: 1 << 20}, {MaxPerOwner: -1, MaxBytesPerOwner: -1}} {
+		if got, err := c.withDefaults(); err != nil || got != c {
+			t.Errorf("%+v: withDefaults = %+v, %v; want it unchanged", c, got, err)
+		}
 	}
 }

@@ -307,12 +307,12 @@ type Config struct {
 	// MaxEndedPerOwner bounds the ended lease records kept per owner; older
 	// ones are purged before Retention passes. Default 100.
 	MaxEndedPerOwner int
-	// MaxSnapshotsPerOwner and MaxSnapshotBytesPerOwner bound one owner's
-	// snapshots: their number and the bytes they add together; a snapshot
-	// beyond either is RESOURCE_EXHAUSTED (HTTP 429) naming the limit. 0 or
-	// negative: no limit. Defaults 20 and 10 GiB.
-	MaxSnapshotsPerOwner     int
-	MaxSnapshotBytesPerOwner int64
+	// Snapshots bounds one owner's snapshots (see docs/snapshots.md):
+	// Snapshots.MaxPerOwner their number, Snapshots.MaxBytesPerOwner the
+	// bytes they add together; a snapshot beyond either is
+	// RESOURCE_EXHAUSTED (HTTP 429) naming the limit. 0 or negative: no
+	// limit. Defaults 20 and 10 GiB.
+	Snapshots lease.SnapshotConfig
 	// MaxWatchesPerPrincipal bounds the concurrent long-lived streams of
 	// one caller (the operator, one client owner, or one lease token):
 	// lease watches, log follows, and terminal attaches and file watches
@@ -392,54 +392,53 @@ func Defaults() Config {
 		agent = filepath.Join(filepath.Dir(exe), "sandbox-agent")
 	}
 	return Config{
-		Listen:                   "127.0.0.1:7070",
-		DataDir:                  filepath.Join(home, ".local", "share", "berth"),
-		Runtime:                  "docker",
-		AgentBinary:              agent,
-		Network:                  "berth",
-		PreviewDomain:            "sandbox.localhost",
-		AgentInjection:           "volume",
-		DefaultImage:             "berth/base",
-		DefaultTTL:               Duration(10 * time.Minute),
-		MaxTTL:                   Duration(24 * time.Hour),
-		MaxLeases:                100,
-		Retention:                Duration(time.Hour),
-		Pause:                    lease.DefaultPauseConfig(),
-		Restart:                  lease.DefaultRestartConfig(),
-		DefaultCPUs:              1,
-		DefaultMemoryBytes:       512 << 20,
-		DefaultPids:              512,
-		DefaultDiskBytes:         10 << 30,
-		Disk:                     lease.DefaultDiskConfig(),
-		UsageInterval:            Duration(15 * time.Second),
-		MaxCPUs:                  4,
-		MaxMemoryBytes:           8 << 30,
-		MaxPids:                  4096,
-		MaxDiskBytes:             100 << 30,
-		MaxEnvBytes:              64 << 10,
-		MaxLabels:                64,
-		MaxPublicPorts:           16,
-		AllowedImages:            []string{"berth/"},
-		DefaultUser:              "sandbox",
-		DefaultUserImages:        []string{"berth/"},
-		AllowRootUser:            true,
-		HostInput:                "auto",
-		Egress:                   "auto",
-		DefaultNetworkMode:       "open",
-		MaxNetworkMode:           "open",
-		MaxLeasesPerOwner:        20,
-		MaxEndedPerOwner:         100,
-		MaxSnapshotsPerOwner:     20,
-		MaxSnapshotBytesPerOwner: 10 << 30,
-		SandboxOutputMaxBytes:    runtime.DefaultOutputMaxBytes,
-		SandboxOutputMaxFiles:    runtime.DefaultOutputMaxFiles,
-		Volumes:                  defaultVolumes(), // volumes.go
-		MaxWatchesPerPrincipal:   streamlimit.DefaultMax,
-		MaxConnections:           1024,
-		ReadHeaderTimeout:        Duration(10 * time.Second),
-		IdleTimeout:              Duration(2 * time.Minute),
-		LogLevel:                 "info",
-		LogFormat:                "text",
+		Listen:                 "127.0.0.1:7070",
+		DataDir:                filepath.Join(home, ".local", "share", "berth"),
+		Runtime:                "docker",
+		AgentBinary:            agent,
+		Network:                "berth",
+		PreviewDomain:          "sandbox.localhost",
+		AgentInjection:         "volume",
+		DefaultImage:           "berth/base",
+		DefaultTTL:             Duration(10 * time.Minute),
+		MaxTTL:                 Duration(24 * time.Hour),
+		MaxLeases:              100,
+		Retention:              Duration(time.Hour),
+		Pause:                  lease.DefaultPauseConfig(),
+		Restart:                lease.DefaultRestartConfig(),
+		DefaultCPUs:            1,
+		DefaultMemoryBytes:     512 << 20,
+		DefaultPids:            512,
+		DefaultDiskBytes:       10 << 30,
+		Disk:                   lease.DefaultDiskConfig(),
+		UsageInterval:          Duration(15 * time.Second),
+		MaxCPUs:                4,
+		MaxMemoryBytes:         8 << 30,
+		MaxPids:                4096,
+		MaxDiskBytes:           100 << 30,
+		MaxEnvBytes:            64 << 10,
+		MaxLabels:              64,
+		MaxPublicPorts:         16,
+		AllowedImages:          []string{"berth/"},
+		DefaultUser:            "sandbox",
+		DefaultUserImages:      []string{"berth/"},
+		AllowRootUser:          true,
+		HostInput:              "auto",
+		Egress:                 "auto",
+		DefaultNetworkMode:     "open",
+		MaxNetworkMode:         "open",
+		MaxLeasesPerOwner:      20,
+		MaxEndedPerOwner:       100,
+		Snapshots:              defaultSnapshots(), // snapshots.go
+		SandboxOutputMaxBytes:  runtime.DefaultOutputMaxBytes,
+		SandboxOutputMaxFiles:  runtime.DefaultOutputMaxFiles,
+		Volumes:                defaultVolumes(), // volumes.go
+		MaxWatchesPerPrincipal: streamlimit.DefaultMax,
+		MaxConnections:         1024,
+		ReadHeaderTimeout:      Duration(10 * time.Second),
+		IdleTimeout:            Duration(2 * time.Minute),
+		LogLevel:               "info",
+		LogFormat:              "text",
 	}
 }
 

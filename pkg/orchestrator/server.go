@@ -154,12 +154,10 @@ func New(ctx context.Context, cfg Config, p Platform, log *slog.Logger) (*Server
 		Pause:             cfg.Pause,
 		Restart:           leaseRestart(cfg.Restart),            // config.go
 		Volumes:           leaseVolumes(cfg),                    // volumes.go
+		Snapshots:         cfg.Snapshots,                        // snapshots.go
 		Pools:             cfg.leasePools(newAgentConfigurer()), // config.go, agentconfig.go, docs/pools.md
 		Elect:             electorOf(p.Cluster, instance),
 		Logger:            log.With("component", "lease"),
-
-		MaxSnapshotsPerOwner:     cfg.MaxSnapshotsPerOwner,
-		MaxSnapshotBytesPerOwner: cfg.MaxSnapshotBytesPerOwner,
 	})
 	if err != nil {
 		closeEgress(eg)

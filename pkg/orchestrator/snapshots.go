@@ -15,7 +15,7 @@ func (s *leaseServer) Snapshot(ctx context.Context, req *orchv1.SnapshotRequest)
 	if _, err := s.lookup(ctx, req.Id); err != nil {
 		return nil, err
 	}
-	snap, err := s.m.Snapshot(ctx, req.Id, req.Name)
+	snap, err := s.m.Snapshots().Take(ctx, req.Id, req.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func (s *leaseServer) ListSnapshots(ctx context.Context, req *orchv1.ListSnapsho
 	if err != nil {
 		return nil, err
 	}
-	list, err := s.m.Snapshots(ctx, lease.SnapshotFilter{Owner: owner, AnyOwner: anyOwner, LeaseID: req.LeaseId, ConversationID: req.ConversationId})
+	list, err := s.m.Snapshots().List(ctx, lease.SnapshotFilter{Owner: owner, AnyOwner: anyOwner, LeaseID: req.LeaseId, ConversationID: req.ConversationId})
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (s *leaseServer) DeleteSnapshot(ctx context.Context, req *orchv1.DeleteSnap
 	if err != nil {
 		return nil, err
 	}
-	if err := s.m.RemoveSnapshot(ctx, req.Name, owner, anyOwner); err != nil {
+	if err := s.m.Snapshots().Remove(ctx, req.Name, owner, anyOwner); err != nil {
 		return nil, err
 	}
 	return &orchv1.DeleteSnapshotResponse{}, nil
@@ -81,4 +81,14 @@ func toSnapshot(s lease.Snapshot) *orchv1.LeaseSnapshot {
 		out.Duration = durationpb.New(s.Duration)
 	}
 	return out
+}
+
+// defaultSnapshots is Defaults' Snapshots: the lease manager's defaults,
+// but a service bounds each owner's snapshots to 20 adding 10 GiB together
+// (the library: no limit).
+func defaultSnapshots() lease.SnapshotConfig {
+	c := lease.DefaultSnapshotConfig()
+	c.MaxPerOwner = 20
+	c.MaxBytesPerOwner = 10 << 30
+	return c
 }
