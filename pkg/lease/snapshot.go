@@ -83,7 +83,7 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (Snapshot, erro
 		return Snapshot{}, err
 	}
 	defer m.wg.Done()
-	e, err := m.idleEntryLocked(ctx, id)
+	e, err := m.pauser.idleEntryLocked(ctx, id)
 	if err != nil {
 		return Snapshot{}, err
 	}
