@@ -100,6 +100,7 @@ func (h *Hold) Answered() {
 	h.p.mu.Unlock()
 }
 
+// answeredLocked is Answered. Called with mu held.
 func (h *Hold) answeredLocked() {
 	if h.answered {
 		return
