@@ -335,6 +335,8 @@ type Manager struct {
 
 	disk *diskEnforcer // the disk limit (disk.go)
 
+	pauser *pauser // pause, resume and Use (pause.go, use.go)
+
 	drain drainState // set by Drain (drain.go)
 
 	pmu       sync.Mutex        // serialises store writes
@@ -408,6 +410,7 @@ func New(cfg Config) (*Manager, error) {
 	m.disk = newDiskEnforcer(cfg, m, &m.mu, m.leases) // disk.go
 	m.restarter = &restarter{cfg: cfg.Restart, host: m, log: cfg.Logger, readyTimeout: cfg.ReadyTimeout,
 		goBackground: m.goBackground, watchDown: &m.watchDown, mu: &m.mu}
+	m.pauser = newPauser(cfg, m, m.wg.Done, m.disk.chargedLocked, &m.mu, m.leases) // pause.go
 	m.vols = newVolumeKeeper(cfg.Volumes, cfg.InstanceID, cfg.RemoveTimeout, cfg.Runtime, cfg.Store, cfg.Logger, m.now, m, &m.mu)
 	m.snaps = newSnapshotKeeper(cfg.Snapshots, cfg.InstanceID, cfg.Runtime, cfg.Logger, m.now, m) // snapshot.go
 	if ss, ok := cfg.Store.(SharedStore); ok {

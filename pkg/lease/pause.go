@@ -3,8 +3,10 @@ package lease
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -181,10 +183,6 @@ type pauseOp struct {
 	err    error
 }
 
-// freezer returns the runtime's Freezer, or a FailedPrecondition naming the
-// backend when it has none.
-func (m *Manager) freezer() (runtime.Freezer, error) { return freezerOf(m.rt) }
-
 // freezerOf returns rt as a Freezer, or a FailedPrecondition naming the
 // backend when it is none.
 func freezerOf(rt any) (runtime.Freezer, error) {
@@ -211,6 +209,96 @@ func awaitPauseOp(ctx context.Context, op *pauseOp) error {
 	}
 }
 
+// pauseHost is what the pauser needs from the Manager; *Manager implements
+// it. Every method ending in Locked is called with the Manager's mu held.
+type pauseHost interface {
+	// now is the lease clock (manager.go).
+	now() time.Time
+	// enterLocked admits a call Close waits for; the pauser's done ends
+	// it (manager.go).
+	enterLocked() error
+	// transitionLocked moves e to a state (manager.go).
+	transitionLocked(e *entry, to State, reason string) error
+	// persist writes a snapshot of a lease (manager.go).
+	persist(l Lease, rev uint64) error
+	// expireIfDueLocked expires READY e if it is past its TTL; on error
+	// mu is released (ops.go).
+	expireIfDueLocked(e *entry, now time.Time) error
+	// drainRefusalLocked refuses a resume while draining (drain.go).
+	drainRefusalLocked(what string) error
+	// enqueueClean hands e's container to the removal workers (ops.go).
+	enqueueClean(e *entry)
+	// restartSandbox starts a stopped container again once its host
+	// mounts are checked (volumes.go).
+	restartSandbox(ctx context.Context, id, cid string, mounts []runtime.Mount) (runtime.Sandbox, error)
+	// enforceNetwork applies a lease's network policy to its sandbox's
+	// (possibly new) address; dropNetwork forgets it (network.go).
+	enforceNetwork(ctx context.Context, id, endpoint string) error
+	dropNetwork(ctx context.Context, id string)
+}
+
+// pauseBackend is the part of the Runtime the pauser calls itself.
+type pauseBackend interface {
+	Stop(ctx context.Context, id string, grace time.Duration) error
+}
+
+// pauser pauses and resumes leases (freeze or hibernate, explicitly or by
+// the idle policy), orders requests (Use, use.go) against pauses, and
+// pauses again the sandboxes of PAUSED leases found running (reconcile).
+//
+// Locking contract: the pauser shares the Manager's mu (its mu field) and
+// reads the Manager's leases map with it held; methods ending in Locked
+// are called with mu held (idleEntryLocked returns with mu released when
+// it fails). An entry's pause marker (entry.pause) is set, under mu, while
+// a pause, resume, snapshot (snapshot.go) or pause fix runs on it: every
+// other pause, resume or Use of that lease waits for the marker's op to
+// finish (awaitPauseOp) and then looks again; a resume waiting on another
+// resume shares its outcome. The marker is cleared, under mu, before its
+// op's done is closed.
+type pauser struct {
+	cfg  PauseConfig
+	host pauseHost
+	// rt is the Manager's Runtime: it stops a hibernating sandbox, and
+	// its type names the backend in errors.
+	rt pauseBackend
+	// fr is rt's Freezer, nil when it has none (freezer).
+	fr  runtime.Freezer
+	log *slog.Logger
+	// removeTimeout (Config.RemoveTimeout) bounds a freeze, thaw or stop;
+	// readyTimeout (Config.ReadyTimeout) a wake from hibernate.
+	removeTimeout, readyTimeout time.Duration
+	// requestGrace bounds how long an explicit Pause waits for the
+	// requests admitted before it (pauseRequestGrace).
+	requestGrace time.Duration
+	// done ends a call enterLocked admitted (the Manager's wg.Done).
+	done func()
+	// chargedLocked is what uploads added to e's disk usage since its last
+	// measurement (diskEnforcer.chargedLocked), for Use's Route.
+	chargedLocked func(e *entry) int64
+
+	mu     *sync.Mutex       // the Manager's
+	leases map[string]*entry // the Manager's, read with mu held
+}
+
+// newPauser returns the pauser of a Manager configured by cfg (defaults
+// applied): host is the Manager, done its wg.Done, charged its
+// diskEnforcer's chargedLocked, mu and leases its own.
+func newPauser(cfg Config, host pauseHost, done func(), charged func(*entry) int64, mu *sync.Mutex, leases map[string]*entry) *pauser {
+	fr, _ := cfg.Runtime.(runtime.Freezer)
+	return &pauser{cfg: cfg.Pause, host: host, rt: cfg.Runtime, fr: fr, log: cfg.Logger,
+		removeTimeout: cfg.RemoveTimeout, readyTimeout: cfg.ReadyTimeout, requestGrace: pauseRequestGrace,
+		done: done, chargedLocked: charged, mu: mu, leases: leases}
+}
+
+// freezer returns the runtime's Freezer, or a FailedPrecondition naming the
+// backend when it has none.
+func (p *pauser) freezer() (runtime.Freezer, error) {
+	if p.fr != nil {
+		return p.fr, nil
+	}
+	return freezerOf(p.rt)
+}
+
 // Pause pauses READY lease id: with PauseFreeze its processes are frozen
 // (errdefs.ErrFailedPrecondition when the runtime has no Freezer), with
 // PauseHibernate its container is stopped with its files kept. The PAUSED
@@ -221,41 +309,46 @@ func awaitPauseOp(ctx context.Context, op *pauseOp) error {
 // errdefs.ErrFailedPrecondition, an unknown id errdefs.ErrNotFound. If the
 // runtime fails, the lease goes back to READY and the error is returned.
 func (m *Manager) Pause(ctx context.Context, id string, mode PauseMode) (Lease, error) {
+	return m.pauser.pause(ctx, id, mode)
+}
+
+// pause is Manager.Pause.
+func (p *pauser) pause(ctx context.Context, id string, mode PauseMode) (Lease, error) {
 	if mode != PauseFreeze && mode != PauseHibernate {
 		return Lease{}, errdefs.InvalidArgument("mode", "unknown pause mode %q (want freeze or hibernate)", string(mode))
 	}
 	var fr runtime.Freezer
 	if mode == PauseFreeze {
 		var err error
-		if fr, err = m.freezer(); err != nil {
+		if fr, err = p.freezer(); err != nil {
 			return Lease{}, err
 		}
 	}
-	m.mu.Lock()
-	if err := m.enterLocked(); err != nil {
-		m.mu.Unlock()
+	p.mu.Lock()
+	if err := p.host.enterLocked(); err != nil {
+		p.mu.Unlock()
 		return Lease{}, err
 	}
-	defer m.wg.Done()
-	e, err := m.idleEntryLocked(ctx, id)
+	defer p.done()
+	e, err := p.idleEntryLocked(ctx, id)
 	if err != nil {
 		return Lease{}, err
 	}
 	switch {
 	case e.l.State == StatePaused && e.l.Paused == mode:
 		l := e.l.Clone()
-		m.mu.Unlock()
+		p.mu.Unlock()
 		return l, nil
 	case e.l.State == StatePaused:
 		err := errdefs.FailedPrecondition("lease %s is already paused (%s); resume it first", id, e.l.Paused)
-		m.mu.Unlock()
+		p.mu.Unlock()
 		return Lease{}, err
 	case e.l.State != StateReady:
 		err := errNotUsable(&e.l)
-		m.mu.Unlock()
+		p.mu.Unlock()
 		return Lease{}, err
 	}
-	if err := m.expireIfDueLocked(e, m.now()); err != nil {
+	if err := p.host.expireIfDueLocked(e, p.host.now()); err != nil {
 		return Lease{}, err // past its TTL: expired now rather than paused
 	}
 	var pending *pauseOp
@@ -265,13 +358,13 @@ func (m *Manager) Pause(ctx context.Context, id string, mode PauseMode) (Lease, 
 		// the lease once it is paused.
 		pending = &pauseOp{done: make(chan struct{})}
 		e.pause = pending
-		wctx, cancel := context.WithTimeout(ctx, pauseRequestGrace)
-		err := m.awaitAnsweredLocked(wctx, e)
+		wctx, cancel := context.WithTimeout(ctx, p.requestGrace)
+		err := p.awaitAnsweredLocked(wctx, e)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			// The grace is up, not the caller's patience: pause now. A
 			// request still unanswered waits (freeze) or fails (hibernate).
-			m.log.Info("pausing with requests still unanswered after the grace", "lease_id", id, "grace", pauseRequestGrace)
+			p.log.Info("pausing with requests still unanswered after the grace", "lease_id", id, "grace", p.requestGrace)
 			err = nil
 		}
 		if err == nil && e.l.State != StateReady { // released or expired meanwhile
@@ -282,91 +375,91 @@ func (m *Manager) Pause(ctx context.Context, id string, mode PauseMode) (Lease, 
 		if err != nil {
 			e.pause = nil
 			pending.lease, pending.err = e.l.Clone(), err
-			m.mu.Unlock()
+			p.mu.Unlock()
 			close(pending.done)
 			return Lease{}, err
 		}
 	}
-	op := m.beginPauseLocked(e, mode, "")
+	op := p.beginPauseLocked(e, mode, "")
 	if pending != nil {
 		close(pending.done) // its waiters now wait for op
 	}
 	cid := e.l.ContainerID
 	l, rev := e.snapshot()
-	m.mu.Unlock()
-	if err := m.persist(l, rev); err != nil {
+	p.mu.Unlock()
+	if err := p.host.persist(l, rev); err != nil {
 		err = wrapf(err, "pause lease %s: write state", id)
-		m.endPause(e, op, err)
+		p.endPause(e, op, err)
 		return Lease{}, err
 	}
-	return m.endPause(e, op, m.pauseRuntime(ctx, fr, id, cid, mode))
+	return p.endPause(e, op, p.pauseRuntime(ctx, fr, id, cid, mode))
 }
 
 // pauseRuntime freezes (fr) or stops container cid of lease id.
-func (m *Manager) pauseRuntime(ctx context.Context, fr runtime.Freezer, id, cid string, mode PauseMode) error {
+func (p *pauser) pauseRuntime(ctx context.Context, fr runtime.Freezer, id, cid string, mode PauseMode) error {
 	began := time.Now()
-	rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+	rctx, cancel := detached(ctx, p.removeTimeout)
 	defer cancel()
 	var err error
 	if mode == PauseFreeze {
 		err = fr.Pause(rctx, cid)
 	} else {
-		err = m.rt.Stop(rctx, cid, hibernateGrace)
+		err = p.rt.Stop(rctx, cid, hibernateGrace)
 	}
 	if err != nil {
 		return wrapf(err, "pause lease %s (%s)", id, mode)
 	}
 	if mode == PauseHibernate {
-		m.dropNetwork(ctx, id) // network.go: its address is free; wake applies the policy again
+		p.host.dropNetwork(ctx, id) // network.go: its address is free; wake applies the policy again
 	}
-	m.log.Info("lease paused", "lease_id", id, "container_id", cid, "mode", string(mode), "duration", time.Since(began))
+	p.log.Info("lease paused", "lease_id", id, "container_id", cid, "mode", string(mode), "duration", time.Since(began))
 	return nil
 }
 
 // idlePauseLocked pauses idle READY lease e as its IdlePolicy says (why:
 // "idle for 5m0s"): the transition is made now, the runtime call is
 // returned to run after the caller persisted e. Called with mu held.
-func (m *Manager) idlePauseLocked(e *entry, why string) func(ctx context.Context) {
+func (p *pauser) idlePauseLocked(e *entry, why string) func(ctx context.Context) {
 	mode := PauseMode(e.l.IdlePolicy)
 	var fr runtime.Freezer
 	if mode == PauseFreeze {
 		var err error
-		if fr, err = m.freezer(); err != nil {
+		if fr, err = p.freezer(); err != nil {
 			mode = PauseHibernate // the runtime changed since the acquire
 		}
 	}
-	op := m.beginPauseLocked(e, mode, why)
+	op := p.beginPauseLocked(e, mode, why)
 	id, cid := e.l.ID, e.l.ContainerID
 	return func(ctx context.Context) {
-		_, _ = m.endPause(e, op, m.pauseRuntime(ctx, fr, id, cid, mode))
+		_, _ = p.endPause(e, op, p.pauseRuntime(ctx, fr, id, cid, mode))
 	}
 }
 
 // idleEntryLocked returns lease id's entry once no pause or resume runs on
 // it. Called with mu held; on error it returns with mu released.
-func (m *Manager) idleEntryLocked(ctx context.Context, id string) (*entry, error) {
+func (p *pauser) idleEntryLocked(ctx context.Context, id string) (*entry, error) {
 	for {
-		e := m.leases[id]
+		e := p.leases[id]
 		if e == nil {
-			m.mu.Unlock()
+			p.mu.Unlock()
 			return nil, errdefs.NotFound("lease %s", id)
 		}
 		op := e.pause
 		if op == nil {
 			return e, nil
 		}
-		m.mu.Unlock()
+		p.mu.Unlock()
 		if err := awaitPauseOp(ctx, op); err != nil {
 			return nil, err
 		}
-		m.mu.Lock()
+		p.mu.Lock()
 	}
 }
 
 // beginPauseLocked moves READY e to PAUSED (why, if set, prefixes the
 // reason) and marks the pause in flight.
 // Called with mu held.
-func (m *Manager) beginPauseLocked(e *entry, mode PauseMode, why string) *pauseOp {
+func (p *pauser) beginPauseLocked(e *entry, mode PauseMode, why string) *pauseOp {
 	reason := ReasonFrozen
 	if mode == PauseHibernate {
 		reason = ReasonHibernated
@@ -374,8 +467,8 @@ func (m *Manager) beginPauseLocked(e *entry, mode PauseMode, why string) *pauseO
 	if why != "" {
 		reason = why + "; " + reason
 	}
-	e.l.Paused, e.l.PausedAt = mode, m.now()
-	_ = m.transitionLocked(e, StatePaused, reason)
+	e.l.Paused, e.l.PausedAt = mode, p.host.now()
+	_ = p.host.transitionLocked(e, StatePaused, reason)
 	op := &pauseOp{done: make(chan struct{})}
 	e.pause = op
 	return op
@@ -383,18 +476,18 @@ func (m *Manager) beginPauseLocked(e *entry, mode PauseMode, why string) *pauseO
 
 // endPause finishes pause op on e: on error a lease still PAUSED goes back
 // to READY (its sandbox was not paused).
-func (m *Manager) endPause(e *entry, op *pauseOp, err error) (Lease, error) {
-	m.mu.Lock()
+func (p *pauser) endPause(e *entry, op *pauseOp, err error) (Lease, error) {
+	p.mu.Lock()
 	if err != nil && e.l.State == StatePaused {
 		mode := e.l.Paused
 		e.l.Paused, e.l.PausedAt = "", time.Time{}
-		_ = m.transitionLocked(e, StateReady, fmt.Sprintf(reasonPauseFailedF, mode, err))
+		_ = p.host.transitionLocked(e, StateReady, fmt.Sprintf(reasonPauseFailedF, mode, err))
 	}
 	e.pause = nil
 	op.lease, op.err = e.l.Clone(), err
 	l, rev := e.snapshot()
-	m.mu.Unlock()
-	_ = m.persist(l, rev)
+	p.mu.Unlock()
+	_ = p.host.persist(l, rev)
 	close(op.done)
 	if err != nil {
 		return Lease{}, err
@@ -415,49 +508,54 @@ func (m *Manager) endPause(e *entry, op *pauseOp, err error) (Lease, error) {
 // written after the runtime acted: a crash in between leaves the lease
 // PAUSED, and reconcile pauses the sandbox again.
 func (m *Manager) Resume(ctx context.Context, id string) (Lease, error) {
-	m.mu.Lock()
-	if err := m.enterLocked(); err != nil {
-		m.mu.Unlock()
+	return m.pauser.resumeLease(ctx, id)
+}
+
+// resumeLease is Manager.Resume.
+func (p *pauser) resumeLease(ctx context.Context, id string) (Lease, error) {
+	p.mu.Lock()
+	if err := p.host.enterLocked(); err != nil {
+		p.mu.Unlock()
 		return Lease{}, err
 	}
-	defer m.wg.Done()
+	defer p.done()
 	for {
-		e := m.leases[id]
+		e := p.leases[id]
 		if e == nil {
-			m.mu.Unlock()
+			p.mu.Unlock()
 			return Lease{}, errdefs.NotFound("lease %s", id)
 		}
 		if op := e.pause; op != nil {
-			m.mu.Unlock()
+			p.mu.Unlock()
 			if err := awaitPauseOp(ctx, op); err != nil {
 				return Lease{}, err
 			}
 			if op.resume {
 				return op.lease, op.err
 			}
-			m.mu.Lock()
+			p.mu.Lock()
 			continue
 		}
 		switch e.l.State {
 		case StateReady:
 			l := e.l.Clone()
-			m.mu.Unlock()
+			p.mu.Unlock()
 			return l, nil
 		case StatePaused:
-			if err := m.drainRefusalLocked("resume lease " + id); err != nil { // drain.go
-				m.mu.Unlock()
+			if err := p.host.drainRefusalLocked("resume lease " + id); err != nil { // drain.go
+				p.mu.Unlock()
 				return Lease{}, err
 			}
 		default:
 			err := errNotUsable(&e.l)
-			m.mu.Unlock()
+			p.mu.Unlock()
 			return Lease{}, err
 		}
 		op := &pauseOp{resume: true, done: make(chan struct{})}
 		e.pause = op
 		mode, cid, mounts := e.l.Paused, e.l.ContainerID, slices.Clone(e.l.Mounts)
-		m.mu.Unlock()
-		return m.resume(ctx, e, op, mode, cid, mounts)
+		p.mu.Unlock()
+		return p.resume(ctx, e, op, mode, cid, mounts)
 	}
 }
 
@@ -465,7 +563,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Lease, error) {
 // hibernated sandbox's host mounts are checked before its container starts
 // again (restartSandbox); when one changed, the resume is refused
 // (FailedPrecondition) and the lease stays PAUSED.
-func (m *Manager) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseMode, cid string, mounts []runtime.Mount) (Lease, error) {
+func (p *pauser) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseMode, cid string, mounts []runtime.Mount) (Lease, error) {
 	began := time.Now()
 	var (
 		sb  runtime.Sandbox
@@ -473,23 +571,23 @@ func (m *Manager) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseM
 	)
 	if mode == PauseFreeze {
 		var fr runtime.Freezer
-		if fr, err = m.freezer(); err == nil {
-			rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+		if fr, err = p.freezer(); err == nil {
+			rctx, cancel := detached(ctx, p.removeTimeout)
 			err = fr.Resume(rctx, cid)
 			cancel()
 		}
 	} else {
-		rctx, cancel := detached(ctx, m.cfg.ReadyTimeout+5*time.Second)
+		rctx, cancel := detached(ctx, p.readyTimeout+5*time.Second)
 		// volumes.go: the host mounts are checked first.
-		sb, err = m.restartSandbox(rctx, e.l.ID, cid, mounts)
+		sb, err = p.host.restartSandbox(rctx, e.l.ID, cid, mounts)
 		if err == nil { // its address may have changed
-			err = m.enforceNetwork(rctx, e.l.ID, sb.Endpoint) // network.go
+			err = p.host.enforceNetwork(rctx, e.l.ID, sb.Endpoint) // network.go
 		}
 		cancel()
 	}
 	took := time.Since(began)
 
-	m.mu.Lock()
+	p.mu.Lock()
 	id := e.l.ID
 	fail := false
 	switch {
@@ -501,16 +599,16 @@ func (m *Manager) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseM
 			reason = ReasonWoken
 			e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
 		}
-		now := m.now()
+		now := p.host.now()
 		e.l.Paused, e.l.PausedAt = "", time.Time{}
 		e.l.LastActivityAt = now
 		if exp := now.Add(e.l.TTL); e.l.ExpiresAt.Before(exp) {
 			e.l.ExpiresAt = exp
 		}
-		_ = m.transitionLocked(e, StateReady, reason)
+		_ = p.host.transitionLocked(e, StateReady, reason)
 	case errdefs.IsNotFound(err):
 		err = wrapf(err, "resume lease %s (%s)", id, mode)
-		_ = m.transitionLocked(e, StateFailed, fmt.Sprintf("resume (%s) failed: %v", mode, err))
+		_ = p.host.transitionLocked(e, StateFailed, fmt.Sprintf("resume (%s) failed: %v", mode, err))
 		fail = true
 	default:
 		err = wrapf(err, "resume lease %s (%s)", id, mode)
@@ -521,17 +619,17 @@ func (m *Manager) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseM
 	}
 	op.err = err
 	l, rev := e.snapshot()
-	m.mu.Unlock()
-	_ = m.persist(l, rev)
+	p.mu.Unlock()
+	_ = p.host.persist(l, rev)
 	close(op.done)
 	if fail {
-		m.enqueueClean(e)
+		p.host.enqueueClean(e)
 	}
 	if err != nil {
-		m.log.Warn("resuming lease failed", "lease_id", id, "container_id", cid, "mode", string(mode), "err", err)
+		p.log.Warn("resuming lease failed", "lease_id", id, "container_id", cid, "mode", string(mode), "err", err)
 		return Lease{}, err
 	}
-	m.log.Info("lease resumed", "lease_id", id, "container_id", cid, "mode", string(mode), "duration", took)
+	p.log.Info("lease resumed", "lease_id", id, "container_id", cid, "mode", string(mode), "duration", took)
 	return l, nil
 }
 
@@ -546,7 +644,7 @@ type pauseFix struct {
 
 // pauseFixLocked marks PAUSED e's running container cid for pausing again.
 // Called with mu held.
-func (m *Manager) pauseFixLocked(e *entry, cid string) pauseFix {
+func (p *pauser) pauseFixLocked(e *entry, cid string) pauseFix {
 	op := &pauseOp{done: make(chan struct{})}
 	e.pause = op
 	return pauseFix{e: e, op: op, id: e.l.ID, cid: cid, mode: e.l.Paused}
@@ -554,28 +652,30 @@ func (m *Manager) pauseFixLocked(e *entry, cid string) pauseFix {
 
 // applyPauseFixes pauses again the sandboxes of PAUSED leases found
 // running, then lets their resumes go on.
-func (m *Manager) applyPauseFixes(ctx context.Context, fixes []pauseFix) {
+func (p *pauser) applyPauseFixes(ctx context.Context, fixes []pauseFix) {
 	for _, f := range fixes {
-		m.applyPauseFix(ctx, f)
-		m.mu.Lock()
+		p.applyPauseFix(ctx, f)
+		p.mu.Lock()
 		f.e.pause = nil
-		m.mu.Unlock()
+		p.mu.Unlock()
 		close(f.op.done)
 	}
 }
 
-func (m *Manager) applyPauseFix(ctx context.Context, f pauseFix) {
-	rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+// applyPauseFix freezes (or, without a Freezer or for a hibernated lease,
+// stops) f's running container; a failure is logged.
+func (p *pauser) applyPauseFix(ctx context.Context, f pauseFix) {
+	rctx, cancel := detached(ctx, p.removeTimeout)
 	defer cancel()
 	var err error
-	if fr, ok := m.rt.(runtime.Freezer); ok && f.mode == PauseFreeze {
-		err = fr.Pause(rctx, f.cid)
+	if p.fr != nil && f.mode == PauseFreeze {
+		err = p.fr.Pause(rctx, f.cid)
 	} else {
-		err = m.rt.Stop(rctx, f.cid, hibernateGrace)
+		err = p.rt.Stop(rctx, f.cid, hibernateGrace)
 	}
 	if err != nil {
-		m.log.Warn("pausing a paused lease's running sandbox again failed", "lease_id", f.id, "container_id", f.cid, "err", err)
+		p.log.Warn("pausing a paused lease's running sandbox again failed", "lease_id", f.id, "container_id", f.cid, "err", err)
 		return
 	}
-	m.log.Info("paused a paused lease's running sandbox again", "lease_id", f.id, "container_id", f.cid, "mode", string(f.mode))
+	p.log.Info("paused a paused lease's running sandbox again", "lease_id", f.id, "container_id", f.cid, "mode", string(f.mode))
 }

@@ -63,7 +63,7 @@ func (m *Manager) reapOnce() {
 				snaps = append(snaps, snap{l, rev})
 			} else if why := idleReason(&e.l, now); why != "" && e.pause == nil {
 				// The idle policy pauses it (IdleFreeze, IdleHibernate).
-				pauses = append(pauses, m.idlePauseLocked(e, why))
+				pauses = append(pauses, m.pauser.idlePauseLocked(e, why))
 				l, rev := e.snapshot()
 				snaps = append(snaps, snap{l, rev})
 			} else if e.activityDirty && real.Sub(e.activityWritten) >= m.cfg.ActivityFlushInterval {
@@ -73,7 +73,7 @@ func (m *Manager) reapOnce() {
 				snaps = append(snaps, snap{l, rev})
 			}
 		case e.l.State == StatePaused:
-			if reason := m.cfg.Pause.pausedExpiryReason(&e.l, now); reason != "" && e.pause == nil {
+			if reason := m.pauser.cfg.pausedExpiryReason(&e.l, now); reason != "" && e.pause == nil {
 				_ = m.transitionLocked(e, StateExpired, reason)
 				m.enqueueCleanLocked(e)
 				l, rev := e.snapshot()

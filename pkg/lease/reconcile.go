@@ -97,7 +97,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	m.restarter.queueLocked(fx.restarts) // restart.go
 	m.mu.Unlock()
-	m.applyPauseFixes(ctx, fx.fixes)
+	m.pauser.applyPauseFixes(ctx, fx.fixes)
 
 	// Remove every container that is not kept.
 	var (
@@ -213,7 +213,7 @@ func (m *Manager) applyLocked(e *entry, a action, t trigger, fx *effects) {
 		e.l.ContainerID = a.box.ID
 		e.rev++
 		m.interrupted = m.interrupted || startup
-		fx.fixes = append(fx.fixes, m.pauseFixLocked(e, a.box.ID))
+		fx.fixes = append(fx.fixes, m.pauser.pauseFixLocked(e, a.box.ID))
 	case actFreezeLost:
 		e.l.ContainerID = a.box.ID
 		e.l.Paused = PauseHibernate
@@ -239,7 +239,7 @@ func (m *Manager) applyLocked(e *entry, a action, t trigger, fx *effects) {
 // run makes the runtime calls fx holds, after persisting its records.
 func (m *Manager) run(ctx context.Context, pass string, fx effects) {
 	m.persistAll(fx.snaps)
-	m.applyPauseFixes(ctx, fx.fixes)
+	m.pauser.applyPauseFixes(ctx, fx.fixes)
 	for _, j := range fx.restarts {
 		m.restarter.goRun(ctx, j)
 	}

@@ -134,7 +134,7 @@ func (m *Manager) holdForSnapshot(ctx context.Context, id string) (Lease, func()
 		m.mu.Unlock()
 		return Lease{}, nil, err
 	}
-	e, err := m.idleEntryLocked(ctx, id) // unlocks mu on error
+	e, err := m.pauser.idleEntryLocked(ctx, id) // unlocks mu on error
 	if err != nil {
 		m.wg.Done()
 		return Lease{}, nil, err

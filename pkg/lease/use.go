@@ -23,16 +23,16 @@ import (
 // pauseRequestGrace bounds how long an explicit Pause waits for the
 // requests admitted before it (a long command, a stream that has not
 // answered yet): after it the lease is paused anyway, and such a request
-// waits for the resume (freeze) or fails (hibernate). A variable for
-// tests.
-var pauseRequestGrace = 10 * time.Second
+// waits for the resume (freeze) or fails (hibernate). It is the pauser's
+// requestGrace, which tests lower.
+const pauseRequestGrace = 10 * time.Second
 
 // Hold is one request admitted to a READY lease by Use. Its methods may be
 // called on a nil Hold (they do nothing) and more than once.
 type Hold struct {
-	m                *Manager
+	p                *pauser
 	e                *entry
-	answered, ending bool // guarded by m.mu
+	answered, ending bool // guarded by p.mu
 }
 
 // Use admits a request to lease id: it waits for a pause or resume in
@@ -46,39 +46,44 @@ type Hold struct {
 // refuse; an unknown id is errdefs.ErrNotFound, and a resume that failed
 // is returned as Resume returns it.
 func (m *Manager) Use(ctx context.Context, id string) (Route, *Hold, error) {
-	m.mu.Lock()
+	return m.pauser.use(ctx, id)
+}
+
+// use is Manager.Use.
+func (p *pauser) use(ctx context.Context, id string) (Route, *Hold, error) {
+	p.mu.Lock()
 	for {
-		e := m.leases[id]
+		e := p.leases[id]
 		if e == nil {
-			m.mu.Unlock()
+			p.mu.Unlock()
 			return Route{}, nil, errdefs.NotFound("lease %s", id)
 		}
 		if op := e.pause; op != nil {
-			m.mu.Unlock()
+			p.mu.Unlock()
 			if err := awaitPauseOp(ctx, op); err != nil {
 				return Route{}, nil, err
 			}
-			m.mu.Lock()
+			p.mu.Lock()
 			continue
 		}
 		switch e.l.State {
 		case StateReady:
 			e.uses++
 			e.unanswered++
-			e.l.LastActivityAt = m.now()
+			e.l.LastActivityAt = p.host.now()
 			e.activityDirty = true
-			rt := routeLocked(e, m.disk.chargedLocked(e))
-			m.mu.Unlock()
-			return rt, &Hold{m: m, e: e}, nil
+			rt := routeLocked(e, p.chargedLocked(e))
+			p.mu.Unlock()
+			return rt, &Hold{p: p, e: e}, nil
 		case StatePaused:
-			m.mu.Unlock()
-			if _, err := m.Resume(ctx, id); err != nil {
+			p.mu.Unlock()
+			if _, err := p.resumeLease(ctx, id); err != nil {
 				return Route{}, nil, err
 			}
-			m.mu.Lock() // a pause may have landed since: look again
+			p.mu.Lock() // a pause may have landed since: look again
 		default:
-			rt := routeLocked(e, m.disk.chargedLocked(e))
-			m.mu.Unlock()
+			rt := routeLocked(e, p.chargedLocked(e))
+			p.mu.Unlock()
 			return rt, nil, nil
 		}
 	}
@@ -90,11 +95,12 @@ func (h *Hold) Answered() {
 	if h == nil {
 		return
 	}
-	h.m.mu.Lock()
+	h.p.mu.Lock()
 	h.answeredLocked()
-	h.m.mu.Unlock()
+	h.p.mu.Unlock()
 }
 
+// answeredLocked is Answered. Called with mu held.
 func (h *Hold) answeredLocked() {
 	if h.answered {
 		return
@@ -113,9 +119,9 @@ func (h *Hold) Done() {
 	if h == nil {
 		return
 	}
-	m, e := h.m, h.e
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	p, e := h.p, h.e
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	h.answeredLocked()
 	if h.ending {
 		return
@@ -123,7 +129,7 @@ func (h *Hold) Done() {
 	h.ending = true
 	e.uses--
 	if e.l.State == StateReady {
-		e.l.LastActivityAt = m.now()
+		e.l.LastActivityAt = p.host.now()
 		e.activityDirty = true
 	}
 }
@@ -132,7 +138,7 @@ func (h *Hold) Done() {
 // now was answered, while op (already e.pause) keeps new ones waiting.
 // Called with mu held; it returns with mu held, and ctx's error if ctx
 // ended first.
-func (m *Manager) awaitAnsweredLocked(ctx context.Context, e *entry) error {
+func (p *pauser) awaitAnsweredLocked(ctx context.Context, e *entry) error {
 	if e.unanswered == 0 {
 		return nil
 	}
@@ -141,14 +147,14 @@ func (m *Manager) awaitAnsweredLocked(ctx context.Context, e *entry) error {
 		drained = make(chan struct{})
 		e.drained = drained
 	}
-	m.mu.Unlock()
+	p.mu.Unlock()
 	var err error
 	select {
 	case <-drained:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
-	m.mu.Lock()
+	p.mu.Lock()
 	return err
 }
 

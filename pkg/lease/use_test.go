@@ -140,9 +140,8 @@ func TestIdlePauseSkipsLeaseInUse(t *testing.T) {
 // A request that stays unanswered past the grace does not hold a pause
 // off for ever: the lease is paused anyway.
 func TestPauseGraceForUnansweredRequests(t *testing.T) {
-	defer func(g time.Duration) { pauseRequestGrace = g }(pauseRequestGrace)
-	pauseRequestGrace = 200 * time.Millisecond
 	h := newHarness(t, nil)
+	h.m.pauser.requestGrace = 200 * time.Millisecond
 	l, _ := h.acquire("c1")
 	_, hold, err := h.m.Use(context.Background(), l.ID)
 	if err != nil {
