@@ -430,11 +430,11 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 		}
 		e := m.byConv[convKey(req.Owner, req.ConversationID)]
 		switch {
-		case e != nil && e.l.State == StatePending && e.call == nil && m.shared != nil:
+		case e != nil && e.l.State == StatePending && e.call == nil && m.fleet.shared != nil:
 			// Another replica is creating it (replicas.go): wait, look again.
 			id := e.l.ID
 			m.mu.Unlock()
-			if err = m.awaitRemotePending(ctx, id); err == nil {
+			if err = m.fleet.awaitRemotePending(ctx, id); err == nil {
 				continue
 			}
 		case e != nil && e.l.State == StatePending:
@@ -452,10 +452,10 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 		case m.drain.on: // drain.go: no new lease while draining
 			err = m.drainRefusalLocked("acquire")
 			m.mu.Unlock()
-		case m.shared != nil: // no live lease here; maybe on another replica (replicas.go)
+		case m.fleet.shared != nil: // no live lease here; maybe on another replica (replicas.go)
 			m.mu.Unlock()
 			var retry bool
-			if l, retry, err = m.acquireShared(ctx, req); retry && err == nil {
+			if l, retry, err = m.fleet.acquireShared(ctx, req); retry && err == nil {
 				continue // the conversation is another lease's: join it
 			}
 			created = err == nil

@@ -77,7 +77,7 @@
 // whose containers are removed, and periodic
 // resyncs (also after every reconnect of the stream) catch what events miss
 // and remove orphans. Activity times (Touch) are written lazily, at most
-// every Config.ActivityFlushInterval, so after a crash a lease may look a
+// every Config.Fleet.ActivityFlushInterval, so after a crash a lease may look a
 // few seconds idler than it was.
 //
 // # Warm pools

@@ -126,7 +126,7 @@ func (m *Manager) Drain(ctx context.Context, mode DrainMode, reason string) (Dra
 	m.drain.on = true
 	var ids []string
 	for id, e := range m.leases {
-		if e.l.State.Live() && m.homeLocked(e) {
+		if e.l.State.Live() && m.fleet.homeLocked(e) {
 			ids = append(ids, id)
 		}
 	}

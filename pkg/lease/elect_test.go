@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// With Config.Elect, expiry runs only while this replica leads: a lease
+// With FleetConfig.Elect, expiry runs only while this replica leads: a lease
 // past its TTL stays READY until Elect calls lead, and expires then.
 func TestElectGatesExpiry(t *testing.T) {
 	elected := make(chan struct{})
@@ -18,7 +18,7 @@ func TestElectGatesExpiry(t *testing.T) {
 		}
 		return ctx.Err()
 	}
-	h := newHarness(t, func(c *Config) { c.Elect = elect })
+	h := newHarness(t, func(c *Config) { c.Fleet.Elect = elect })
 	l, _, _, err := h.m.Acquire(context.Background(), AcquireRequest{ConversationID: "c", TTL: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -121,13 +121,10 @@ type Config struct {
 	// lease may stay PAUSED (pause.go). Zero fields take
 	// DefaultPauseConfig's.
 	Pause PauseConfig
-	// Elect, when set, runs the reaper (expiry, idle pauses, the removal
-	// queue, purging) only while this replica is elected among the
-	// orchestrators that serve one fleet: Elect calls lead while this
-	// replica leads, with a context that ends when it stops leading, and
-	// returns when ctx ends (kubernetes.Runtime.RunLeader). Nil: the
-	// reaper always runs.
-	Elect func(ctx context.Context, lead func(ctx context.Context)) error
+	// Fleet configures serving one fleet with other replicas: the
+	// election of the replica that runs the reaper, and the writes of
+	// activity (replicas.go). Zero fields take DefaultFleetConfig's.
+	Fleet FleetConfig
 	// ReapInterval is how often the reaper looks for expired and idle leases
 	// and retries failed removals. Default 200ms.
 	ReapInterval time.Duration
@@ -155,9 +152,6 @@ type Config struct {
 	// exited unexpectedly: its budget and delay (restart.go). Zero fields
 	// take DefaultRestartConfig's.
 	Restart RestartConfig
-	// ActivityFlushInterval is the least time between two writes of a
-	// lease's LastActivityAt caused by Touch. Default 5s.
-	ActivityFlushInterval time.Duration
 	// Pools configures the warm pools (pool.go, docs/pools.md): sandboxes
 	// of a profile kept ready for acquires of that profile to claim.
 	// Default none (DefaultPoolsConfig).
@@ -236,7 +230,9 @@ func (c *Config) setDefaults() error {
 	}
 	def(&c.RemoveTimeout, 30*time.Second)
 	def(&c.ResyncInterval, 30*time.Second)
-	def(&c.ActivityFlushInterval, 5*time.Second)
+	if c.Fleet, err = c.Fleet.withDefaults(); err != nil { // replicas.go
+		return err
+	}
 	if c.Restart, err = c.Restart.withDefaults(); err != nil { // restart.go
 		return err
 	}
@@ -271,7 +267,7 @@ func (c *Config) setDefaults() error {
 		return errdefs.InvalidArgument("ttl", "durations must not be negative")
 	case c.DefaultTTL > c.MaxTTL:
 		return errdefs.InvalidArgument("default_ttl", "%s exceeds max ttl %s", c.DefaultTTL, c.MaxTTL)
-	case c.ReapInterval < 0 || c.ReadyTimeout < 0 || c.RemoveTimeout < 0 || c.ResyncInterval < 0 || c.ActivityFlushInterval < 0:
+	case c.ReapInterval < 0 || c.ReadyTimeout < 0 || c.RemoveTimeout < 0 || c.ResyncInterval < 0:
 		return errdefs.InvalidArgument("interval", "durations must not be negative")
 	}
 	if err := validResources("max_resources", c.MaxResources); err != nil {
@@ -289,12 +285,9 @@ type Manager struct {
 	log   *slog.Logger
 	rt    Runtime
 	store Store
-	// shared is store when it is a SharedStore (several replicas, one
-	// fleet: replicas.go); nil otherwise.
-	shared SharedStore
-	// leading is set while this replica runs the reaper (always without
-	// Config.Elect).
-	leading atomic.Bool
+	// fleet is this replica's part in a fleet sharing the store, and the
+	// election of the reaper (replicas.go).
+	fleet *fleet
 
 	mu     sync.Mutex
 	leases map[string]*entry // every record, live and ended
@@ -413,12 +406,11 @@ func New(cfg Config) (*Manager, error) {
 	m.pauser = newPauser(cfg, m, m.wg.Done, m.disk.chargedLocked, &m.mu, m.leases) // pause.go
 	m.vols = newVolumeKeeper(cfg.Volumes, cfg.InstanceID, cfg.RemoveTimeout, cfg.Runtime, cfg.Store, cfg.Logger, m.now, m, &m.mu)
 	m.snaps = newSnapshotKeeper(cfg.Snapshots, cfg.InstanceID, cfg.Runtime, cfg.Logger, m.now, m) // snapshot.go
-	if ss, ok := cfg.Store.(SharedStore); ok {
-		if len(cfg.Pools.Pools) > 0 {
-			return nil, errdefs.InvalidArgument("pools", "warm pools are not supported with a lease store shared by several replicas (a claim brings its own lease id, which the conversation lock cannot name)")
-		}
-		m.shared = ss
+	fl, err := newFleet(cfg, m, &m.mu, m.leases, m.byConv) // replicas.go
+	if err != nil {
+		return nil, err
 	}
+	m.fleet = fl
 	pools, err := newPoolSet(cfg, m, &m.mu) // pool.go
 	if err != nil {
 		return nil, err
@@ -460,11 +452,8 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Lock()
 	m.runCtx, m.cancel = runCtx, cancel
 	m.mu.Unlock()
-	m.goBackground(func() { m.runReaper(runCtx) }) // reaper.go: Config.Elect
-	if m.shared != nil {                           // replicas.go
-		m.goBackground(func() { m.subscribeShared(runCtx) })
-		m.goBackground(func() { m.flushActivityLoop(runCtx) })
-	}
+	m.goBackground(func() { m.fleet.runReaper(runCtx, m.reapLoop) }) // replicas.go: FleetConfig.Elect
+	m.fleet.start(runCtx)                                            // replicas.go: a SharedStore's feed
 	m.goBackground(func() { m.watchLoop(runCtx) })
 	m.restarter.startQueued(runCtx) // restart.go
 	m.goBackground(func() { m.disk.loop(runCtx) })
@@ -606,7 +595,7 @@ func (m *Manager) transitionLocked(e *entry, to State, reason string) error {
 		e.l.Env = nil // no longer needed, and it may be large or secret
 	}
 	if holdsConversation(from) && !holdsConversation(to) {
-		m.unlockConversation(e.l.Owner, e.l.ConversationID, e.l.ID) // replicas.go
+		m.fleet.unlockConversation(e.l.Owner, e.l.ConversationID, e.l.ID) // replicas.go
 	}
 	m.log.Info("lease transition", "lease_id", e.l.ID, "conversation_id", e.l.ConversationID, "container_id", e.l.ContainerID,
 		"from", from.String(), "state", to.String(), "reason", reason)
@@ -764,7 +753,7 @@ func (m *Manager) Route(id string) (Route, error) {
 // Touch records activity on a live lease (the proxy calls it per request):
 // it sets LastActivityAt to now in memory, which postpones the idle timeout.
 // The store is written lazily by the reaper, at most once per
-// Config.ActivityFlushInterval per lease. Unknown or ended leases are
+// FleetConfig.ActivityFlushInterval per lease. Unknown or ended leases are
 // ignored. Touch never blocks on I/O.
 func (m *Manager) Touch(id string) {
 	m.mu.Lock()

@@ -901,7 +901,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestRouteAndTouchPersistence(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.ActivityFlushInterval = 100 * time.Millisecond })
+	h := newHarness(t, func(c *Config) { c.Fleet.ActivityFlushInterval = 100 * time.Millisecond })
 	l, _ := h.acquire("c")
 	r, err := h.m.Route(l.ID)
 	if err != nil || r.State != StateReady || r.Endpoint != l.Endpoint {

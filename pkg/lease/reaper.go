@@ -8,27 +8,9 @@ import (
 	"github.com/berth-dev/berth/internal/periodic"
 )
 
-// runReaper runs reapLoop until ctx ends: always, or with Config.Elect
-// only while this replica is the elected one.
-func (m *Manager) runReaper(ctx context.Context) {
-	if m.cfg.Elect == nil {
-		m.leading.Store(true)
-		m.reapLoop(ctx)
-		return
-	}
-	lead := func(ctx context.Context) {
-		m.log.Info("elected: this replica runs expiry and reaping")
-		m.leading.Store(true)
-		m.reapLoop(ctx)
-		m.leading.Store(false)
-		m.log.Info("no longer elected: expiry and reaping stopped here")
-	}
-	if err := m.cfg.Elect(ctx, lead); err != nil && ctx.Err() == nil {
-		m.log.Error("leader election ended: expiry and reaping do not run on this replica", "err", err)
-	}
-}
-
-// reapLoop runs reapOnce every ReapInterval until ctx ends.
+// reapLoop runs reapOnce every ReapInterval until ctx ends: always, or
+// with FleetConfig.Elect only while this replica is the elected one
+// (fleet.runReaper, replicas.go).
 func (m *Manager) reapLoop(ctx context.Context) {
 	periodic.Run(ctx, m.cfg.ReapInterval, func(context.Context) { m.reapOnce() })
 }
@@ -66,7 +48,7 @@ func (m *Manager) reapOnce() {
 				pauses = append(pauses, m.pauser.idlePauseLocked(e, why))
 				l, rev := e.snapshot()
 				snaps = append(snaps, snap{l, rev})
-			} else if e.activityDirty && real.Sub(e.activityWritten) >= m.cfg.ActivityFlushInterval {
+			} else if e.activityDirty && real.Sub(e.activityWritten) >= m.cfg.Fleet.ActivityFlushInterval {
 				e.activityDirty, e.activityWritten = false, real
 				e.rev++
 				l, rev := e.snapshot()

@@ -72,7 +72,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	m.mu.Lock()
 	now := m.now()
 	for _, e := range m.leases {
-		if !m.homeLocked(e) {
+		if !m.fleet.homeLocked(e) {
 			continue // another replica's (replicas.go)
 		}
 		a := plan(&e.l, observed{
@@ -127,7 +127,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	m.mu.Lock()
 	for id, e := range m.leases {
 		switch {
-		case !m.homeLocked(e):
+		case !m.fleet.homeLocked(e):
 			continue // another replica's (replicas.go)
 		case failed[id]:
 			// left for the reaper (RELEASING or ended and uncleaned)
@@ -381,7 +381,7 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 		}
 	}
 	e := m.leases[id]
-	if e == nil || !m.homeLocked(e) || e.l.State.Ended() && e.l.Cleaned {
+	if e == nil || !m.fleet.homeLocked(e) || e.l.State.Ended() && e.l.Cleaned {
 		m.mu.Unlock()
 		return
 	}
@@ -389,7 +389,7 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 	m.mu.Unlock()
 	// Another replica may have released or expired it (and removed its
 	// sandbox) with the feed still on its way (replicas.go).
-	m.refreshShared(id)
+	m.fleet.refreshShared(id)
 	o := observed{trigger: trigEvent}
 	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	boxes, err := m.rt.List(gctx, runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID, runtime.LabelLease: id})
@@ -460,7 +460,7 @@ func (m *Manager) resync(ctx context.Context) {
 	m.mu.Lock()
 	now := m.now()
 	for _, e := range m.leases {
-		if !m.homeLocked(e) {
+		if !m.fleet.homeLocked(e) {
 			continue // its home replica resyncs it (replicas.go)
 		}
 		o := observed{

@@ -3,6 +3,9 @@ package lease
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth/internal/periodic"
@@ -18,11 +21,58 @@ import (
 //     only one that acts on its sandbox's runtime events, restarts it,
 //     measures its disk and reconciles it at start (homeLocked); a
 //     replica restarted under its instance id takes its leases back;
-//   - the elected replica (Config.Elect) expires, reaps and purges every
-//     lease; the others only write the activity they saw (runReaper);
+//   - the elected replica (FleetConfig.Elect) expires, reaps and purges
+//     every lease; the others only write the activity they saw
+//     (runReaper, flushActivityLoop);
 //   - one live lease per conversation fleet-wide: the creator takes the
 //     conversation's lock before it records the lease, and a replica that
 //     finds the lock taken joins the holder's lease (acquireShared).
+//
+// The fleet does it; Config.Fleet configures it.
+
+// FleetConfig configures how a Manager serves one fleet with other
+// replicas (replicas.go): the election of the replica that runs the
+// reaper, and the writes of activity. Zero fields take the defaults
+// (DefaultFleetConfig).
+type FleetConfig struct {
+	// Elect, when set, runs the reaper (expiry, idle pauses, the removal
+	// queue, purging) only while this replica is elected among the
+	// orchestrators that serve one fleet: Elect calls lead while this
+	// replica leads, with a context that ends when it stops leading, and
+	// returns when ctx ends (kubernetes.Runtime.RunLeader). Default nil:
+	// the reaper always runs.
+	Elect func(ctx context.Context, lead func(ctx context.Context)) error
+	// ActivityFlushInterval is the least time between two writes of a
+	// lease's LastActivityAt caused by Touch: by the reaper (a lone
+	// replica, or the elected one) and, with a SharedStore, by the
+	// replicas that are not elected. Default 5s.
+	ActivityFlushInterval time.Duration
+}
+
+// DefaultFleetConfig returns the defaults of FleetConfig.
+func DefaultFleetConfig() FleetConfig {
+	return FleetConfig{ActivityFlushInterval: 5 * time.Second}
+}
+
+// withDefaults returns c with its zero fields taken from
+// DefaultFleetConfig, validated.
+func (c FleetConfig) withDefaults() (FleetConfig, error) {
+	d := DefaultFleetConfig()
+	if c.ActivityFlushInterval == 0 {
+		c.ActivityFlushInterval = d.ActivityFlushInterval
+	}
+	return c, c.Validate()
+}
+
+// Validate reports the first field that cannot work (an
+// errdefs.ErrInvalidArgument naming it): ActivityFlushInterval must not be
+// negative.
+func (c FleetConfig) Validate() error {
+	if c.ActivityFlushInterval < 0 {
+		return errdefs.InvalidArgument("interval", "durations must not be negative")
+	}
+	return nil
+}
 
 // remoteJoinWait bounds how long an acquire waits for the record of a lease
 // another replica locked the conversation for: past it, a lock whose
@@ -30,11 +80,111 @@ import (
 // and the record).
 var remoteJoinWait = 10 * time.Second
 
+// fleetHost is what the fleet needs from the Manager; *Manager implements
+// it. Every method ending in Locked is called with the Manager's mu held;
+// the others without it.
+type fleetHost interface {
+	// applyRemote puts a record another replica wrote (or deleted) into
+	// memory (below: the Manager's side of the fleet). Takes mu.
+	applyRemote(l Lease, deleted bool)
+	// usableLocked reports why no acquire may start now (manager.go).
+	usableLocked() error
+	// startCreateID creates lease id for req (acquire.go). Takes mu,
+	// which the caller holds: it returns with mu released.
+	startCreateID(ctx context.Context, req AcquireRequest, id string) (Lease, error)
+	// Get returns a lease (manager.go).
+	Get(ctx context.Context, id string) (Lease, error)
+	// persistAll writes snapshots of leases (manager.go).
+	persistAll(snaps []snap)
+	// goBackground runs f in a goroutine Close waits for (manager.go).
+	goBackground(f func())
+	// now is the lease clock (manager.go).
+	now() time.Time
+}
+
+// fleet is a Manager's part in a fleet of replicas (see the top of this
+// file): without a SharedStore (shared nil) it only runs the reaper,
+// under FleetConfig.Elect when set, and every lease is at home here.
+//
+// Locking is the Manager's: mu is the Manager's mu, which guards leases
+// and byConv (the Manager's maps, read and written with mu held). Every
+// method ending in Locked is called with mu held and does not release it;
+// the others are called without mu and take it themselves (startCreateID
+// is entered with mu held, as Acquire does, and releases it).
+type fleet struct {
+	cfg FleetConfig
+	// shared is the Manager's Store when it is a SharedStore (several
+	// replicas, one fleet); nil otherwise.
+	shared SharedStore
+	host   fleetHost
+	log    *slog.Logger
+	// instanceID is Config.InstanceID (homeLocked); readyTimeout
+	// Config.ReadyTimeout (awaitRemotePending); reapInterval
+	// Config.ReapInterval (flushActivityLoop).
+	instanceID                 string
+	readyTimeout, reapInterval time.Duration
+	// leading is set while this replica runs the reaper (always without
+	// Elect).
+	leading atomic.Bool
+
+	mu     *sync.Mutex       // the Manager's
+	leases map[string]*entry // the Manager's, read with mu held
+	byConv map[string]*entry // the Manager's, read with mu held
+}
+
+// newFleet returns the fleet part of a Manager: cfg has its defaults
+// applied; mu, leases and byConv are the Manager's. Warm pools are refused
+// with a SharedStore.
+func newFleet(cfg Config, host fleetHost, mu *sync.Mutex, leases, byConv map[string]*entry) (*fleet, error) {
+	f := &fleet{cfg: cfg.Fleet, host: host, log: cfg.Logger, instanceID: cfg.InstanceID,
+		readyTimeout: cfg.ReadyTimeout, reapInterval: cfg.ReapInterval, mu: mu, leases: leases, byConv: byConv}
+	if ss, ok := cfg.Store.(SharedStore); ok {
+		if len(cfg.Pools.Pools) > 0 {
+			return nil, errdefs.InvalidArgument("pools", "warm pools are not supported with a lease store shared by several replicas (a claim brings its own lease id, which the conversation lock cannot name)")
+		}
+		f.shared = ss
+	}
+	return f, nil
+}
+
+// start starts the loops of a shared store (the feed from the other
+// replicas, the activity writes) until ctx ends; nothing without one.
+func (f *fleet) start(ctx context.Context) {
+	if f.shared == nil {
+		return
+	}
+	f.host.goBackground(func() { f.subscribeShared(ctx) })
+	f.host.goBackground(func() { f.flushActivityLoop(ctx) })
+}
+
+// runReaper runs reapLoop until ctx ends: always, or with
+// FleetConfig.Elect only while this replica is the elected one.
+func (f *fleet) runReaper(ctx context.Context, reapLoop func(context.Context)) {
+	if f.cfg.Elect == nil {
+		f.leading.Store(true)
+		reapLoop(ctx)
+		return
+	}
+	lead := func(ctx context.Context) {
+		f.log.Info("elected: this replica runs expiry and reaping")
+		f.leading.Store(true)
+		reapLoop(ctx)
+		f.leading.Store(false)
+		f.log.Info("no longer elected: expiry and reaping stopped here")
+	}
+	if err := f.cfg.Elect(ctx, lead); err != nil && ctx.Err() == nil {
+		f.log.Error("leader election ended: expiry and reaping do not run on this replica", "err", err)
+	}
+}
+
 // homeLocked reports whether this replica is e's home: always without a
 // SharedStore. Called with mu held.
-func (m *Manager) homeLocked(e *entry) bool {
-	return m.shared == nil || e.l.Instance == "" || e.l.Instance == m.cfg.InstanceID
+func (f *fleet) homeLocked(e *entry) bool {
+	return f.shared == nil || e.l.Instance == "" || e.l.Instance == f.instanceID
 }
+
+// homeLocked is the fleet's (diskHost). Called with mu held.
+func (m *Manager) homeLocked(e *entry) bool { return m.fleet.homeLocked(e) }
 
 // acquireShared is Acquire's path for a conversation with no live lease in
 // memory when the store is shared: it locks the conversation for a new
@@ -43,36 +193,36 @@ func (m *Manager) homeLocked(e *entry) bool {
 // replica's, through Subscribe) and reports retry, so that Acquire looks
 // again and joins it. A lock left by a lease that ended, or whose record
 // never appears, is taken over. Called without mu.
-func (m *Manager) acquireShared(ctx context.Context, req AcquireRequest) (l Lease, retry bool, err error) {
-	id := newID(m.now())
-	holder, err := m.shared.LockConversation(ctx, req.Owner, req.ConversationID, id)
+func (f *fleet) acquireShared(ctx context.Context, req AcquireRequest) (l Lease, retry bool, err error) {
+	id := newID(f.host.now())
+	holder, err := f.shared.LockConversation(ctx, req.Owner, req.ConversationID, id)
 	if err != nil {
 		return Lease{}, false, wrapf(err, "acquire: lock conversation %q", req.ConversationID)
 	}
 	if holder != id {
-		took, err := m.awaitHolder(ctx, req, holder, id)
+		took, err := f.awaitHolder(ctx, req, holder, id)
 		if err != nil || !took {
 			return Lease{}, !took, err
 		}
 	}
-	m.mu.Lock()
-	if err := m.usableLocked(); err != nil {
-		m.mu.Unlock()
-		m.unlockConversation(req.Owner, req.ConversationID, id)
+	f.mu.Lock()
+	if err := f.host.usableLocked(); err != nil {
+		f.mu.Unlock()
+		f.unlockConversation(req.Owner, req.ConversationID, id)
 		return Lease{}, false, err
 	}
-	if e := m.byConv[convKey(req.Owner, req.ConversationID)]; e != nil {
+	if e := f.byConv[convKey(req.Owner, req.ConversationID)]; e != nil {
 		// A lease of this conversation appeared in memory meanwhile (fed
 		// from a replica that took the lock before it was ours): join it.
-		m.mu.Unlock()
-		m.unlockConversation(req.Owner, req.ConversationID, id)
+		f.mu.Unlock()
+		f.unlockConversation(req.Owner, req.ConversationID, id)
 		return Lease{}, true, nil
 	}
-	l, err = m.startCreateID(ctx, req, id)
+	l, err = f.host.startCreateID(ctx, req, id) // releases mu
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		// Nothing was created, or the lease FAILED: free the conversation.
-		if _, gerr := m.Get(ctx, id); gerr != nil {
-			m.unlockConversation(req.Owner, req.ConversationID, id)
+		if _, gerr := f.host.Get(ctx, id); gerr != nil {
+			f.unlockConversation(req.Owner, req.ConversationID, id)
 		}
 	}
 	return l, false, err
@@ -83,33 +233,33 @@ func (m *Manager) acquireShared(ctx context.Context, req AcquireRequest) (l Leas
 // conversation up again and joins it. A holder that is ended, or whose
 // record does not appear within remoteJoinWait, left a stale lock: it is
 // replaced by id (took=true) unless a third replica replaced it first.
-func (m *Manager) awaitHolder(ctx context.Context, req AcquireRequest, holder, id string) (took bool, err error) {
+func (f *fleet) awaitHolder(ctx context.Context, req AcquireRequest, holder, id string) (took bool, err error) {
 	deadline := time.Now().Add(remoteJoinWait)
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
-		m.mu.Lock()
-		e := m.leases[holder]
+		f.mu.Lock()
+		e := f.leases[holder]
 		live := e != nil && holdsConversation(e.l.State)
 		ended := e != nil && !live
-		m.mu.Unlock()
+		f.mu.Unlock()
 		switch {
 		case live:
 			return false, nil
 		case ended || time.Now().After(deadline):
 			if e == nil {
 				// Not in memory yet: ask the store before calling it stale.
-				if sl, gerr := m.store.Get(holder); gerr == nil && holdsConversation(sl.State) {
-					m.applyRemote(sl, false)
+				if sl, gerr := f.shared.Get(holder); gerr == nil && holdsConversation(sl.State) {
+					f.host.applyRemote(sl, false)
 					return false, nil
 				}
 			}
-			ok, err := m.shared.TakeConversation(ctx, req.Owner, req.ConversationID, holder, id)
+			ok, err := f.shared.TakeConversation(ctx, req.Owner, req.ConversationID, holder, id)
 			if err != nil {
 				return false, wrapf(err, "acquire: take over the lock of conversation %q from lease %s", req.ConversationID, holder)
 			}
 			if ok {
-				m.log.Info("took over a stale conversation lock", "conversation_id", req.ConversationID, "stale_lease_id", holder, "lease_id", id)
+				f.log.Info("took over a stale conversation lock", "conversation_id", req.ConversationID, "stale_lease_id", holder, "lease_id", id)
 			}
 			return ok, nil
 		}
@@ -123,30 +273,30 @@ func (m *Manager) awaitHolder(ctx context.Context, req AcquireRequest, holder, i
 
 // unlockConversation frees the conversation's lock held by lease id, in the
 // background and bounded (a lock left behind is taken over by the next
-// acquire of the conversation).
-func (m *Manager) unlockConversation(owner, conversation, id string) {
-	if m.shared == nil {
+// acquire of the conversation). Nothing without a SharedStore.
+func (f *fleet) unlockConversation(owner, conversation, id string) {
+	if f.shared == nil {
 		return
 	}
-	m.goBackground(func() {
+	f.host.goBackground(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := m.shared.UnlockConversation(ctx, owner, conversation, id); err != nil {
-			m.log.Warn("freeing the conversation lock failed; the next acquire takes it over", "lease_id", id, "conversation_id", conversation, "err", err)
+		if err := f.shared.UnlockConversation(ctx, owner, conversation, id); err != nil {
+			f.log.Warn("freeing the conversation lock failed; the next acquire takes it over", "lease_id", id, "conversation_id", conversation, "err", err)
 		}
 	})
 }
 
 // subscribeShared feeds the records other replicas write into memory
 // until ctx ends, re-subscribing with backoff when the feed fails.
-func (m *Manager) subscribeShared(ctx context.Context) {
+func (f *fleet) subscribeShared(ctx context.Context) {
 	bo := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := m.shared.Subscribe(ctx, m.applyRemote)
+		err := f.shared.Subscribe(ctx, f.host.applyRemote)
 		if ctx.Err() != nil {
 			return
 		}
-		m.log.Warn("lease feed from the other replicas ended; re-subscribing", "err", err, "retry_in", bo)
+		f.log.Warn("lease feed from the other replicas ended; re-subscribing", "err", err, "retry_in", bo)
 		select {
 		case <-ctx.Done():
 			return
@@ -158,7 +308,9 @@ func (m *Manager) subscribeShared(ctx context.Context) {
 
 // applyRemote puts a record another replica wrote (or deleted) into
 // memory, with the bookkeeping a local transition does: counts, the
-// conversation index, the ended channel, Watch subscribers.
+// conversation index, the ended channel, Watch subscribers. It is the
+// Manager's side of the fleet (fleetHost): the Manager's own memory, which
+// the fleet feeds. Called without mu.
 func (m *Manager) applyRemote(l Lease, deleted bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -243,17 +395,17 @@ func (m *Manager) applyRemote(l Lease, deleted bool) {
 // refreshShared reads lease id from the shared store and applies it, so a
 // home replica acting on a runtime event sees a release or expiry another
 // replica wrote but whose feed has not arrived yet.
-func (m *Manager) refreshShared(id string) {
-	if m.shared == nil || id == "" {
+func (f *fleet) refreshShared(id string) {
+	if f.shared == nil || id == "" {
 		return
 	}
-	l, err := m.store.Get(id)
+	l, err := f.shared.Get(id)
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
 	case err != nil:
-		m.log.Warn("reading a lease record before acting on its sandbox's event failed", "lease_id", id, "err", err)
-	case l.Instance != "" && l.Instance != m.cfg.InstanceID, l.State != StateReady:
-		m.applyRemote(l, false)
+		f.log.Warn("reading a lease record before acting on its sandbox's event failed", "lease_id", id, "err", err)
+	case l.Instance != "" && l.Instance != f.instanceID, l.State != StateReady:
+		f.host.applyRemote(l, false)
 	}
 }
 
@@ -261,47 +413,47 @@ func (m *Manager) refreshShared(id string) {
 // its proxy recorded (Touch): the elected replica's idle timeouts read it
 // from the store. It runs until ctx ends; a pass does nothing while this
 // replica leads (the reaper flushes then).
-func (m *Manager) flushActivityLoop(ctx context.Context) {
-	periodic.Run(ctx, m.cfg.ReapInterval, func(context.Context) {
-		if m.leading.Load() {
+func (f *fleet) flushActivityLoop(ctx context.Context) {
+	periodic.Run(ctx, f.reapInterval, func(context.Context) {
+		if f.leading.Load() {
 			return
 		}
 		real := time.Now()
 		var snaps []snap
-		m.mu.Lock()
-		for _, e := range m.leases {
-			if e.l.State == StateReady && e.activityDirty && real.Sub(e.activityWritten) >= m.cfg.ActivityFlushInterval {
+		f.mu.Lock()
+		for _, e := range f.leases {
+			if e.l.State == StateReady && e.activityDirty && real.Sub(e.activityWritten) >= f.cfg.ActivityFlushInterval {
 				e.activityDirty, e.activityWritten = false, real
 				e.rev++
 				l, rev := e.snapshot()
 				snaps = append(snaps, snap{l, rev})
 			}
 		}
-		m.mu.Unlock()
-		m.persistAll(snaps)
+		f.mu.Unlock()
+		f.host.persistAll(snaps)
 	})
 }
 
 // awaitRemotePending waits until lease id, which another replica is
 // creating, is no longer PENDING here (its outcome arrived through the
 // feed), bounded by twice Config.ReadyTimeout.
-func (m *Manager) awaitRemotePending(ctx context.Context, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*m.cfg.ReadyTimeout)
+func (f *fleet) awaitRemotePending(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*f.readyTimeout)
 	defer cancel()
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
-		m.mu.Lock()
-		e := m.leases[id]
+		f.mu.Lock()
+		e := f.leases[id]
 		pending := e != nil && e.l.State == StatePending
-		m.mu.Unlock()
+		f.mu.Unlock()
 		if !pending {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return errdefs.Unavailable("lease %s is still being created by another replica after %s", id, 2*m.cfg.ReadyTimeout)
+				return errdefs.Unavailable("lease %s is still being created by another replica after %s", id, 2*f.readyTimeout)
 			}
 			return ctx.Err()
 		case <-t.C:

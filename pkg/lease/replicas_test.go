@@ -2,7 +2,9 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -197,7 +199,7 @@ func (el *election) set(leader string) {
 	el.mu.Unlock()
 }
 
-// elect is a Config.Elect for replica name.
+// elect is a FleetConfig.Elect for replica name.
 func (el *election) elect(name string) func(context.Context, func(context.Context)) error {
 	return func(ctx context.Context, lead func(context.Context)) error {
 		for {
@@ -236,8 +238,8 @@ type replica struct {
 func startReplica(t *testing.T, f *memFleet, rt *fakeRuntime, el *election, name string) *replica {
 	t.Helper()
 	cfg := Config{InstanceID: name, Secret: testSecret, Store: f.view(name), Runtime: rt,
-		ReapInterval: 20 * time.Millisecond, Restart: RestartConfig{Delay: 10 * time.Millisecond}, ActivityFlushInterval: 10 * time.Millisecond,
-		Elect: el.elect(name)}
+		ReapInterval: 20 * time.Millisecond, Restart: RestartConfig{Delay: 10 * time.Millisecond},
+		Fleet: FleetConfig{Elect: el.elect(name), ActivityFlushInterval: 10 * time.Millisecond}}
 	m, cancel := startManager(t, cfg)
 	r := &replica{m: m, cancel: cancel}
 	t.Cleanup(r.stop)
@@ -436,5 +438,20 @@ func TestReplicasStaleRecordIgnored(t *testing.T) {
 	}
 	if _, ok := f.lockOf("", "c1"); ok {
 		t.Fatal("the conversation lock came back")
+	}
+}
+
+// TestFleetConfigDefaults checks FleetConfig's defaults and the field its
+// error names.
+func TestFleetConfigDefaults(t *testing.T) {
+	got, err := FleetConfig{}.withDefaults()
+	if err != nil || got.Elect != nil || got.ActivityFlushInterval != DefaultFleetConfig().ActivityFlushInterval || got.ActivityFlushInterval != 5*time.Second {
+		t.Fatalf("zero config = %+v, %v; want the defaults", got, err)
+	}
+	if got, _ := (FleetConfig{ActivityFlushInterval: time.Second}).withDefaults(); got.ActivityFlushInterval != time.Second {
+		t.Fatalf("set interval = %+v, want kept", got)
+	}
+	if _, err := (FleetConfig{ActivityFlushInterval: -time.Second}).withDefaults(); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "interval") {
+		t.Errorf("negative interval: err = %v, want an invalid argument naming interval", err)
 	}
 }

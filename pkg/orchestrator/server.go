@@ -87,7 +87,7 @@ func loadSecret(ctx context.Context, cfg Config, c Cluster) ([]byte, error) {
 	return lease.LoadOrCreateSecret(filepath.Join(cfg.DataDir, lease.SecretFileName))
 }
 
-// electorOf returns lease.Config.Elect for c, nil without a cluster (one
+// electorOf returns lease.FleetConfig.Elect for c, nil without a cluster (one
 // orchestrator per host: its reaper always runs).
 func electorOf(c Cluster, identity string) func(context.Context, func(context.Context)) error {
 	if c == nil {
@@ -156,7 +156,7 @@ func New(ctx context.Context, cfg Config, p Platform, log *slog.Logger) (*Server
 		Volumes:           leaseVolumes(cfg),                    // volumes.go
 		Snapshots:         cfg.Snapshots,                        // snapshots.go
 		Pools:             cfg.leasePools(newAgentConfigurer()), // config.go, agentconfig.go, docs/pools.md
-		Elect:             electorOf(p.Cluster, instance),
+		Fleet:             lease.FleetConfig{Elect: electorOf(p.Cluster, instance)},
 		Logger:            log.With("component", "lease"),
 	})
 	if err != nil {

@@ -87,7 +87,7 @@ func (r *Runtime) RunElected(ctx context.Context, e Election, lead func(ctx cont
 // orchestrators of the namespace (RunElected over the DefaultLeaderLease
 // Lease, client-go's usual timings, the Lease released on shutdown so that
 // another replica takes over at once), until ctx ends. identity names the
-// replica (its instance id). It is the lease manager's Config.Elect: expiry
+// replica (its instance id). It is the lease manager's FleetConfig.Elect: expiry
 // and reaping run on one replica at a time.
 func (r *Runtime) RunLeader(ctx context.Context, identity string, lead func(ctx context.Context)) error {
 	return r.RunElected(ctx, Election{Lease: r.cfg.LeaderLease, Identity: identity, LeaseDuration: r.cfg.LeaderLeaseDuration,
