@@ -15,7 +15,7 @@ import (
 
 func TestAcquireMaxResources(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
-		c.MaxResources = runtime.Resources{NanoCPUs: 4e9, MemoryBytes: 8 << 30, PidsLimit: 4096, DiskBytes: 100 << 30}
+		c.Admission.MaxResources = runtime.Resources{NanoCPUs: 4e9, MemoryBytes: 8 << 30, PidsLimit: 4096, DiskBytes: 100 << 30}
 	})
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -47,7 +47,7 @@ func TestAcquireMaxResources(t *testing.T) {
 }
 
 func TestAcquireEnvLabelsPortsBounds(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxEnvBytes = 1000; c.MaxLabels = 2; c.MaxPublicPorts = 1 })
+	h := newHarness(t, func(c *Config) { c.Admission.MaxEnvBytes = 1000; c.Admission.MaxLabels = 2; c.Admission.MaxPublicPorts = 1 })
 	ctx := context.Background()
 	// 998 bytes of KEY=VALUE plus separators: exactly 1000.
 	ok := map[string]string{"A": strings.Repeat("x", 500), "B": strings.Repeat("y", 494)}
@@ -83,7 +83,7 @@ func TestAcquireEnvLabelsPortsBounds(t *testing.T) {
 func TestImageAllowlist(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
 		c.DefaultImage = "registry.local/default:1"
-		c.AllowedImages = []string{"berth/", "debian", "docker.io/library/alpine"}
+		c.Admission.AllowedImages = []string{"berth/", "debian", "docker.io/library/alpine"}
 	})
 	ctx := context.Background()
 	for _, img := range []string{"berth/base", "berth/base:latest", "docker.io/berth/minimal", "berth/x/y@sha256:" + strings.Repeat("a", 64),
@@ -111,14 +111,14 @@ func TestImageAllowlist(t *testing.T) {
 		}
 	}
 	// "*" allows every image.
-	all := newHarness(t, func(c *Config) { c.AllowedImages = []string{"*"} })
+	all := newHarness(t, func(c *Config) { c.Admission.AllowedImages = []string{"*"} })
 	if _, _, _, err := all.m.Acquire(ctx, AcquireRequest{ConversationID: "any", Image: "ubuntu:24.04"}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestPerOwnerLiveLimit(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxLivePerOwner = 2 })
+	h := newHarness(t, func(c *Config) { c.Admission.MaxLivePerOwner = 2 })
 	ctx := context.Background()
 	acq := func(owner, conv string, noLimit bool) (Lease, error) {
 		l, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: conv, Owner: owner, NoOwnerLimit: noLimit})
@@ -251,7 +251,7 @@ func TestOldStoreOpens(t *testing.T) {
 }
 
 func TestEndedRecordsPerOwnerBounded(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxEndedPerOwner = 3 })
+	h := newHarness(t, func(c *Config) { c.Admission.MaxEndedPerOwner = 3 })
 	ctx := context.Background()
 	var alice []string
 	for i := range 6 {

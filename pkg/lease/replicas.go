@@ -169,7 +169,7 @@ func (m *Manager) applyRemote(l Lease, deleted bool) {
 		}
 		delete(m.leases, l.ID)
 		m.counts[e.l.State]--
-		m.trackLiveLocked(e.l.Owner, e.l.State, StateUnspecified)
+		m.admit.trackLiveLocked(e.l.Owner, e.l.State, StateUnspecified)
 		if key := convKey(e.l.Owner, e.l.ConversationID); m.byConv[key] == e {
 			delete(m.byConv, key)
 		}
@@ -216,7 +216,7 @@ func (m *Manager) applyRemote(l Lease, deleted bool) {
 		delete(m.counts, StateUnspecified)
 	}
 	m.counts[l.State]++
-	m.trackLiveLocked(l.Owner, from, l.State)
+	m.admit.trackLiveLocked(l.Owner, from, l.State)
 	if l.State == StateReady || l.State == StatePaused {
 		m.seq++
 		e.readySeq = m.seq
