@@ -47,7 +47,11 @@ func TestAcquireMaxResources(t *testing.T) {
 }
 
 func TestAcquireEnvLabelsPortsBounds(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Admission.MaxEnvBytes = 1000; c.Admission.MaxLabels = 2; c.Admission.MaxPublicPorts = 1 })
+	h := newHarness(t, func(c *Config) {
+		c.Admission.MaxEnvBytes = 1000
+		c.Admission.MaxLabels = 2
+		c.Admission.MaxPublicPorts = 1
+	})
 	ctx := context.Background()
 	// 998 bytes of KEY=VALUE plus separators: exactly 1000.
 	ok := map[string]string{"A": strings.Repeat("x", 500), "B": strings.Repeat("y", 494)}
