@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 	bolt "go.etcd.io/bbolt"
@@ -358,5 +360,52 @@ func TestAcquireWorkDir(t *testing.T) {
 	defer h.rt.mu.Unlock()
 	if n := len(h.rt.specs); n == 0 || h.rt.specs[n-1].WorkDir != "/srv/project" {
 		t.Errorf("the runtime's specs %+v do not carry the work dir", h.rt.specs)
+	}
+}
+
+// TestAdmissionConfigDefaults checks AdmissionConfig's defaults and the
+// fields its errors name.
+func TestAdmissionConfigDefaults(t *testing.T) {
+	got, err := AdmissionConfig{}.withDefaults()
+	want := AdmissionConfig{MaxLive: 100, MaxEnvBytes: 64 << 10, MaxLabels: 64, MaxPublicPorts: 16, DefaultUserImages: []string{"berth/"}}
+	if err != nil || !reflect.DeepEqual(got, DefaultAdmissionConfig()) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("zero config = %+v, %v; want the defaults %+v", got, err, want)
+	}
+	got, _ = AdmissionConfig{MaxLive: -1, MaxLabels: -3, MaxLivePerOwner: 2}.withDefaults()
+	if got.MaxLive != -1 || got.MaxLabels != 64 || got.MaxLivePerOwner != 2 || got.MaxEnvBytes != 64<<10 {
+		t.Fatalf("partial config = %+v", got)
+	}
+	for field, c := range map[string]AdmissionConfig{
+		"max_resources":     {MaxResources: runtime.Resources{MemoryBytes: -1}},
+		"default_resources": {DefaultResources: runtime.Resources{PidsLimit: -1}},
+	} {
+		if _, err := c.withDefaults(); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%+v: err = %v, want an invalid argument naming %s", c, err, field)
+		}
+	}
+	for field, c := range map[string]AdmissionConfig{
+		"max_env_bytes":    {MaxLabels: 1, MaxPublicPorts: 1},
+		"max_labels":       {MaxEnvBytes: 1, MaxPublicPorts: 1},
+		"max_public_ports": {MaxEnvBytes: 1, MaxLabels: 1},
+	} {
+		if err := c.Validate(); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%+v: err = %v, want an invalid argument naming %s", c, err, field)
+		}
+	}
+}
+
+// TestNetworkConfigDefaults checks NetworkConfig's default mode and that
+// Validate refuses a bad default policy and one above the ceiling.
+func TestNetworkConfigDefaults(t *testing.T) {
+	got, err := NetworkConfig{}.withDefaults()
+	if err != nil || got.Default.Mode != NetworkOpen || got.Default.Mode != DefaultNetworkConfig().Default.Mode || got.Egress != nil || got.Ceiling.Bounded() {
+		t.Fatalf("zero config = %+v, %v", got, err)
+	}
+	if _, err := (NetworkConfig{Default: NetworkPolicy{Mode: "wide"}}).withDefaults(); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "network.mode") {
+		t.Errorf("bad default mode: %v", err)
+	}
+	c := NetworkConfig{Default: NetworkPolicy{Mode: NetworkOpen}, Ceiling: NetworkCeiling{MaxMode: egress.ModeRestricted}}
+	if err := c.Validate(); !errors.Is(err, errdefs.ErrPermissionDenied) || !strings.Contains(err.Error(), "above the ceiling") {
+		t.Errorf("default above the ceiling: %v", err)
 	}
 }
