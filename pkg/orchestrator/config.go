@@ -125,7 +125,7 @@ type Config struct {
 	// clients route by the E2b-Sandbox-Id header (E2B_SANDBOX_URL).
 	E2BDomain string
 	// E2BTemplates maps E2B templateIDs to images (allowed by
-	// AllowedImages like any acquire's); "base" is berth/base unless set.
+	// Admission.AllowedImages like any acquire's); "base" is berth/base unless set.
 	E2BTemplates map[string]string
 	// Network is the Docker bridge network for sandboxes. Default "berth".
 	Network string
