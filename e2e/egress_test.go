@@ -355,7 +355,7 @@ func TestEgressContainerd(t *testing.T) {
 	o := startCtrdOrch(t, env, func(c *orchestrator.Config) {
 		c.Egress = "required"
 		c.EgressUpstreams = []string{tg.dns.Addr}
-		c.AllowedImages = []string{"berth/"}
+		c.Admission.AllowedImages = []string{"berth/"}
 	})
 	b := checkEgress(t, o.api, tg, "containerd")
 	ctr := o.mustGet(t, b.id).GetContainerId()
@@ -380,7 +380,7 @@ func TestEgressContainerd(t *testing.T) {
 	o = startCtrdOrch(t, env, func(c *orchestrator.Config) {
 		c.Egress = "required"
 		c.EgressUpstreams = []string{tg.dns.Addr}
-		c.AllowedImages = []string{"berth/"}
+		c.Admission.AllowedImages = []string{"berth/"}
 	})
 	b.a = o.api
 	b.expectName("allowed.test", tg.a1)

@@ -193,7 +193,7 @@ func TestFaults(t *testing.T) {
 // 429 and a Retry-After header.
 func TestMaxLeases(t *testing.T) {
 	dir, _ := newDataDir(t)
-	o := startOrch(t, dir, func(c *orchestrator.Config) { c.MaxLeases = 1 })
+	o := startOrch(t, dir, func(c *orchestrator.Config) { c.Admission.MaxLive = 1 })
 	first := o.mustAcquire(t, "c-max-1", noShellImage, "600s").GetLease()
 
 	st, h, b := o.mustCall(t, http.MethodPost, "/v1/leases", acquireReq{ConversationID: "c-max-2", Image: noShellImage})

@@ -571,7 +571,7 @@ func startOrch(tb testing.TB, dataDir string, mutate ...func(*orchestrator.Confi
 	cfg.DataDir = dataDir
 	cfg.AgentBinary = agentBin
 	cfg.OperatorToken = operatorToken
-	cfg.AllowedImages = append(cfg.AllowedImages, "berth-e2e/") // the images the tests build
+	cfg.Admission.AllowedImages = append(cfg.Admission.AllowedImages, "berth-e2e/") // the images the tests build
 	for _, f := range mutate {
 		f(&cfg)
 	}

@@ -29,7 +29,7 @@ const (
 // sets small per-owner snapshot limits.
 func withTenants(c *orchestrator.Config) {
 	c.Clients = append(c.Clients, orchestrator.Client{Owner: "team-a", Token: teamAToken}, orchestrator.Client{Owner: "team-b", Token: teamBToken})
-	c.AllowedImages = []string{"*"}
+	c.Admission.AllowedImages = []string{"*"}
 	c.Snapshots.MaxPerOwner = tenantMaxSnapshots
 	c.Snapshots.MaxBytesPerOwner = tenantMaxSnapshotBytes
 }

@@ -64,24 +64,24 @@ type AcquireRequest struct {
 	Env map[string]string
 	// Secrets are added to the sandbox's environment like Env (names are
 	// checked like Env's keys, may not also be in Env nor contain ',';
-	// MaxEnv and Config.MaxEnvBytes count both). Their values are never
+	// MaxEnv and AdmissionConfig.MaxEnvBytes count both). Their values are never
 	// stored: the lease records only their names (Lease.SecretNames), and
 	// the sandbox's agent masks the values in the output it returns.
 	Secrets map[string]string
-	// Resources are limits; zero fields take Config.DefaultResources.
+	// Resources are limits; zero fields take AdmissionConfig.DefaultResources.
 	Resources runtime.Resources
 	// User runs the sandbox's commands as this user of the image ("name",
-	// "uid", "name:group", "uid:gid"). Default: Config.DefaultUser for the
+	// "uid", "name:group", "uid:gid"). Default: AdmissionConfig.DefaultUser for the
 	// images it applies to, else the image's own user.
 	User string
 	// PublicPorts are preview ports (1-65535) the proxy serves without a
 	// token. Default none.
 	PublicPorts []int
 	// Network is what the sandbox may reach; nil takes
-	// Config.DefaultNetwork (see NetworkPolicy, network.go).
+	// NetworkConfig.Default (see NetworkPolicy, network.go).
 	Network *NetworkPolicy
-	// NoOwnerLimit exempts this acquire from Config.MaxLivePerOwner (the
-	// edge sets it for the operator). Config.MaxLive still applies.
+	// NoOwnerLimit exempts this acquire from AdmissionConfig.MaxLivePerOwner (the
+	// edge sets it for the operator). MaxLive still applies.
 	NoOwnerLimit bool
 	// Snapshot starts the sandbox from snapshot NAME of Owner
 	// (Snapshots.Take): a fork, with the snapshotted sandbox's files.
@@ -288,11 +288,11 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 			return req, errdefs.InvalidArgument("image", "%q is a snapshot; fork it with snapshot NAME", req.Image)
 		}
 		req.Image, userImage = ir.Ref, ir.Ref
-		if err := m.checkImage(req.Image); err != nil {
+		if err := m.admit.checkImage(req.Image); err != nil { // limits.go
 			return req, err
 		}
 	}
-	user, err := m.leaseUser(userImage, req.User)
+	user, err := m.admit.leaseUser(userImage, req.User) // user.go
 	if err != nil {
 		return req, err
 	}
@@ -314,14 +314,8 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if req.IdlePolicy, err = m.cfg.Pause.idlePolicy(m.rt, "idle_policy", req.IdlePolicy); err != nil { // pause.go
 		return req, err
 	}
-	if err := validLabels("labels", req.Labels, m.cfg.MaxLabels); err != nil {
+	if err := m.admit.checkSizes(req); err != nil { // limits.go
 		return req, err
-	}
-	if n := len(req.Env) + len(req.Secrets); n > MaxEnv {
-		return req, errdefs.InvalidArgument("env", "%d variables, at most %d", n, MaxEnv)
-	}
-	if n := envBytes(req.Env) + envBytes(req.Secrets); n > m.cfg.MaxEnvBytes {
-		return req, errdefs.InvalidArgument("env", "%d bytes in total, at most %d", n, m.cfg.MaxEnvBytes)
 	}
 	for k, v := range req.Env {
 		if err := validEnvVar("env", k, v); err != nil {
@@ -339,19 +333,18 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if err := validResources("resources", req.Resources); err != nil {
 		return req, err
 	}
-	if len(req.PublicPorts) > m.cfg.MaxPublicPorts {
-		return req, errdefs.InvalidArgument("public_ports", "%d ports, at most %d", len(req.PublicPorts), m.cfg.MaxPublicPorts)
+	if err := m.admit.checkPublicPorts(req); err != nil { // limits.go
+		return req, err
 	}
 	for _, p := range req.PublicPorts {
 		if p < 1 || p > 65535 {
 			return req, errdefs.InvalidArgument("public_ports", "port %d is not in 1-65535", p)
 		}
 	}
-	if req.Network, err = m.validNetwork(req.Network); err != nil {
+	if req.Network, err = m.cfg.Network.admit(req.Network); err != nil { // network.go
 		return req, err
 	}
-	req.Resources = req.Resources.WithDefaults(m.cfg.DefaultResources)
-	if err := m.checkMaxResources("resources", req.Resources); err != nil {
+	if req.Resources, err = m.admit.resources("resources", req.Resources); err != nil { // limits.go
 		return req, err
 	}
 	if req, err = m.vols.validateMounts(req); err != nil {
@@ -388,8 +381,8 @@ func validEnvVar(field, k, v string) error {
 // fields. A conversation whose lease is RELEASING, or ended, gets a new lease.
 //
 // Errors: errdefs.ErrInvalidArgument naming the field (also for resources
-// above Config.MaxResources); errdefs.ErrPermissionDenied naming image for
-// an image outside Config.AllowedImages; errdefs.ErrResourceExhausted with a
+// above AdmissionConfig.MaxResources); errdefs.ErrPermissionDenied naming image for
+// an image outside AdmissionConfig.AllowedImages; errdefs.ErrResourceExhausted with a
 // RetryAfter hint when MaxLive leases, or MaxLivePerOwner leases of the
 // owner, are live; the runtime's error, category preserved (e.g. NotFound
 // for a missing image), when the sandbox could not be created — the lease
@@ -515,7 +508,7 @@ func (m *Manager) startCreate(ctx context.Context, req AcquireRequest) (Lease, e
 // lock names, and no pool is claimed from (a claim brings its own id).
 // Called with m.mu held; it releases m.mu.
 func (m *Manager) startCreateID(ctx context.Context, req AcquireRequest, id string) (Lease, error) {
-	if err := m.checkLiveLimitsLocked(req); err != nil {
+	if err := m.admit.checkLiveLimitsLocked(req); err != nil { // limits.go
 		m.mu.Unlock()
 		return Lease{}, err
 	}
@@ -555,27 +548,6 @@ func (m *Manager) startCreateID(ctx context.Context, req AcquireRequest, id stri
 		m.create(context.WithoutCancel(ctx), runCtx, e)
 	}()
 	return awaitCreate(ctx, call)
-}
-
-// checkLiveLimitsLocked refuses a new lease for req when Config.MaxLive
-// leases, or Config.MaxLivePerOwner leases of req.Owner, are live, with a
-// RetryAfterError. Called with m.mu held.
-func (m *Manager) checkLiveLimitsLocked(req AcquireRequest) error {
-	if m.cfg.MaxLive >= 0 && m.liveCountLocked() >= m.cfg.MaxLive {
-		after := m.retryHintLocked()
-		return &RetryAfterError{
-			Err:   errdefs.ResourceExhausted("%d live leases, the maximum is %d; retry after %s", m.liveCountLocked(), m.cfg.MaxLive, after),
-			After: after,
-		}
-	}
-	if m.cfg.MaxLivePerOwner > 0 && !req.NoOwnerLimit && m.ownerLiveLocked(req.Owner) >= m.cfg.MaxLivePerOwner {
-		after := m.retryHintForLocked(func(l *Lease) bool { return l.Owner == req.Owner })
-		return &RetryAfterError{
-			Err:   errdefs.ResourceExhausted("owner %q has %d live leases, the maximum per owner is %d; retry after %s", req.Owner, m.ownerLiveLocked(req.Owner), m.cfg.MaxLivePerOwner, after),
-			After: after,
-		}
-	}
-	return nil
 }
 
 // addPendingLocked records a new PENDING lease for req, with its creation
@@ -657,7 +629,7 @@ func (m *Manager) abandon(e *entry, err error) {
 	}
 	delete(m.leases, e.l.ID)
 	m.counts[e.l.State]--
-	m.trackLiveLocked(e.l.Owner, e.l.State, StateUnspecified)
+	m.admit.trackLiveLocked(e.l.Owner, e.l.State, StateUnspecified)
 	e.call.err = wrapf(err, "acquire: persist lease %s", e.l.ID)
 	close(e.call.done)
 	e.call = nil
@@ -682,9 +654,9 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 		Resources:      e.l.Resources,
 		ReadyTimeout:   m.cfg.ReadyTimeout,
 		User:           e.l.User,
-		DenyRootUser:   m.cfg.DenyRootUser,
+		DenyRootUser:   m.cfg.Admission.DenyRootUser,
 		Mounts:         m.vols.specMounts(&e.l), // volumes.go
-		DNS:            m.sandboxDNS(),          // network.go
+		DNS:            m.cfg.Network.dns(),     // network.go
 		WorkDir:        e.l.WorkDir,
 	}
 	if a := e.l.App; a != nil {
@@ -791,39 +763,4 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 			_ = m.cleanup(runCtx, id)
 		}
 	}
-}
-
-// retryHintLocked estimates when a live slot frees up: soon if a lease is
-// being released, else when the first READY lease expires; between 1s and 30s.
-func (m *Manager) retryHintLocked() time.Duration {
-	if m.counts[StateReleasing] > 0 {
-		return time.Second
-	}
-	return m.retryHintForLocked(func(*Lease) bool { return true })
-}
-
-// retryHintForLocked is retryHintLocked over the leases that match: soon if
-// one is being released, else when the first READY one expires; between 1s
-// and 30s.
-func (m *Manager) retryHintForLocked(match func(*Lease) bool) time.Duration {
-	const lo, hi = time.Second, 30 * time.Second
-	now := m.now()
-	best := hi
-	for _, e := range m.leases {
-		if !match(&e.l) {
-			continue
-		}
-		if e.l.State == StateReleasing {
-			return lo
-		}
-		if e.l.State != StateReady {
-			continue
-		}
-		d := e.l.ExpiresAt.Sub(now)
-		if e.l.IdleTimeout > 0 {
-			d = min(d, e.l.LastActivityAt.Add(e.l.IdleTimeout).Sub(now))
-		}
-		best = min(best, d)
-	}
-	return max(lo, best.Round(time.Second))
 }

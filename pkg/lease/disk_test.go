@@ -18,7 +18,7 @@ func diskHarness(t *testing.T, grace time.Duration, tweak func(*Config)) *harnes
 	return newHarness(t, func(c *Config) {
 		c.Disk.Interval = 40 * time.Millisecond
 		c.Disk.Grace = grace
-		c.DefaultResources.DiskBytes = 10 * mib
+		c.Admission.DefaultResources.DiskBytes = 10 * mib
 		if tweak != nil {
 			tweak(c)
 		}

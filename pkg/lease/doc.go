@@ -21,7 +21,7 @@
 // started again with its files (see Config.Restart); an OOM kill of
 // one of its processes does not change the lease at all. RELEASED, EXPIRED and FAILED are
 // ended and final. PENDING, READY, PAUSED and RELEASING are live (they count
-// against Config.MaxLive). Every transition is appended to
+// against AdmissionConfig.MaxLive). Every transition is appended to
 // Lease.Transitions with its reason and time; the lease's State, Reason and
 // UpdatedAt follow the last one. An illegal transition is a bug and fails
 // with errdefs.ErrFailedPrecondition.

@@ -11,7 +11,7 @@ import (
 
 // RetryAfterError is an error that carries a hint of when a retry may
 // succeed. Acquire returns one (wrapping errdefs.ErrResourceExhausted) when
-// Config.MaxLive is reached; edges map it to gRPC RESOURCE_EXHAUSTED with a
+// AdmissionConfig.MaxLive is reached; edges map it to gRPC RESOURCE_EXHAUSTED with a
 // RetryInfo detail, and to HTTP 429 with a Retry-After header.
 type RetryAfterError struct {
 	// Err is the underlying error; errors.Is sees through to it.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 	bolt "go.etcd.io/bbolt"
@@ -15,7 +17,7 @@ import (
 
 func TestAcquireMaxResources(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
-		c.MaxResources = runtime.Resources{NanoCPUs: 4e9, MemoryBytes: 8 << 30, PidsLimit: 4096, DiskBytes: 100 << 30}
+		c.Admission.MaxResources = runtime.Resources{NanoCPUs: 4e9, MemoryBytes: 8 << 30, PidsLimit: 4096, DiskBytes: 100 << 30}
 	})
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -47,7 +49,11 @@ func TestAcquireMaxResources(t *testing.T) {
 }
 
 func TestAcquireEnvLabelsPortsBounds(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxEnvBytes = 1000; c.MaxLabels = 2; c.MaxPublicPorts = 1 })
+	h := newHarness(t, func(c *Config) {
+		c.Admission.MaxEnvBytes = 1000
+		c.Admission.MaxLabels = 2
+		c.Admission.MaxPublicPorts = 1
+	})
 	ctx := context.Background()
 	// 998 bytes of KEY=VALUE plus separators: exactly 1000.
 	ok := map[string]string{"A": strings.Repeat("x", 500), "B": strings.Repeat("y", 494)}
@@ -83,7 +89,7 @@ func TestAcquireEnvLabelsPortsBounds(t *testing.T) {
 func TestImageAllowlist(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
 		c.DefaultImage = "registry.local/default:1"
-		c.AllowedImages = []string{"berth/", "debian", "docker.io/library/alpine"}
+		c.Admission.AllowedImages = []string{"berth/", "debian", "docker.io/library/alpine"}
 	})
 	ctx := context.Background()
 	for _, img := range []string{"berth/base", "berth/base:latest", "docker.io/berth/minimal", "berth/x/y@sha256:" + strings.Repeat("a", 64),
@@ -111,14 +117,14 @@ func TestImageAllowlist(t *testing.T) {
 		}
 	}
 	// "*" allows every image.
-	all := newHarness(t, func(c *Config) { c.AllowedImages = []string{"*"} })
+	all := newHarness(t, func(c *Config) { c.Admission.AllowedImages = []string{"*"} })
 	if _, _, _, err := all.m.Acquire(ctx, AcquireRequest{ConversationID: "any", Image: "ubuntu:24.04"}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestPerOwnerLiveLimit(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxLivePerOwner = 2 })
+	h := newHarness(t, func(c *Config) { c.Admission.MaxLivePerOwner = 2 })
 	ctx := context.Background()
 	acq := func(owner, conv string, noLimit bool) (Lease, error) {
 		l, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: conv, Owner: owner, NoOwnerLimit: noLimit})
@@ -251,7 +257,7 @@ func TestOldStoreOpens(t *testing.T) {
 }
 
 func TestEndedRecordsPerOwnerBounded(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxEndedPerOwner = 3 })
+	h := newHarness(t, func(c *Config) { c.Admission.MaxEndedPerOwner = 3 })
 	ctx := context.Background()
 	var alice []string
 	for i := range 6 {
@@ -354,5 +360,52 @@ func TestAcquireWorkDir(t *testing.T) {
 	defer h.rt.mu.Unlock()
 	if n := len(h.rt.specs); n == 0 || h.rt.specs[n-1].WorkDir != "/srv/project" {
 		t.Errorf("the runtime's specs %+v do not carry the work dir", h.rt.specs)
+	}
+}
+
+// TestAdmissionConfigDefaults checks AdmissionConfig's defaults and the
+// fields its errors name.
+func TestAdmissionConfigDefaults(t *testing.T) {
+	got, err := AdmissionConfig{}.withDefaults()
+	want := AdmissionConfig{MaxLive: 100, MaxEnvBytes: 64 << 10, MaxLabels: 64, MaxPublicPorts: 16, DefaultUserImages: []string{"berth/"}}
+	if err != nil || !reflect.DeepEqual(got, DefaultAdmissionConfig()) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("zero config = %+v, %v; want the defaults %+v", got, err, want)
+	}
+	got, _ = AdmissionConfig{MaxLive: -1, MaxLabels: -3, MaxLivePerOwner: 2}.withDefaults()
+	if got.MaxLive != -1 || got.MaxLabels != 64 || got.MaxLivePerOwner != 2 || got.MaxEnvBytes != 64<<10 {
+		t.Fatalf("partial config = %+v", got)
+	}
+	for field, c := range map[string]AdmissionConfig{
+		"max_resources":     {MaxResources: runtime.Resources{MemoryBytes: -1}},
+		"default_resources": {DefaultResources: runtime.Resources{PidsLimit: -1}},
+	} {
+		if _, err := c.withDefaults(); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%+v: err = %v, want an invalid argument naming %s", c, err, field)
+		}
+	}
+	for field, c := range map[string]AdmissionConfig{
+		"max_env_bytes":    {MaxLabels: 1, MaxPublicPorts: 1},
+		"max_labels":       {MaxEnvBytes: 1, MaxPublicPorts: 1},
+		"max_public_ports": {MaxEnvBytes: 1, MaxLabels: 1},
+	} {
+		if err := c.Validate(); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%+v: err = %v, want an invalid argument naming %s", c, err, field)
+		}
+	}
+}
+
+// TestNetworkConfigDefaults checks NetworkConfig's default mode and that
+// Validate refuses a bad default policy and one above the ceiling.
+func TestNetworkConfigDefaults(t *testing.T) {
+	got, err := NetworkConfig{}.withDefaults()
+	if err != nil || got.Default.Mode != NetworkOpen || got.Default.Mode != DefaultNetworkConfig().Default.Mode || got.Egress != nil || got.Ceiling.Bounded() {
+		t.Fatalf("zero config = %+v, %v", got, err)
+	}
+	if _, err := (NetworkConfig{Default: NetworkPolicy{Mode: "wide"}}).withDefaults(); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "network.mode") {
+		t.Errorf("bad default mode: %v", err)
+	}
+	c := NetworkConfig{Default: NetworkPolicy{Mode: NetworkOpen}, Ceiling: NetworkCeiling{MaxMode: egress.ModeRestricted}}
+	if err := c.Validate(); !errors.Is(err, errdefs.ErrPermissionDenied) || !strings.Contains(err.Error(), "above the ceiling") {
+		t.Errorf("default above the ceiling: %v", err)
 	}
 }

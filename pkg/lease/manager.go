@@ -61,55 +61,10 @@ type Config struct {
 	// DefaultIdleTimeout applies when an acquire gives none. Default 0: no
 	// idle timeout.
 	DefaultIdleTimeout time.Duration
-	// MaxLive bounds live (PENDING, READY, RELEASING) leases; an acquire
-	// beyond it fails with errdefs.ErrResourceExhausted and a RetryAfter
-	// hint. Default 100; negative means no limit.
-	MaxLive int
-	// DefaultResources fill the zero fields of an acquire's resources.
-	// Default zero: the runtime's defaults.
-	DefaultResources runtime.Resources
-	// MaxResources bounds an acquire's resources (after defaults) field by
-	// field; above it is errdefs.ErrInvalidArgument naming the field
-	// ("resources.cpus: 4096 exceeds the maximum 4"). A zero field is no
-	// bound. Default zero (the orchestrator sets its own maximums).
-	MaxResources runtime.Resources
-	// MaxEnvBytes bounds the total size of an acquire's env (every
-	// KEY=VALUE plus a separator). Default DefaultMaxEnvBytes (64 KiB).
-	MaxEnvBytes int
-	// MaxLabels bounds the number of labels of an acquire. Default MaxLabels (64).
-	MaxLabels int
-	// MaxPublicPorts bounds an acquire's public ports. Default MaxPublicPorts (16).
-	MaxPublicPorts int
-	// AllowedImages are the images an acquire may name: "*" allows every
-	// image, an entry ending in "/" every repository under that prefix,
-	// any other entry that repository with any tag or digest (references
-	// are compared in their short form: "berth/base", not
-	// "docker.io/berth/base"). DefaultImage is always allowed. Another
-	// image is errdefs.ErrPermissionDenied naming the image field. Default
-	// empty: every image (the orchestrator passes its allowlist).
-	AllowedImages []string
-	// DefaultUser is the user commands run as in sandboxes of images that
-	// match DefaultUserImages when an acquire names none; other images run
-	// commands as their own configured user. Default "": the image's user
-	// everywhere (the orchestrator sets "sandbox").
-	DefaultUser string
-	// DefaultUserImages are the image prefixes (familiar form, e.g.
-	// "berth/"; "*" for all) DefaultUser applies to. Default
-	// DefaultUserImages (["berth/"]): berth's images carry the user.
-	DefaultUserImages []string
-	// DenyRootUser forbids commands as root: an acquire naming a root user
-	// is errdefs.ErrPermissionDenied, and the agent refuses uid 0
-	// (PERMISSION_DENIED) whatever a command asks for. Default false.
-	DenyRootUser bool
-	// MaxLivePerOwner bounds one owner's live leases; an acquire beyond it
-	// fails like MaxLive (errdefs.ErrResourceExhausted with a RetryAfter
-	// hint) unless AcquireRequest.NoOwnerLimit is set. Default 0: no
-	// per-owner limit.
-	MaxLivePerOwner int
-	// MaxEndedPerOwner bounds the ended lease records kept per owner: the
-	// reaper purges the oldest beyond it even before Retention passes.
-	// Default 0: no bound (Retention alone).
-	MaxEndedPerOwner int
+	// Admission configures what an acquire may ask for (image, user,
+	// resources, sizes) and how many live leases, and ended records, there
+	// may be (limits.go). Zero fields take DefaultAdmissionConfig's.
+	Admission AdmissionConfig
 	// Snapshots configures snapshots (snapshot.go): the limits on one
 	// owner's snapshots. Default no limit (DefaultSnapshotConfig).
 	Snapshots SnapshotConfig
@@ -158,17 +113,10 @@ type Config struct {
 	Pools PoolsConfig
 	// Volumes configures workspace volumes and host mounts (volumes.go).
 	Volumes VolumeConfig
-	// Egress enforces leases' network policies (internal/egress). Default
-	// nil: none, and an acquire may only ask for mode open without a deny
-	// list (network.go).
-	Egress Egress
-	// DefaultNetwork is the network policy of an acquire that gives none
-	// (or gives no mode). Default: open.
-	DefaultNetwork NetworkPolicy
-	// NetworkCeiling bounds every lease's network policy (network.go):
-	// requests above it are refused, AlwaysDeny is added when enforcing.
-	// Default: no bound.
-	NetworkCeiling NetworkCeiling
+	// Network configures leases' network policies: their enforcement, the
+	// default policy and the operator's ceiling (network.go). Zero fields
+	// take DefaultNetworkConfig's.
+	Network NetworkConfig
 	// Logger receives the Manager's logs (keys lease_id, container_id,
 	// conversation_id, state, reason). Default: discard.
 	Logger *slog.Logger
@@ -200,9 +148,6 @@ func (c *Config) setDefaults() error {
 	}
 	def(&c.DefaultTTL, 10*time.Minute)
 	def(&c.MaxTTL, 24*time.Hour)
-	if c.MaxLive == 0 {
-		c.MaxLive = 100
-	}
 	def(&c.Retention, time.Hour)
 	var err error
 	if c.Pause, err = c.Pause.withDefaults(); err != nil { // pause.go
@@ -210,15 +155,6 @@ func (c *Config) setDefaults() error {
 	}
 	if err := c.Pause.checkRuntime(c.Runtime); err != nil {
 		return err
-	}
-	if c.MaxEnvBytes <= 0 {
-		c.MaxEnvBytes = DefaultMaxEnvBytes
-	}
-	if c.MaxLabels <= 0 {
-		c.MaxLabels = MaxLabels
-	}
-	if c.MaxPublicPorts <= 0 {
-		c.MaxPublicPorts = MaxPublicPorts
 	}
 	def(&c.ReapInterval, 200*time.Millisecond)
 	if c.ReapConcurrency <= 0 {
@@ -236,26 +172,24 @@ func (c *Config) setDefaults() error {
 	if c.Restart, err = c.Restart.withDefaults(); err != nil { // restart.go
 		return err
 	}
-	pools, err := c.Pools.withDefaults() // pool.go
-	if err != nil {
+	if c.Pools, err = c.Pools.withDefaults(); err != nil { // pool.go
 		return err
 	}
-	c.Pools = pools
-	vols, err := c.Volumes.withDefaults() // volumes.go
-	if err != nil {
+	if c.Volumes, err = c.Volumes.withDefaults(); err != nil { // volumes.go
 		return err
 	}
-	c.Volumes = vols
-	snaps, err := c.Snapshots.withDefaults() // snapshot.go
-	if err != nil {
+	if c.Snapshots, err = c.Snapshots.withDefaults(); err != nil { // snapshot.go
 		return err
 	}
-	c.Snapshots = snaps
-	disk, err := c.Disk.withDefaults() // disk.go
-	if err != nil {
+	if c.Disk, err = c.Disk.withDefaults(); err != nil { // disk.go
 		return err
 	}
-	c.Disk = disk
+	if c.Admission, err = c.Admission.withDefaults(); err != nil { // limits.go
+		return err
+	}
+	if c.Network, err = c.Network.withDefaults(); err != nil { // network.go
+		return err
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -270,10 +204,7 @@ func (c *Config) setDefaults() error {
 	case c.ReapInterval < 0 || c.ReadyTimeout < 0 || c.RemoveTimeout < 0 || c.ResyncInterval < 0:
 		return errdefs.InvalidArgument("interval", "durations must not be negative")
 	}
-	if err := validResources("max_resources", c.MaxResources); err != nil {
-		return err
-	}
-	return validResources("default_resources", c.DefaultResources)
+	return nil
 }
 
 // Manager owns the leases of one orchestrator instance: it creates their
@@ -289,15 +220,13 @@ type Manager struct {
 	// election of the reaper (replicas.go).
 	fleet *fleet
 
-	mu     sync.Mutex
-	leases map[string]*entry // every record, live and ended
-	byConv map[string]*entry // convKey(owner, conversation id) → its PENDING or READY lease
-	// liveByOwner counts live (PENDING, READY, RELEASING) leases per owner.
-	liveByOwner map[string]int
-	subs        map[*subscriber]struct{}
-	counts      map[State]int    // current records by state
-	entered     map[State]uint64 // transitions into each state since New
-	created     uint64           // leases created since New
+	mu      sync.Mutex
+	leases  map[string]*entry // every record, live and ended
+	byConv  map[string]*entry // convKey(owner, conversation id) → its PENDING or READY lease
+	subs    map[*subscriber]struct{}
+	counts  map[State]int    // current records by state
+	entered map[State]uint64 // transitions into each state since New
+	created uint64           // leases created since New
 	// oomEvents counts the runtime's oom events (a process of a sandbox
 	// was OOM-killed; the lease lives on).
 	oomEvents uint64
@@ -328,7 +257,8 @@ type Manager struct {
 
 	disk *diskEnforcer // the disk limit (disk.go)
 
-	pauser *pauser // pause, resume and Use (pause.go, use.go)
+	pauser *pauser    // pause, resume and Use (pause.go, use.go)
+	admit  *admission // acquire checks and live-lease limits (limits.go)
 
 	drain drainState // set by Drain (drain.go)
 
@@ -387,26 +317,26 @@ func New(cfg Config) (*Manager, error) {
 	}
 	cfg.Secret = bytes.Clone(cfg.Secret)
 	m := &Manager{
-		cfg:         cfg,
-		log:         cfg.Logger,
-		rt:          cfg.Runtime,
-		store:       cfg.Store,
-		leases:      map[string]*entry{},
-		byConv:      map[string]*entry{},
-		liveByOwner: map[string]int{},
-		subs:        map[*subscriber]struct{}{},
-		counts:      map[State]int{},
-		entered:     map[State]uint64{},
-		persisted:   map[string]uint64{},
-		cleanQ:      make(chan string, 4096),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		rt:        cfg.Runtime,
+		store:     cfg.Store,
+		leases:    map[string]*entry{},
+		byConv:    map[string]*entry{},
+		subs:      map[*subscriber]struct{}{},
+		counts:    map[State]int{},
+		entered:   map[State]uint64{},
+		persisted: map[string]uint64{},
+		cleanQ:    make(chan string, 4096),
 	}
-	m.disk = newDiskEnforcer(cfg, m, &m.mu, m.leases) // disk.go
+	m.admit = newAdmission(cfg, m, m.leases, m.counts) // limits.go
+	m.disk = newDiskEnforcer(cfg, m, &m.mu, m.leases)  // disk.go
 	m.restarter = &restarter{cfg: cfg.Restart, host: m, log: cfg.Logger, readyTimeout: cfg.ReadyTimeout,
 		goBackground: m.goBackground, watchDown: &m.watchDown, mu: &m.mu}
 	m.pauser = newPauser(cfg, m, m.wg.Done, m.disk.chargedLocked, &m.mu, m.leases) // pause.go
 	m.vols = newVolumeKeeper(cfg.Volumes, cfg.InstanceID, cfg.RemoveTimeout, cfg.Runtime, cfg.Store, cfg.Logger, m.now, m, &m.mu)
 	m.snaps = newSnapshotKeeper(cfg.Snapshots, cfg.InstanceID, cfg.Runtime, cfg.Logger, m.now, m) // snapshot.go
-	fl, err := newFleet(cfg, m, &m.mu, m.leases, m.byConv) // replicas.go
+	fl, err := newFleet(cfg, m, &m.mu, m.leases, m.byConv)                                        // replicas.go
 	if err != nil {
 		return nil, err
 	}
@@ -552,7 +482,7 @@ func (m *Manager) load() error {
 		}
 		m.leases[l.ID] = e
 		m.counts[l.State]++
-		m.trackLiveLocked(l.Owner, StateUnspecified, l.State)
+		m.admit.trackLiveLocked(l.Owner, StateUnspecified, l.State)
 		m.persisted[l.ID] = 0
 		if holdsConversation(l.State) {
 			key := convKey(l.Owner, l.ConversationID)
@@ -582,7 +512,7 @@ func (m *Manager) transitionLocked(e *entry, to State, reason string) error {
 	m.counts[from]--
 	m.counts[to]++
 	m.entered[to]++
-	m.trackLiveLocked(e.l.Owner, from, to)
+	m.admit.trackLiveLocked(e.l.Owner, from, to)
 	if to == StateReady || to == StatePaused { // resync races (reconcile.go)
 		m.seq++
 		e.readySeq = m.seq
@@ -690,7 +620,7 @@ type Stats struct {
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := Stats{ByState: map[State]int{}, Transitions: map[State]uint64{}, Live: m.liveCountLocked(), MaxLive: m.cfg.MaxLive, Created: m.created,
+	s := Stats{ByState: map[State]int{}, Transitions: map[State]uint64{}, Live: m.liveCountLocked(), MaxLive: m.cfg.Admission.MaxLive, Created: m.created,
 		OOMEvents: m.oomEvents, Restarts: m.restarter.started, RestartFailures: m.restarter.failed}
 	for _, st := range States {
 		s.ByState[st] = m.counts[st]

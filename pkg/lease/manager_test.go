@@ -167,7 +167,7 @@ func TestAcquireSameConversationTwoOwners(t *testing.T) {
 }
 
 func TestAcquireMaxLive(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxLive = 2 })
+	h := newHarness(t, func(c *Config) { c.Admission.MaxLive = 2 })
 	a, _ := h.acquire("a")
 	h.acquire("b")
 	_, _, _, err := h.m.Acquire(context.Background(), AcquireRequest{ConversationID: "c"})
@@ -880,7 +880,7 @@ func TestConfigValidation(t *testing.T) {
 		"no runtime":     {Store: st, Secret: testSecret},
 		"short secret":   {Store: st, Runtime: rt, Secret: []byte("short")},
 		"ttl above max":  {Store: st, Runtime: rt, Secret: testSecret, DefaultTTL: 2 * time.Hour, MaxTTL: time.Hour},
-		"negative limit": {Store: st, Runtime: rt, Secret: testSecret, DefaultResources: runtime.Resources{PidsLimit: -1}},
+		"negative limit": {Store: st, Runtime: rt, Secret: testSecret, Admission: AdmissionConfig{DefaultResources: runtime.Resources{PidsLimit: -1}}},
 	} {
 		if _, err := New(c); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("%s: %v", name, err)
@@ -891,7 +891,7 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := m.Config()
-	if c.DefaultImage != "berth/base" || c.DefaultTTL != 10*time.Minute || c.MaxTTL != 24*time.Hour || c.MaxLive != 100 ||
+	if c.DefaultImage != "berth/base" || c.DefaultTTL != 10*time.Minute || c.MaxTTL != 24*time.Hour || c.Admission.MaxLive != 100 ||
 		c.Retention != time.Hour || c.ReapInterval != 200*time.Millisecond || c.ReapConcurrency != 4 || c.ReadyTimeout != 30*time.Second {
 		t.Fatalf("defaults: %+v", c)
 	}

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -24,7 +25,7 @@ const (
 // docs/network-policy.md).
 type NetworkPolicy struct {
 	// Mode is NetworkNone, NetworkRestricted or NetworkOpen; "" takes the
-	// operator's default (Config.DefaultNetwork), open when it has none.
+	// operator's default (NetworkConfig.Default), open when it has none.
 	Mode string `json:"mode,omitempty"`
 	// Allow lists what restricted mode lets through: CIDRs, host:port and
 	// domain names (exact or *.suffix).
@@ -62,36 +63,100 @@ type Egress interface {
 	DNS() []string
 }
 
-// validNetwork returns p (nil: the default) with the operator's default
-// mode filled in and its entries normalised; errdefs.ErrInvalidArgument
-// naming network.* for a bad policy, errdefs.ErrPermissionDenied naming
-// network.* for one above Config.NetworkCeiling, and
-// errdefs.ErrFailedPrecondition for a policy this orchestrator cannot
-// enforce.
-func (m *Manager) validNetwork(p *NetworkPolicy) (*NetworkPolicy, error) {
+// NetworkConfig configures leases' network policies (network.go,
+// docs/network-policy.md): their enforcement, the default, and the
+// operator's ceiling. Zero fields take the defaults
+// (DefaultNetworkConfig).
+type NetworkConfig struct {
+	// Egress enforces leases' network policies (internal/egress). Default
+	// nil: none, and an acquire may only ask for mode open without a deny
+	// list.
+	Egress Egress
+	// Default is the network policy of an acquire that gives none (or
+	// gives no mode: its mode). Default: mode open, no lists.
+	Default NetworkPolicy
+	// Ceiling bounds every lease's network policy: requests above it are
+	// refused, Ceiling.AlwaysDeny is added when enforcing. Default: no
+	// bound.
+	Ceiling NetworkCeiling
+}
+
+// DefaultNetworkConfig returns the defaults of NetworkConfig: no
+// enforcement, mode open by default, no ceiling.
+func DefaultNetworkConfig() NetworkConfig {
+	return NetworkConfig{Default: NetworkPolicy{Mode: NetworkOpen}}
+}
+
+// withDefaults returns c with an empty Default.Mode taken from
+// DefaultNetworkConfig, validated.
+func (c NetworkConfig) withDefaults() (NetworkConfig, error) {
+	if c.Default.Mode == "" {
+		c.Default.Mode = DefaultNetworkConfig().Default.Mode
+	}
+	return c, c.Validate()
+}
+
+// Validate reports what cannot work: a Default that is not a valid policy
+// (errdefs.ErrInvalidArgument naming network.*), a Ceiling that is not
+// valid (egress.Ceiling.Validate's error naming its setting), a Default
+// above the Ceiling (errdefs.ErrPermissionDenied naming network.*). An
+// empty Default.Mode is open.
+func (c NetworkConfig) Validate() error {
+	def, err := egress.Normalize(c.Default.egress())
+	if err != nil {
+		return fmt.Errorf("default network policy: %w", err)
+	}
+	if err := c.Ceiling.Validate(); err != nil {
+		return err
+	}
+	if err := c.Ceiling.Check(def); err != nil {
+		return fmt.Errorf("the default network policy (default-network-*) is above the ceiling: %w", err)
+	}
+	return nil
+}
+
+// admit returns p (nil: the default) with the operator's default mode
+// filled in and its entries normalised; errdefs.ErrInvalidArgument naming
+// network.* for a bad policy, errdefs.ErrPermissionDenied naming network.*
+// for one above Ceiling, and errdefs.ErrFailedPrecondition for a policy
+// this orchestrator cannot enforce.
+func (c NetworkConfig) admit(p *NetworkPolicy) (*NetworkPolicy, error) {
 	var out NetworkPolicy
 	if p != nil {
 		out = p.Clone()
 	}
 	if out.Mode == "" {
-		out.Mode = m.cfg.DefaultNetwork.Mode
+		out.Mode = c.Default.Mode
 		if p == nil {
-			out = m.cfg.DefaultNetwork.Clone()
+			out = c.Default.Clone()
 		}
 	}
 	n, err := egress.Normalize(out.egress())
 	if err != nil {
 		return nil, err
 	}
-	if err := m.cfg.NetworkCeiling.Check(n); err != nil {
+	if err := c.Ceiling.Check(n); err != nil {
 		return nil, err
 	}
 	out = NetworkPolicy{Mode: string(n.Mode), Allow: n.Allow, Deny: n.Deny}
-	if m.cfg.Egress == nil && !n.Open() {
+	if c.Egress == nil && !n.Open() {
 		return nil, errdefs.FailedPrecondition("network: egress policies are not enforced by this orchestrator (it needs root and iptables; setting egress): only mode open without a deny list is possible")
 	}
 	return &out, nil
 }
+
+// dns returns the name servers for a new sandbox (nil: the backend's
+// default).
+func (c NetworkConfig) dns() []string {
+	if c.Egress == nil {
+		return nil
+	}
+	return c.Egress.DNS()
+}
+
+// The enforcement of the policies below (enforceNetwork, dropNetwork,
+// reapplyNetworks, SetNetwork) stays on the Manager: it reads and writes
+// the lease records under its mu and persists them.
 
 func netOf(p *NetworkPolicy) NetworkPolicy {
 	if p == nil {
@@ -100,19 +165,10 @@ func netOf(p *NetworkPolicy) NetworkPolicy {
 	return p.Clone()
 }
 
-// sandboxDNS returns the name servers for a new sandbox (nil: the
-// backend's default).
-func (m *Manager) sandboxDNS() []string {
-	if m.cfg.Egress == nil {
-		return nil
-	}
-	return m.cfg.Egress.DNS()
-}
-
 // enforceNetwork applies lease id's policy to its sandbox at endpoint (a
-// no-op without Config.Egress).
+// no-op without NetworkConfig.Egress).
 func (m *Manager) enforceNetwork(ctx context.Context, id, endpoint string) error {
-	if m.cfg.Egress == nil {
+	if m.cfg.Network.Egress == nil {
 		return nil
 	}
 	m.mu.Lock()
@@ -125,13 +181,13 @@ func (m *Manager) enforceNetwork(ctx context.Context, id, endpoint string) error
 	if e == nil {
 		return nil
 	}
-	pol, clamped := m.cfg.NetworkCeiling.Clamp(p.egress())
+	pol, clamped := m.cfg.Network.Ceiling.Clamp(p.egress())
 	if clamped {
 		// Recorded before the operator lowered the ceiling.
 		m.log.Warn("network policy above the operator's ceiling: enforcing it lowered", "lease_id", id,
 			"mode", p.Mode, "enforced_mode", pol.Mode)
 	}
-	if err := m.cfg.Egress.Apply(ctx, id, endpoint, pol); err != nil {
+	if err := m.cfg.Network.Egress.Apply(ctx, id, endpoint, pol); err != nil {
 		return wrapf(err, "lease %s: enforce network policy", id)
 	}
 	return nil
@@ -139,12 +195,12 @@ func (m *Manager) enforceNetwork(ctx context.Context, id, endpoint string) error
 
 // dropNetwork deletes lease id's rules (the sandbox is gone).
 func (m *Manager) dropNetwork(ctx context.Context, id string) {
-	if m.cfg.Egress == nil {
+	if m.cfg.Network.Egress == nil {
 		return
 	}
 	rctx, cancel := detached(ctx, 30*time.Second)
 	defer cancel()
-	if err := m.cfg.Egress.Remove(rctx, id); err != nil {
+	if err := m.cfg.Network.Egress.Remove(rctx, id); err != nil {
 		m.log.Warn("removing the sandbox's network rules failed", "lease_id", id, "err", err)
 	}
 }
@@ -153,7 +209,7 @@ func (m *Manager) dropNetwork(ctx context.Context, id string) {
 // again (after a restart of the orchestrator, whose resolver port changed)
 // and removes the rules of every other lease of this instance.
 func (m *Manager) reapplyNetworks(ctx context.Context) {
-	if m.cfg.Egress == nil {
+	if m.cfg.Network.Egress == nil {
 		return
 	}
 	type job struct{ id, endpoint string }
@@ -174,7 +230,7 @@ func (m *Manager) reapplyNetworks(ctx context.Context) {
 			m.log.Warn("re-applying the network policy failed", "lease_id", j.id, "err", err)
 		}
 	}
-	if err := m.cfg.Egress.Prune(ctx, func(id string) bool { return live[id] }); err != nil {
+	if err := m.cfg.Network.Egress.Prune(ctx, func(id string) bool { return live[id] }); err != nil {
 		m.log.Warn("pruning network rules of ended leases failed", "err", err)
 	}
 }
@@ -192,11 +248,11 @@ func running(l *Lease) bool {
 // after restarts. Mode "" takes the operator's default. Errors:
 // errdefs.ErrNotFound; errdefs.ErrInvalidArgument naming network.*;
 // errdefs.ErrPermissionDenied naming network.* above the operator's
-// ceiling (Config.NetworkCeiling, for every caller);
+// ceiling (NetworkConfig.Ceiling, for every caller);
 // errdefs.ErrFailedPrecondition for an ended lease or a policy this
 // orchestrator cannot enforce.
 func (m *Manager) SetNetwork(ctx context.Context, id string, p NetworkPolicy) (Lease, error) {
-	np, err := m.validNetwork(&p)
+	np, err := m.cfg.Network.admit(&p)
 	if err != nil {
 		return Lease{}, err
 	}

@@ -68,8 +68,8 @@ func (f *fakeEgress) policy(lease string) (egress.Policy, bool) {
 func TestNetworkPolicyLifecycle(t *testing.T) {
 	eg := newFakeEgress()
 	h := newHarness(t, func(c *Config) {
-		c.Egress = eg
-		c.DefaultNetwork = NetworkPolicy{Mode: NetworkRestricted, Allow: []string{"Example.COM"}}
+		c.Network.Egress = eg
+		c.Network.Default = NetworkPolicy{Mode: NetworkRestricted, Allow: []string{"Example.COM"}}
 	})
 	ctx := context.Background()
 	def, _ := h.acquire("default")
@@ -165,7 +165,7 @@ func TestNetworkPolicyNeedsEnforcer(t *testing.T) {
 // applied; the wake applies it.
 func TestNetworkPolicyHibernate(t *testing.T) {
 	eg := newFakeEgress()
-	h := newHarness(t, func(c *Config) { c.Egress = eg })
+	h := newHarness(t, func(c *Config) { c.Network.Egress = eg })
 	ctx := context.Background()
 	l, _ := h.acquire("sleepy")
 	if _, ok := eg.policy(l.ID); !ok {
@@ -198,16 +198,16 @@ func TestNetworkPolicyHibernate(t *testing.T) {
 // restart.
 func TestNetworkCeiling(t *testing.T) {
 	eg := newFakeEgress()
-	h := newHarness(t, func(c *Config) { c.Egress = eg })
+	h := newHarness(t, func(c *Config) { c.Network.Egress = eg })
 	ctx := context.Background()
 	wide, _, _, err := h.m.Acquire(ctx, AcquireRequest{ConversationID: "wide", Network: &NetworkPolicy{Mode: NetworkOpen}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.stop()
-	h.cfg.NetworkCeiling = NetworkCeiling{MaxMode: egress.ModeRestricted, AlwaysDeny: []string{"10.0.0.0/8"},
+	h.cfg.Network.Ceiling = NetworkCeiling{MaxMode: egress.ModeRestricted, AlwaysDeny: []string{"10.0.0.0/8"},
 		AllowCeiling: []string{"*.example.com"}}
-	h.cfg.DefaultNetwork = NetworkPolicy{Mode: NetworkRestricted}
+	h.cfg.Network.Default = NetworkPolicy{Mode: NetworkRestricted}
 	h.start()
 	if p, _ := eg.policy(wide.ID); p.Mode != egress.ModeRestricted || len(p.Allow) != 0 || !slices.Equal(p.Deny, []string{"10.0.0.0/8"}) {
 		t.Errorf("a lease recorded open, after the ceiling was lowered: enforced %+v", p)

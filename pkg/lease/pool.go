@@ -107,7 +107,7 @@ type PoolConfig struct {
 	Name string
 	// Image, User and Resources are the profile, with the defaults of an
 	// acquire applied (an empty Image is Config.DefaultImage, zero
-	// resources take Config.DefaultResources, an empty User the default
+	// resources take AdmissionConfig.DefaultResources, an empty User the default
 	// user of the image). An acquire claims from the pool when its own
 	// image, user and resources, after the same defaults, are equal.
 	Image     string
@@ -173,7 +173,6 @@ type poolHost interface {
 	AgentToken(leaseID string) string
 	// validate applies an acquire's defaults and rules (acquire.go).
 	validate(req AcquireRequest) (AcquireRequest, error)
-	sandboxDNS() []string                                            // network.go
 	defaultEgress() (egress.Policy, error)                           // below
 	dropNetwork(ctx context.Context, id string)                      // network.go
 	removeContainers(ctx context.Context, leaseID, cid string) error // ops.go
@@ -195,7 +194,7 @@ type poolSet struct {
 	instanceID   string
 	readyTimeout time.Duration
 	denyRoot     bool
-	egress       Egress
+	net          NetworkConfig // enforcement and name servers (network.go)
 
 	// pools in configuration order; byID maps the lease id of each
 	// unclaimed pooled sandbox (ready or being created) to its pool;
@@ -380,11 +379,11 @@ func (ps *poolSet) unconfiguredClaims(ctx context.Context, byLease map[string][]
 // it. Pooled sandboxes are given it when they join their pool, so a claim
 // that keeps it programs no rules on the request path.
 func (m *Manager) defaultEgress() (egress.Policy, error) {
-	np, err := m.validNetwork(nil)
+	np, err := m.cfg.Network.admit(nil) // network.go
 	if err != nil {
 		return egress.Policy{}, err
 	}
-	pol, _ := m.cfg.NetworkCeiling.Clamp(netOf(np).egress())
+	pol, _ := m.cfg.Network.Ceiling.Clamp(netOf(np).egress())
 	return pol, nil
 }
 
@@ -394,7 +393,7 @@ func (m *Manager) defaultEgress() (egress.Policy, error) {
 // pool is the lease's. The returned channel yields the outcome.
 func (m *Manager) claimNetwork(ctx context.Context, c *claim, id string) <-chan error {
 	done := make(chan error, 1)
-	if m.cfg.Egress == nil {
+	if m.cfg.Network.Egress == nil {
 		done <- nil
 		return done
 	}
@@ -405,7 +404,7 @@ func (m *Manager) claimNetwork(ctx context.Context, c *claim, id string) <-chan 
 			p = e.l.Network.Clone()
 		}
 		m.mu.Unlock()
-		pol, _ := m.cfg.NetworkCeiling.Clamp(p.egress())
+		pol, _ := m.cfg.Network.Ceiling.Clamp(p.egress())
 		if pol.Mode == c.m.net.Mode && slices.Equal(pol.Allow, c.m.net.Allow) && slices.Equal(pol.Deny, c.m.net.Deny) {
 			done <- nil
 			return done
@@ -458,7 +457,7 @@ func (p *pool) targetLocked() int { return min(p.cfg.Min+p.boost, p.cfg.Max) }
 // whose mu is mu. Called by New.
 func newPoolSet(cfg Config, host poolHost, mu *sync.Mutex) (*poolSet, error) {
 	ps := &poolSet{cfg: cfg.Pools, host: host, mu: mu, rt: cfg.Runtime, log: cfg.Logger,
-		instanceID: cfg.InstanceID, readyTimeout: cfg.ReadyTimeout, denyRoot: cfg.DenyRootUser, egress: cfg.Egress,
+		instanceID: cfg.InstanceID, readyTimeout: cfg.ReadyTimeout, denyRoot: cfg.Admission.DenyRootUser, net: cfg.Network,
 		byID: map[string]*pool{}, kickC: make(chan struct{}, 1)}
 	for _, pc := range ps.cfg.Pools {
 		req, err := host.validate(AcquireRequest{ConversationID: "pool", Image: pc.Image, User: pc.User, Resources: pc.Resources})
@@ -466,7 +465,7 @@ func newPoolSet(cfg Config, host poolHost, mu *sync.Mutex) (*poolSet, error) {
 			return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 		}
 		p := &pool{cfg: pc, prof: profile{Image: req.Image, User: req.User, Resources: req.Resources}}
-		p.digest = p.prof.digest(ps.denyRoot, host.sandboxDNS())
+		p.digest = p.prof.digest(ps.denyRoot, ps.net.dns())
 		ps.pools = append(ps.pools, p)
 	}
 	return ps, nil
@@ -646,7 +645,7 @@ func (ps *poolSet) createPooled(ctx context.Context, p *pool, id string) {
 		LeaseID: id, InstanceID: ps.instanceID, Image: p.prof.Image, AgentToken: ps.host.AgentToken(id),
 		Resources: p.prof.Resources, ReadyTimeout: ps.readyTimeout, User: p.prof.User, DenyRootUser: ps.denyRoot,
 		Pool: p.cfg.Name, PoolProfile: p.digest,
-		DNS: ps.host.sandboxDNS(), // network.go: the policy itself is applied at the claim
+		DNS: ps.net.dns(), // network.go: the policy itself is applied at the claim
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, ps.readyTimeout+5*time.Second)
@@ -661,10 +660,10 @@ func (ps *poolSet) createPooled(ctx context.Context, p *pool, id string) {
 	// The default network policy, enforced ahead: a claim that keeps it
 	// has no rules to program (claimNetwork). No command runs in a member.
 	var applied *egress.Policy
-	if ps.egress != nil && err == nil {
+	if ps.net.Egress != nil && err == nil {
 		if pol, perr := ps.host.defaultEgress(); perr == nil {
 			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			if aerr := ps.egress.Apply(actx, id, sb.Endpoint, pol); aerr == nil {
+			if aerr := ps.net.Egress.Apply(actx, id, sb.Endpoint, pol); aerr == nil {
 				applied = &pol
 			} else {
 				ps.log.Warn("pool: enforcing the default network policy ahead failed; the claim will", "pool", p.cfg.Name, "lease_id", id, "err", aerr)

@@ -223,7 +223,7 @@ func TestPoolConfigureFailureFallsBackToCold(t *testing.T) {
 
 func TestPoolLimitIsSeparateFromLeaseQuotas(t *testing.T) {
 	h, _ := poolHarness(t, []PoolConfig{{Name: "a", Min: 3, Max: 3}, {Name: "b", Min: 3, Max: 3, Resources: runtime.Resources{PidsLimit: 64}}},
-		func(c *Config) { c.Pools.MaxPooled = 4; c.MaxLive = 1 })
+		func(c *Config) { c.Pools.MaxPooled = 4; c.Admission.MaxLive = 1 })
 	eventually(t, 5*time.Second, "pools filled to the limit", func() bool { return poolReady(h, "a")+poolReady(h, "b") == 4 })
 	time.Sleep(200 * time.Millisecond)
 	if n := poolReady(h, "a") + poolReady(h, "b"); n != 4 || h.rt.count() != 4 {

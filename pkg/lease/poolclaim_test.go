@@ -179,8 +179,8 @@ func (f *fakeEgress) wasRemoved(lease string) bool {
 func TestPoolNetworkPolicyEnforcedAhead(t *testing.T) {
 	eg := &countingEgress{fakeEgress: newFakeEgress(), n: map[string]int{}}
 	h, _ := poolHarness(t, []PoolConfig{{Name: "p", Min: 2, Max: 2}}, func(c *Config) {
-		c.Egress = eg
-		c.DefaultNetwork = NetworkPolicy{Mode: NetworkRestricted, Allow: []string{"example.com"}}
+		c.Network.Egress = eg
+		c.Network.Default = NetworkPolicy{Mode: NetworkRestricted, Allow: []string{"example.com"}}
 	})
 	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 2 })
 	ids := h.m.pools.snapshot()["p"]

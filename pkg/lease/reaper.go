@@ -72,7 +72,7 @@ func (m *Manager) reapOnce() {
 			purge = append(purge, id)
 		}
 	}
-	if excess := m.excessEndedLocked(); len(excess) > 0 {
+	if excess := m.admit.excessEndedLocked(); len(excess) > 0 {
 		purge = append(purge, excess...)
 		slices.Sort(purge)
 		purge = slices.Compact(purge)

@@ -321,7 +321,7 @@ func (m *Manager) applyRemote(l Lease, deleted bool) {
 		}
 		delete(m.leases, l.ID)
 		m.counts[e.l.State]--
-		m.trackLiveLocked(e.l.Owner, e.l.State, StateUnspecified)
+		m.admit.trackLiveLocked(e.l.Owner, e.l.State, StateUnspecified)
 		if key := convKey(e.l.Owner, e.l.ConversationID); m.byConv[key] == e {
 			delete(m.byConv, key)
 		}
@@ -368,7 +368,7 @@ func (m *Manager) applyRemote(l Lease, deleted bool) {
 		delete(m.counts, StateUnspecified)
 	}
 	m.counts[l.State]++
-	m.trackLiveLocked(l.Owner, from, l.State)
+	m.admit.trackLiveLocked(l.Owner, from, l.State)
 	if l.State == StateReady || l.State == StatePaused {
 		m.seq++
 		e.readySeq = m.seq

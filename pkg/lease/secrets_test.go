@@ -68,7 +68,7 @@ func TestSecretsNeverStored(t *testing.T) {
 }
 
 func TestSecretsValidation(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxEnvBytes = 100 })
+	h := newHarness(t, func(c *Config) { c.Admission.MaxEnvBytes = 100 })
 	ctx := context.Background()
 	for name, tc := range map[string]struct {
 		req   AcquireRequest

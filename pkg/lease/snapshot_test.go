@@ -92,7 +92,7 @@ func startSnapManager(t *testing.T, rt Runtime, tweak func(*Config)) *Manager {
 
 func TestSnapshotAndFork(t *testing.T) {
 	rt := newSnapRuntime()
-	m := startSnapManager(t, rt, func(c *Config) { c.AllowedImages = []string{"berth/"}; c.DefaultImage = "berth/base" })
+	m := startSnapManager(t, rt, func(c *Config) { c.Admission.AllowedImages = []string{"berth/"}; c.DefaultImage = "berth/base" })
 	ctx := context.Background()
 	src, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c-1", Owner: "alice", Image: "berth/base", User: "1000:1000"})
 	if err != nil {
@@ -175,7 +175,7 @@ func TestSnapshotOtherImagesAllowedAndRuntimeWithout(t *testing.T) {
 	// Only python is allowed besides the default: a fork of a python
 	// lease runs although berth/snapshot is not in the list, and its
 	// user defaults follow python (the image's own user), not berth's.
-	m := startSnapManager(t, rt, func(c *Config) { c.AllowedImages = []string{"python"}; c.DefaultUser = "sandbox" })
+	m := startSnapManager(t, rt, func(c *Config) { c.Admission.AllowedImages = []string{"python"}; c.Admission.DefaultUser = "sandbox" })
 	ctx := context.Background()
 	src, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c-1", Owner: "o", Image: "python:3"})
 	if err != nil {
@@ -211,7 +211,7 @@ func TestSnapshotOtherImagesAllowedAndRuntimeWithout(t *testing.T) {
 // by every spelling of the snapshot repository.
 func TestForkSpellings(t *testing.T) {
 	rt := newSnapRuntime()
-	m := startSnapManager(t, rt, func(c *Config) { c.AllowedImages = []string{AllowAllImages} })
+	m := startSnapManager(t, rt, func(c *Config) { c.Admission.AllowedImages = []string{AllowAllImages} })
 	ctx := context.Background()
 	src, _, _, err := m.Acquire(ctx, AcquireRequest{ConversationID: "c-src", Owner: "alice", Image: "berth/base"})
 	if err != nil {

@@ -68,7 +68,7 @@ func (s State) Valid() bool { return slices.Contains(States, s) }
 
 // Live reports whether a lease in state s still has (or is getting, or is
 // losing) a sandbox: PENDING, READY, PAUSED or RELEASING. Live leases count
-// against Config.MaxLive.
+// against AdmissionConfig.MaxLive.
 func (s State) Live() bool {
 	return s == StatePending || s == StateReady || s == StatePaused || s == StateReleasing
 }

@@ -13,7 +13,7 @@ import (
 // user is refused at acquire when the policy forbids root (which the spec
 // passes on to the agent).
 func TestLeaseUser(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.DefaultUser = "sandbox"; c.DenyRootUser = true })
+	h := newHarness(t, func(c *Config) { c.Admission.DefaultUser = "sandbox"; c.Admission.DenyRootUser = true })
 	ctx := context.Background()
 	for i, tc := range []struct {
 		image, user, want string

@@ -125,7 +125,7 @@ type Config struct {
 	// clients route by the E2b-Sandbox-Id header (E2B_SANDBOX_URL).
 	E2BDomain string
 	// E2BTemplates maps E2B templateIDs to images (allowed by
-	// AllowedImages like any acquire's); "base" is berth/base unless set.
+	// Admission.AllowedImages like any acquire's); "base" is berth/base unless set.
 	E2BTemplates map[string]string
 	// Network is the Docker bridge network for sandboxes. Default "berth".
 	Network string
@@ -160,9 +160,34 @@ type Config struct {
 	// command, lease.AcquireRequest.App) listens on inside the sandbox.
 	// Default 0: 8000, the OpenHands agent-server's.
 	OpenHandsAppPort int
-	// MaxLeases bounds live leases; more acquires get RESOURCE_EXHAUSTED
-	// (HTTP 429). Default 100.
-	MaxLeases int
+	// Admission bounds what an acquire may ask for and how many leases
+	// there may be (lease.AdmissionConfig; the service's defaults are
+	// Defaults'): Admission.MaxLive (setting max-leases) bounds live
+	// leases, more acquires get RESOURCE_EXHAUSTED (HTTP 429), default
+	// 100; Admission.MaxLivePerOwner (max-leases-per-owner) bounds one
+	// owner's, the operator's own acquires are exempt (MaxLive still
+	// applies), default 20; Admission.MaxEndedPerOwner bounds the ended
+	// lease records kept per owner, older ones are purged before Retention
+	// passes, default 100; Admission.MaxEnvBytes bounds the total size of
+	// an acquire's env (every KEY=VALUE plus one byte), default 64 KiB;
+	// Admission.MaxLabels its labels (keys at most 128 bytes, values at
+	// most 256), default 64; Admission.MaxPublicPorts its publicPorts,
+	// default 16. Admission.AllowedImages are the images an acquire may
+	// name (the default image is always allowed): "*" allows every local
+	// image, an entry ending in "/" every repository under it ("berth/"),
+	// another entry that repository with any tag or digest; other images
+	// are PERMISSION_DENIED naming image; default ["berth/"] (the images
+	// berth builds). Admission.DefaultUser is the user commands run as
+	// (and that owns files created through the agent) in sandboxes of
+	// Admission.DefaultUserImages (image prefixes, "*" for all; default
+	// ["berth/"]) when an acquire names no user; sandboxes of other images
+	// run commands as the image's own user; "" runs every image's commands
+	// as its own user; the agent itself always runs as root; default
+	// "sandbox" (uid 1000 in berth's images). Admission.DefaultResources,
+	// MaxResources and DenyRootUser have no setting of their own: New
+	// sets them from DefaultCPUs…DefaultDiskBytes, MaxCPUs…MaxDiskBytes
+	// and AllowRootUser (leaseAdmission).
+	Admission lease.AdmissionConfig
 	// Retention is how long ended lease records are kept. Default 1h.
 	Retention Duration
 	// Pools are the warm pools: sandboxes of a profile kept created,
@@ -170,7 +195,7 @@ type Config struct {
 	// docs/pools.md). Default none.
 	Pools []Pool
 	// MaxPooled bounds the unclaimed pooled sandboxes of all pools
-	// together (they do not count against MaxLeases until claimed).
+	// together (they do not count against Admission.MaxLive until claimed).
 	// Default 0: the sum of the pools' Max; negative: no bound.
 	MaxPooled int
 	// Volumes configures workspace volumes (see docs/workspaces.md):
@@ -238,30 +263,6 @@ type Config struct {
 	MaxPids int64
 	// MaxDiskBytes bounds an acquire's resources.diskBytes. Default 100 GiB.
 	MaxDiskBytes int64
-	// MaxEnvBytes bounds the total size of an acquire's env (every
-	// KEY=VALUE plus one byte). Default 64 KiB.
-	MaxEnvBytes int
-	// MaxLabels bounds the labels of an acquire (keys at most 128 bytes,
-	// values at most 256). Default 64.
-	MaxLabels int
-	// MaxPublicPorts bounds an acquire's publicPorts. Default 16.
-	MaxPublicPorts int
-	// AllowedImages are the images an acquire may name (the default image is
-	// always allowed): "*" allows every local image, an entry ending in "/"
-	// every repository under it ("berth/"), another entry that repository
-	// with any tag or digest. Other images are PERMISSION_DENIED naming
-	// image. Default ["berth/"] (the images berth builds).
-	AllowedImages []string
-	// DefaultUser is the user commands run as (and that owns files created
-	// through the agent) in sandboxes of DefaultUserImages when an acquire
-	// names no user; sandboxes of other images run commands as the image's
-	// own user. "" runs every image's commands as its own user. The agent
-	// itself always runs as root. Default "sandbox" (uid 1000 in berth's
-	// images).
-	DefaultUser string
-	// DefaultUserImages are the image prefixes DefaultUser applies to ("*"
-	// for all). Default ["berth/"].
-	DefaultUserImages []string
 	// AllowRootUser lets acquires and commands choose root (uid 0). With
 	// false an acquire naming root is PERMISSION_DENIED and the agent
 	// refuses commands as uid 0. Default true: with no-new-privileges a
@@ -300,13 +301,6 @@ type Config struct {
 	// EgressUpstreams are the name servers (host:port) berth's sandbox
 	// resolver asks. Default empty: the host's (/etc/resolv.conf).
 	EgressUpstreams []string
-	// MaxLeasesPerOwner bounds one owner's live leases; more acquires get
-	// RESOURCE_EXHAUSTED (HTTP 429 with Retry-After). The operator's own
-	// acquires are exempt (MaxLeases still applies). Default 20.
-	MaxLeasesPerOwner int
-	// MaxEndedPerOwner bounds the ended lease records kept per owner; older
-	// ones are purged before Retention passes. Default 100.
-	MaxEndedPerOwner int
 	// Snapshots bounds one owner's snapshots (see docs/snapshots.md):
 	// Snapshots.MaxPerOwner their number, Snapshots.MaxBytesPerOwner the
 	// bytes they add together; a snapshot beyond either is
@@ -402,10 +396,10 @@ func Defaults() Config {
 		DefaultImage:           "berth/base",
 		DefaultTTL:             Duration(10 * time.Minute),
 		MaxTTL:                 Duration(24 * time.Hour),
-		MaxLeases:              100,
 		Retention:              Duration(time.Hour),
 		Pause:                  lease.DefaultPauseConfig(),
 		Restart:                lease.DefaultRestartConfig(),
+		Admission:              defaultAdmission(),
 		DefaultCPUs:            1,
 		DefaultMemoryBytes:     512 << 20,
 		DefaultPids:            512,
@@ -416,19 +410,11 @@ func Defaults() Config {
 		MaxMemoryBytes:         8 << 30,
 		MaxPids:                4096,
 		MaxDiskBytes:           100 << 30,
-		MaxEnvBytes:            64 << 10,
-		MaxLabels:              64,
-		MaxPublicPorts:         16,
-		AllowedImages:          []string{"berth/"},
-		DefaultUser:            "sandbox",
-		DefaultUserImages:      []string{"berth/"},
 		AllowRootUser:          true,
 		HostInput:              "auto",
 		Egress:                 "auto",
 		DefaultNetworkMode:     "open",
 		MaxNetworkMode:         "open",
-		MaxLeasesPerOwner:      20,
-		MaxEndedPerOwner:       100,
 		Snapshots:              defaultSnapshots(), // snapshots.go
 		SandboxOutputMaxBytes:  runtime.DefaultOutputMaxBytes,
 		SandboxOutputMaxFiles:  runtime.DefaultOutputMaxFiles,
@@ -440,6 +426,31 @@ func Defaults() Config {
 		LogLevel:               "info",
 		LogFormat:              "text",
 	}
+}
+
+// defaultAdmission is lease.DefaultAdmissionConfig with the service's
+// own defaults: 20 live leases per owner, 100 ended records per owner, the
+// images berth builds, and their "sandbox" user.
+func defaultAdmission() lease.AdmissionConfig {
+	a := lease.DefaultAdmissionConfig()
+	a.MaxLivePerOwner, a.MaxEndedPerOwner = 20, 100
+	a.AllowedImages, a.DefaultUser = []string{"berth/"}, "sandbox"
+	return a
+}
+
+// leaseAdmission returns Admission with the settings of another shape
+// applied: DefaultResources, MaxResources (CPUs as numbers of CPUs) and
+// DenyRootUser (!AllowRootUser).
+func (c Config) leaseAdmission() lease.AdmissionConfig {
+	a := c.Admission
+	a.DefaultResources, a.MaxResources, a.DenyRootUser = c.DefaultResources(), c.maxResources(), !c.AllowRootUser
+	return a
+}
+
+// maxResources returns the per-sandbox maximums: MaxCPUs, MaxMemoryBytes,
+// MaxPids and MaxDiskBytes.
+func (c Config) maxResources() runtime.Resources {
+	return runtime.Resources{NanoCPUs: int64(c.MaxCPUs * 1e9), MemoryBytes: c.MaxMemoryBytes, PidsLimit: c.MaxPids, DiskBytes: c.MaxDiskBytes}
 }
 
 // DefaultResources returns the per-sandbox limits of an acquire that sets
@@ -483,8 +494,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("kubernetes pull policy must be IfNotPresent, Always or Never, got %q", c.KubernetesPullPolicy)
 	case c.Runtime == "docker" && c.AgentInjection != "copy" && c.AgentInjection != "volume":
 		return fmt.Errorf("agent injection must be copy or volume, got %q", c.AgentInjection)
-	case c.MaxLeases <= 0:
-		return fmt.Errorf("max leases must be positive, got %d", c.MaxLeases)
+	case c.Admission.MaxLive <= 0:
+		return fmt.Errorf("max leases must be positive, got %d", c.Admission.MaxLive)
 	case c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL:
 		return fmt.Errorf("default ttl must be positive and at most max ttl")
 	case c.DataDir == "":
@@ -499,9 +510,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("default disk bytes must be 0 (no limit) or between 1 MiB and max disk bytes (%d), got %d", c.MaxDiskBytes, c.DefaultDiskBytes)
 	case c.UsageInterval < 0:
 		return errors.New("usage interval must not be negative (0 turns usage sampling off)")
-	case c.MaxEnvBytes <= 0 || c.MaxLabels <= 0 || c.MaxPublicPorts <= 0:
-		return errors.New("max env bytes, max labels and max public ports must be positive")
-	case c.MaxLeasesPerOwner <= 0 || c.MaxEndedPerOwner <= 0 || c.MaxWatchesPerPrincipal <= 0 || c.MaxConnections <= 0:
+	case c.Admission.MaxLivePerOwner <= 0 || c.Admission.MaxEndedPerOwner <= 0 || c.MaxWatchesPerPrincipal <= 0 || c.MaxConnections <= 0:
 		return errors.New("max leases per owner, max ended per owner, max watches per principal and max connections must be positive")
 	case c.OpenHandsAppPort < 0 || c.OpenHandsAppPort > 65535 || c.OpenHandsAppPort == runtime.AgentPort:
 		return fmt.Errorf("openhands app port must be 1-65535 and not the agent's %d, got %d", runtime.AgentPort, c.OpenHandsAppPort)
@@ -509,6 +518,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("openhands pause mode must be freeze or hibernate, got %q", c.OpenHandsPauseMode)
 	case c.ReadHeaderTimeout <= 0 || c.IdleTimeout <= 0:
 		return errors.New("read header timeout and idle timeout must be positive")
+	}
+	if err := c.leaseAdmission().Validate(); err != nil {
+		return fmt.Errorf("admission: %w", err)
 	}
 	if err := c.Disk.Validate(); err != nil {
 		return fmt.Errorf("disk limit enforcement: %w", err)

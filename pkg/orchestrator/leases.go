@@ -370,7 +370,7 @@ func (s *leaseServer) fromResources(r *orchv1.Resources) (runtime.Resources, err
 	case c < 0:
 		return runtime.Resources{}, errdefs.Newf(errdefs.ErrInvalidArgument, "resources.cpus: %g must not be negative", c)
 	}
-	if mx := float64(s.m.Config().MaxResources.NanoCPUs) / 1e9; mx > 0 && c > mx {
+	if mx := float64(s.m.Config().Admission.MaxResources.NanoCPUs) / 1e9; mx > 0 && c > mx {
 		return runtime.Resources{}, errdefs.Newf(errdefs.ErrInvalidArgument, "resources.cpus: %g exceeds the maximum %g", c, mx)
 	}
 	if c*1e9 >= math.MaxInt64 {

@@ -252,7 +252,7 @@ func TestAcquireBoundsAtTheEdge(t *testing.T) {
 }
 
 func TestPerOwnerLimitAtTheEdge(t *testing.T) {
-	s := start(t, func(c *orchestrator.Config) { c.MaxLeasesPerOwner = 2 })
+	s := start(t, func(c *orchestrator.Config) { c.Admission.MaxLivePerOwner = 2 })
 	s.acquire(t, tokA, "a1")
 	s.acquire(t, tokA, "a2")
 	r := s.do(t, tokA, "POST", "/v1/leases", `{"conversationId":"a3"}`)
@@ -332,9 +332,9 @@ func TestWatchStreamsPerPrincipal(t *testing.T) {
 // environment and file: cmd/orchestrator/internal/config).
 func TestLimitsConfig(t *testing.T) {
 	d := orchestrator.Defaults()
-	if d.MaxCPUs != 4 || d.MaxMemoryBytes != 8<<30 || d.MaxPids != 4096 || d.MaxDiskBytes != 100<<30 || d.MaxEnvBytes != 64<<10 ||
-		d.MaxLabels != 64 || d.MaxLeasesPerOwner != 20 || d.MaxEndedPerOwner != 100 || d.MaxWatchesPerPrincipal != 16 ||
-		len(d.AllowedImages) != 1 || d.AllowedImages[0] != "berth/" {
+	if d.MaxCPUs != 4 || d.MaxMemoryBytes != 8<<30 || d.MaxPids != 4096 || d.MaxDiskBytes != 100<<30 || d.Admission.MaxEnvBytes != 64<<10 ||
+		d.Admission.MaxLabels != 64 || d.Admission.MaxLivePerOwner != 20 || d.Admission.MaxEndedPerOwner != 100 || d.MaxWatchesPerPrincipal != 16 ||
+		len(d.Admission.AllowedImages) != 1 || d.Admission.AllowedImages[0] != "berth/" {
 		t.Fatalf("defaults: %+v", d)
 	}
 }

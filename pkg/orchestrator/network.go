@@ -63,18 +63,10 @@ func (c Config) validateEgress() error {
 	default:
 		return fmt.Errorf("egress must be auto, required or off, got %q", c.Egress)
 	}
-	def, err := egress.Normalize(c.defaultNetwork().egressPolicy())
-	if err != nil {
-		return fmt.Errorf("default network policy: %w", err)
-	}
-	ceil := c.networkCeiling()
-	if err := ceil.Validate(); err != nil {
+	if err := c.leaseNetwork(nil).Validate(); err != nil { // the default policy and the ceiling
 		return err
 	}
-	if err := ceil.Check(def); err != nil {
-		return fmt.Errorf("the default network policy (default-network-*) is above the ceiling: %w", err)
-	}
-	if ceil.Bounded() && c.Egress == "off" {
+	if c.networkCeiling().Bounded() && c.Egress == "off" {
 		return fmt.Errorf("max-network-mode, network-always-deny and network-allow-ceiling need egress auto or required, got off")
 	}
 	for _, u := range c.EgressUpstreams {
@@ -85,16 +77,12 @@ func (c Config) validateEgress() error {
 	return nil
 }
 
-// netPolicy adapts a lease.NetworkPolicy for validation.
-type netPolicy lease.NetworkPolicy
-
-func (p netPolicy) egressPolicy() egress.Policy {
-	return egress.Policy{Mode: egress.Mode(p.Mode), Allow: p.Allow, Deny: p.Deny}
-}
-
-// defaultNetwork is the operator's default policy.
-func (c Config) defaultNetwork() netPolicy {
-	return netPolicy{Mode: c.DefaultNetworkMode, Allow: c.DefaultNetworkAllow, Deny: c.DefaultNetworkDeny}
+// leaseNetwork returns the lease manager's network configuration: the
+// enforcer eg (nil: none), the default policy (DefaultNetworkMode,
+// DefaultNetworkAllow, DefaultNetworkDeny) and the ceiling.
+func (c Config) leaseNetwork(eg lease.Egress) lease.NetworkConfig {
+	return lease.NetworkConfig{Egress: eg, Ceiling: c.networkCeiling(),
+		Default: lease.NetworkPolicy{Mode: c.DefaultNetworkMode, Allow: c.DefaultNetworkAllow, Deny: c.DefaultNetworkDeny}}
 }
 
 // networkCeiling is the operator's bound on every lease's policy.

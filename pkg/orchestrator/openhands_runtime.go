@@ -33,6 +33,6 @@ func (s *Server) openHandsRuntime() *ohruntime.Handler {
 		Images:        images,
 		PauseMode:     s.cfg.OpenHandsPauseMode,
 
-		DefaultResources: s.cfg.DefaultResources(), MaxResources: maxResources(s.cfg),
+		DefaultResources: s.cfg.DefaultResources(), MaxResources: s.cfg.maxResources(),
 	})
 }

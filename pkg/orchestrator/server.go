@@ -28,7 +28,6 @@ import (
 	"github.com/berth-dev/berth/pkg/lease"
 	"github.com/berth-dev/berth/pkg/orchestrator/ohruntime"
 	"github.com/berth-dev/berth/pkg/proxy"
-	"github.com/berth-dev/berth/pkg/runtime"
 	"github.com/berth-dev/berth/pkg/streamlimit"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 	gwruntime "github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -134,30 +133,20 @@ func New(ctx context.Context, cfg Config, p Platform, log *slog.Logger) (*Server
 	}
 	m, err := lease.New(lease.Config{
 		Store: store, Runtime: rt, InstanceID: instance, Secret: secret,
-		Egress: leaseEgress(eg), DefaultNetwork: lease.NetworkPolicy(cfg.defaultNetwork()), NetworkCeiling: cfg.networkCeiling(),
+		Network:      cfg.leaseNetwork(leaseEgress(eg)), // network.go
 		AppPort:      cfg.OpenHandsAppPort,
 		DefaultImage: cfg.DefaultImage, DefaultTTL: time.Duration(cfg.DefaultTTL), MaxTTL: time.Duration(cfg.MaxTTL),
-		DefaultIdleTimeout: time.Duration(cfg.DefaultIdleTimeout), MaxLive: cfg.MaxLeases,
-		DefaultResources:  cfg.DefaultResources(),
-		Disk:              cfg.Disk,
-		MaxResources:      maxResources(cfg),
-		MaxEnvBytes:       cfg.MaxEnvBytes,
-		MaxLabels:         cfg.MaxLabels,
-		MaxPublicPorts:    cfg.MaxPublicPorts,
-		AllowedImages:     cfg.AllowedImages,
-		DefaultUser:       cfg.DefaultUser,
-		DefaultUserImages: cfg.DefaultUserImages,
-		DenyRootUser:      !cfg.AllowRootUser,
-		MaxLivePerOwner:   cfg.MaxLeasesPerOwner,
-		MaxEndedPerOwner:  cfg.MaxEndedPerOwner,
-		Retention:         time.Duration(cfg.Retention),
-		Pause:             cfg.Pause,
-		Restart:           leaseRestart(cfg.Restart),            // config.go
-		Volumes:           leaseVolumes(cfg),                    // volumes.go
-		Snapshots:         cfg.Snapshots,                        // snapshots.go
-		Pools:             cfg.leasePools(newAgentConfigurer()), // config.go, agentconfig.go, docs/pools.md
-		Fleet:             lease.FleetConfig{Elect: electorOf(p.Cluster, instance)},
-		Logger:            log.With("component", "lease"),
+		DefaultIdleTimeout: time.Duration(cfg.DefaultIdleTimeout),
+		Admission:          cfg.leaseAdmission(), // config.go
+		Disk:               cfg.Disk,
+		Retention:          time.Duration(cfg.Retention),
+		Pause:              cfg.Pause,
+		Restart:            leaseRestart(cfg.Restart),            // config.go
+		Volumes:            leaseVolumes(cfg),                    // volumes.go
+		Pools:              cfg.leasePools(newAgentConfigurer()), // config.go, agentconfig.go, docs/pools.md
+		Snapshots:          cfg.Snapshots,                        // snapshots.go
+		Fleet:              lease.FleetConfig{Elect: electorOf(p.Cluster, instance)},
+		Logger:             log.With("component", "lease"),
 	})
 	if err != nil {
 		closeEgress(eg)
@@ -183,7 +172,7 @@ func New(ctx context.Context, cfg Config, p Platform, log *slog.Logger) (*Server
 		return nil, err
 	}
 	s.usage.start(mctx)
-	log.Info("orchestrator ready", "instance_id", instance, "data_dir", cfg.DataDir, "max_leases", cfg.MaxLeases,
+	log.Info("orchestrator ready", "instance_id", instance, "data_dir", cfg.DataDir, "max_leases", cfg.Admission.MaxLive,
 		"operator_token", cfg.OperatorToken != "", "clients", len(cfg.Clients))
 	return s, nil
 }
@@ -367,11 +356,6 @@ func (s *Server) authHTTP(next http.Handler) http.Handler {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
 		edge.WriteError(w, errUnauthenticated)
 	})
-}
-
-// maxResources converts the configured maximums.
-func maxResources(cfg Config) runtime.Resources {
-	return runtime.Resources{NanoCPUs: int64(cfg.MaxCPUs * 1e9), MemoryBytes: cfg.MaxMemoryBytes, PidsLimit: cfg.MaxPids, DiskBytes: cfg.MaxDiskBytes}
 }
 
 func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

@@ -172,7 +172,7 @@ func TestAcquireValidationAndIdempotency(t *testing.T) {
 }
 
 func TestMaxLeasesRetryAfter(t *testing.T) {
-	s := start(t, func(c *orchestrator.Config) { c.MaxLeases = 1 })
+	s := start(t, func(c *orchestrator.Config) { c.Admission.MaxLive = 1 })
 	s.acquire(t, opToken, "one")
 	r := s.do(t, opToken, "POST", "/v1/leases", `{"conversationId":"two"}`)
 	if r.code != 429 || r.header.Get("Retry-After") == "" {

@@ -215,7 +215,7 @@ func TestPauseModeConfigured(t *testing.T) {
 
 // Bad input is a 4xx naming the field.
 func TestBadInput(t *testing.T) {
-	s := start(t, func(c *orchestrator.Config) { c.AllowedImages, c.AllowRootUser = []string{"berth/"}, false })
+	s := start(t, func(c *orchestrator.Config) { c.Admission.AllowedImages, c.AllowRootUser = []string{"berth/"}, false })
 	cases := []struct {
 		path, body string
 		code       int
@@ -300,7 +300,7 @@ func TestFailedRuntime(t *testing.T) {
 // A start beyond the owner's live leases is a 429 with Retry-After, as an
 // acquire is.
 func TestStartLimited(t *testing.T) {
-	s := start(t, func(c *orchestrator.Config) { c.MaxLeasesPerOwner = 1 })
+	s := start(t, func(c *orchestrator.Config) { c.Admission.MaxLivePerOwner = 1 })
 	s.startSession(t, keyA, "first")
 	req, _ := http.NewRequest("POST", s.Base+"/openhands/runtime/start", strings.NewReader(`{"session_id":"second"}`))
 	req.Header.Set(ohruntime.KeyHeader, keyA)

@@ -42,6 +42,10 @@ var noSetting = map[string]bool{
 	"Disk.Concurrency":     true, // two measurements at once
 	"Volumes.ReapInterval": true, // a minute, at most half the retention
 	"Volumes.HostMounts":   true, // AllowHostMounts (a string) adds to it
+	// Set by orchestrator.New from settings of another shape:
+	"Admission.DefaultResources": true, // DefaultCPUs (a number of CPUs), DefaultMemoryBytes, …
+	"Admission.MaxResources":     true, // MaxCPUs (a number of CPUs), MaxMemoryBytes, …
+	"Admission.DenyRootUser":     true, // !AllowRootUser
 }
 
 // load runs Load with a fresh data dir (Validate wants one), an optional
@@ -81,7 +85,7 @@ func TestPrecedence(t *testing.T) {
 			`"127.0.0.1:1"`, "127.0.0.1:2", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:3", "127.0.0.1:7070"},
 		{"log-format", "BERTH_LOG_FORMAT", "logFormat", func(c orchestrator.Config) any { return c.LogFormat }, "text",
 			`"json"`, "json", "json", "json", "json", "json", "text"},
-		{"max-leases", "BERTH_MAX_LEASES", "maxLeases", func(c orchestrator.Config) any { return c.MaxLeases }, 100,
+		{"max-leases", "BERTH_MAX_LEASES", "maxLeases", func(c orchestrator.Config) any { return c.Admission.MaxLive }, 100,
 			`7`, "8", 7, 8, "9", 9, "100"},
 		{"restart-limit", "BERTH_RESTART_LIMIT", "restartLimit", func(c orchestrator.Config) any { return c.Restart.Limit }, 3,
 			`1`, "2", 1, 2, "0", 0, "3"},
@@ -91,7 +95,7 @@ func TestPrecedence(t *testing.T) {
 			`65536`, "131072", uint32(65536), uint32(131072), "196608", uint32(196608), "0"},
 		{"default-memory-bytes", "BERTH_DEFAULT_MEMORY_BYTES", "defaultMemoryBytes", func(c orchestrator.Config) any { return c.DefaultMemoryBytes }, int64(512 << 20),
 			`268435456`, "1Gi", int64(256 << 20), int64(1 << 30), "2G", int64(2e9), "536870912"},
-		{"max-env-bytes", "BERTH_MAX_ENV_BYTES", "maxEnvBytes", func(c orchestrator.Config) any { return c.MaxEnvBytes }, 64 << 10,
+		{"max-env-bytes", "BERTH_MAX_ENV_BYTES", "maxEnvBytes", func(c orchestrator.Config) any { return c.Admission.MaxEnvBytes }, 64 << 10,
 			`"1Ki"`, "2048", 1024, 2048, "3Ki", 3 << 10, "64Ki"},
 		{"default-cpus", "BERTH_DEFAULT_CPUS", "defaultCPUs", func(c orchestrator.Config) any { return c.DefaultCPUs }, 1.0,
 			`0.5`, "2", 0.5, 2.0, "250m", 0.25, "1"},
@@ -103,9 +107,9 @@ func TestPrecedence(t *testing.T) {
 			`false`, "true", false, true, "false", false, "true"},
 		{"userns", "BERTH_USERNS", "userNamespaces", func(c orchestrator.Config) any { return c.UserNamespaces }, false,
 			`true`, "0", true, false, "true", true, "false"},
-		{"allowed-images", "BERTH_ALLOWED_IMAGES", "allowedImages", func(c orchestrator.Config) any { return strings.Join(c.AllowedImages, "|") }, "berth/",
+		{"allowed-images", "BERTH_ALLOWED_IMAGES", "allowedImages", func(c orchestrator.Config) any { return strings.Join(c.Admission.AllowedImages, "|") }, "berth/",
 			`["a/", "b"]`, "c, d ,", "a/|b", "c|d", "*", "*", "berth/"},
-		{"default-user-images", "BERTH_DEFAULT_USER_IMAGES", "defaultUserImages", func(c orchestrator.Config) any { return strings.Join(c.DefaultUserImages, "|") }, "berth/",
+		{"default-user-images", "BERTH_DEFAULT_USER_IMAGES", "defaultUserImages", func(c orchestrator.Config) any { return strings.Join(c.Admission.DefaultUserImages, "|") }, "berth/",
 			`["x/"]`, "y/", "x/", "y/", "z/", "z/", "berth/"},
 	} {
 		t.Run(c.flag, func(t *testing.T) {
@@ -285,12 +289,12 @@ func TestCompat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DefaultUser != "" || c.AllowRootUser || !c.UserNamespaces || len(c.Clients) != 2 || c.Clients[0].Owner != "f" || c.Clients[1].Owner != "e" {
-		t.Errorf("got user %q root %v userns %v clients %v", c.DefaultUser, c.AllowRootUser, c.UserNamespaces, c.Clients)
+	if c.Admission.DefaultUser != "" || c.AllowRootUser || !c.UserNamespaces || len(c.Clients) != 2 || c.Clients[0].Owner != "f" || c.Clients[1].Owner != "e" {
+		t.Errorf("got user %q root %v userns %v clients %v", c.Admission.DefaultUser, c.AllowRootUser, c.UserNamespaces, c.Clients)
 	}
 	c, err = load(t, "null", map[string]string{"BERTH_DEFAULT_USER": "nobody", "BERTH_OPERATOR_TOKEN": "op"}, "--userns", "--default-user", "image")
-	if err != nil || c.DefaultUser != "" || !c.UserNamespaces || c.OperatorToken != "op" {
-		t.Errorf("bare --userns, --default-user image: %v %q %v %q", err, c.DefaultUser, c.UserNamespaces, c.OperatorToken)
+	if err != nil || c.Admission.DefaultUser != "" || !c.UserNamespaces || c.OperatorToken != "op" {
+		t.Errorf("bare --userns, --default-user image: %v %q %v %q", err, c.Admission.DefaultUser, c.UserNamespaces, c.OperatorToken)
 	}
 	// An empty flag or variable is not given: the next source down applies.
 	c, err = load(t, `{"listen": "127.0.0.1:1", "maxPids": 999}`, map[string]string{"BERTH_LISTEN": "", "BERTH_MAX_PIDS": ""},
@@ -304,8 +308,8 @@ func TestCompat(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err = load(t, `{"maxLabels": 9}`, nil, "--config", p, "--max-public-ports", "0x10")
-	if err != nil || c.MaxLabels != 5 || c.MaxPublicPorts != 16 {
-		t.Errorf("--config: %v labels %d ports %d", err, c.MaxLabels, c.MaxPublicPorts)
+	if err != nil || c.Admission.MaxLabels != 5 || c.Admission.MaxPublicPorts != 16 {
+		t.Errorf("--config: %v labels %d ports %d", err, c.Admission.MaxLabels, c.Admission.MaxPublicPorts)
 	}
 }
 
@@ -350,8 +354,8 @@ func TestLimitsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.MaxCPUs != 8 || cfg.MaxMemoryBytes != 1<<30 || cfg.MaxPids != 600 || cfg.MaxEnvBytes != 1024 || cfg.MaxLeasesPerOwner != 3 ||
-		cfg.MaxWatchesPerPrincipal != 2 || cfg.MaxConnections != 50 || strings.Join(cfg.AllowedImages, "|") != "berth/|debian" {
+	if cfg.MaxCPUs != 8 || cfg.MaxMemoryBytes != 1<<30 || cfg.MaxPids != 600 || cfg.Admission.MaxEnvBytes != 1024 || cfg.Admission.MaxLivePerOwner != 3 ||
+		cfg.MaxWatchesPerPrincipal != 2 || cfg.MaxConnections != 50 || strings.Join(cfg.Admission.AllowedImages, "|") != "berth/|debian" {
 		t.Fatalf("config: %+v", cfg)
 	}
 	for name, bad := range map[string]map[string]string{

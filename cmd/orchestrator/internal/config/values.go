@@ -54,7 +54,7 @@ func (v stringValue) setJSON(raw json.RawMessage) error { return strictJSON(raw,
 func (v stringValue) String() string                    { return *v.p }
 func (v stringValue) Type() string                      { return "string" }
 
-// userValue is DefaultUser: "image" stands for "" (every image's own
+// userValue is Admission.DefaultUser: "image" stands for "" (every image's own
 // user), which an empty flag or variable cannot say.
 type userValue struct{ stringValue }
 
