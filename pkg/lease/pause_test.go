@@ -211,18 +211,28 @@ func TestAcquireResumesPaused(t *testing.T) {
 }
 
 func TestPausedRetention(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Pause.PausedRetention = 400 * time.Millisecond })
-	l, _, _, err := h.m.Acquire(context.Background(), AcquireRequest{ConversationID: "c1", IdleTimeout: 50 * time.Millisecond})
+	// The lease clock is the test's (the reaper's passes are called
+	// directly), so a loaded machine cannot idle-expire the lease between
+	// its acquire and its pause.
+	var mu sync.Mutex
+	clock := time.Unix(1_700_000_000, 0)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	h := newHarness(t, func(c *Config) { c.Now = now; c.Pause.PausedRetention = 10 * time.Minute })
+	l, _, _, err := h.m.Acquire(context.Background(), AcquireRequest{ConversationID: "c1", TTL: time.Hour, IdleTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.m.Pause(context.Background(), l.ID, PauseFreeze); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // past the idle timeout
+	advance(5 * time.Minute) // past the idle timeout, within the paused retention
+	h.m.reapOnce()
 	if g := h.get(l.ID); g.State != StatePaused {
 		t.Fatalf("paused lease idle-expired: %s %s", g.State, g.Reason)
 	}
+	advance(6 * time.Minute) // past the paused retention
+	h.m.reapOnce()
 	eventually(t, 2*time.Second, "paused lease expires", func() bool { return h.get(l.ID).State == StateExpired })
 	if r := h.get(l.ID).Reason; !strings.Contains(r, "paused retention") {
 		t.Fatalf("reason %q", r)
