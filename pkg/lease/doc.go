@@ -4,6 +4,26 @@
 // the containers the runtime reports. The gRPC/REST edge is a thin adapter
 // over Manager; this package knows nothing about the wire.
 //
+// # Components
+//
+// The Manager keeps the lease records, the conversation index, the state
+// machine and the store; each concern around them is a component with its
+// own configuration (a field of Config with a DefaultXConfig, defaults and
+// rules written once, embedded as is by the orchestrator's configuration)
+// and a small interface back to the Manager, declared in its file:
+//
+//	admission     AdmissionConfig, NetworkConfig  limits.go, network.go
+//	disk limit    DiskConfig      diskEnforcer    disk.go
+//	fleet         FleetConfig     fleet           replicas.go
+//	pause, idle   PauseConfig     pauser          pause.go, use.go
+//	warm pools    PoolsConfig     poolSet         pool.go
+//	restarts      RestartConfig   restarter       restart.go
+//	snapshots     SnapshotConfig  snapshotKeeper  snapshot.go (Manager.Snapshots)
+//	volumes       VolumeConfig    volumeKeeper    volumes.go (Manager.Volumes)
+//
+// The components share the Manager's mutex: a method named …Locked is
+// called with it held, as on the Manager.
+//
 // # State machine
 //
 //	             ┌──────────────── release, reap ────────────────┐
