@@ -205,11 +205,12 @@ func testExecStdin(t *testing.T, ws workspace.Workspace) {
 }
 
 func testExecTimeout(t *testing.T, ws workspace.Workspace) {
-	// The background child would create "stray" after a second if it
-	// survived the timeout.
+	// The background child would create "stray" after 3 s if it survived
+	// the timeout: wide by design, so a kill the load delays by more than
+	// the timeout still comes before it.
 	start := time.Now()
 	res := mustExec(t, ws, workspace.Command{
-		Shell:   "(sleep 1; touch stray) & echo started; sleep 30",
+		Shell:   "(sleep 3; touch stray) & echo started; sleep 30",
 		Timeout: 300 * time.Millisecond,
 	})
 	elapsed := time.Since(start)
@@ -225,8 +226,7 @@ func testExecTimeout(t *testing.T, ws workspace.Workspace) {
 	if elapsed > 10*time.Second {
 		t.Fatalf("a 300ms timeout took %s", elapsed)
 	}
-	time.Sleep(1500*time.Millisecond - time.Since(start))
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(3500*time.Millisecond - time.Since(start))
 	_, err := ws.Stat(ctxFor(t), "stray")
 	wantCategory(t, "Stat(stray) after the timeout (a process of the group survived)", err, errdefs.ErrNotFound)
 }
