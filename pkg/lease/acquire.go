@@ -423,7 +423,7 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 		}
 		e := m.byConv[convKey(req.Owner, req.ConversationID)]
 		switch {
-		case e != nil && e.l.State == StatePending && e.call == nil && m.fleet.shared != nil:
+		case e != nil && e.l.State == StatePending && e.op == nil && m.fleet.shared != nil:
 			// Another replica is creating it (replicas.go): wait, look again.
 			id := e.l.ID
 			m.mu.Unlock()
@@ -463,15 +463,16 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 	}
 }
 
-// joinPending waits for the creation already running for e's conversation
-// and shares its outcome. Called with m.mu held; it releases m.mu.
+// joinPending waits for the creation (or in-place restart) already
+// running for e's conversation and shares its outcome. Called with m.mu
+// held; it releases m.mu.
 func (m *Manager) joinPending(ctx context.Context, e *entry) (Lease, error) {
-	id, call := e.l.ID, e.call
+	id, o := e.l.ID, e.op
 	m.mu.Unlock()
-	if call == nil { // cannot happen: PENDING in byConv is always creating
+	if o == nil || (o.kind != opCreate && o.kind != opRestart) { // cannot happen: PENDING in byConv is always creating
 		return Lease{}, fmt.Errorf("%w: lease %s is PENDING with no creation", errdefs.ErrInternal, id)
 	}
-	return awaitCreate(ctx, call)
+	return o.outcome(ctx)
 }
 
 // existing returns the READY lease e, counting the call as activity. A lease
@@ -530,7 +531,7 @@ func (m *Manager) startCreateID(ctx context.Context, req AcquireRequest, id stri
 	e := m.addPendingLocked(req, c, id)
 	m.pools.startConfigureLocked(ctx, c, e.l.ID, req) // pool.go
 	l, rev := e.snapshot()
-	runCtx, call := m.runCtx, e.call // create clears e.call when it is done
+	o := e.op // create ends it when it is done
 	m.mu.Unlock()
 
 	// Crash safety: the record exists before the container can. A claim's
@@ -545,13 +546,14 @@ func (m *Manager) startCreateID(ctx context.Context, req AcquireRequest, id stri
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		m.create(context.WithoutCancel(ctx), runCtx, e)
+		m.create(context.WithoutCancel(ctx), e, o)
 	}()
-	return awaitCreate(ctx, call)
+	return o.outcome(ctx)
 }
 
-// addPendingLocked records a new PENDING lease for req, with its creation
-// call, as its conversation's lease. Called with m.mu held.
+// addPendingLocked records a new PENDING lease for req, held by its
+// creation (an opCreate carrying claim c, if any), as its conversation's
+// lease. Called with m.mu held.
 func (m *Manager) addPendingLocked(req AcquireRequest, c *claim, id string) *entry {
 	now := m.now()
 	if id == "" {
@@ -561,7 +563,6 @@ func (m *Manager) addPendingLocked(req AcquireRequest, c *claim, id string) *ent
 		id = c.m.id // the pooled sandbox's labels name this id
 	}
 	e := &entry{
-		claim: c,
 		l: Lease{
 			ID:             id,
 			ConversationID: req.ConversationID,
@@ -586,10 +587,10 @@ func (m *Manager) addPendingLocked(req AcquireRequest, c *claim, id string) *ent
 			IdleTimeout:    req.IdleTimeout,
 			IdlePolicy:     req.IdlePolicy,
 		},
-		call:    &acquireCall{done: make(chan struct{})},
 		ended:   make(chan struct{}),
 		secrets: req.Secrets,
 	}
+	beginOpLocked(e, opCreate).claim = c
 	m.leases[e.l.ID] = e
 	m.counts[StateUnspecified]++ // balanced by transitionLocked
 	reason := "acquired"
@@ -605,21 +606,6 @@ func (m *Manager) addPendingLocked(req AcquireRequest, c *claim, id string) *ent
 	return e
 }
 
-// awaitCreate waits for call's creation to finish and returns its outcome,
-// or ctx's error when the caller gives up first (the creation goes on).
-// Called without m.mu.
-func awaitCreate(ctx context.Context, call *acquireCall) (Lease, error) {
-	select {
-	case <-call.done:
-	case <-ctx.Done():
-		return Lease{}, ctx.Err()
-	}
-	if call.err != nil {
-		return Lease{}, call.err
-	}
-	return call.lease.Clone(), nil
-}
-
 // abandon forgets a lease whose PENDING record could not be written.
 func (m *Manager) abandon(e *entry, err error) {
 	m.mu.Lock()
@@ -630,17 +616,20 @@ func (m *Manager) abandon(e *entry, err error) {
 	delete(m.leases, e.l.ID)
 	m.counts[e.l.State]--
 	m.admit.trackLiveLocked(e.l.Owner, e.l.State, StateUnspecified)
-	e.call.err = wrapf(err, "acquire: persist lease %s", e.l.ID)
-	close(e.call.done)
-	e.call = nil
+	o := e.op
+	e.op = nil
+	o.err = wrapf(err, "acquire: persist lease %s", e.l.ID)
+	o.finish()
 	if !e.l.State.Ended() {
 		close(e.ended) // wake a Release that raced with the failed acquire
 	}
 }
 
-// create runs Runtime.Create for a PENDING lease and records the outcome.
-// ctx carries the caller's values but not its cancellation.
-func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
+// create runs Runtime.Create for a PENDING lease, which o holds, and
+// records the outcome; a lease that failed, or was released meanwhile, is
+// queued for the removal of what is left (endOpLocked). ctx carries the
+// caller's values but not its cancellation.
+func (m *Manager) create(ctx context.Context, e *entry, o *op) {
 	m.mu.Lock()
 	id, spec := e.l.ID, runtime.Spec{
 		LeaseID:        e.l.ID,
@@ -664,8 +653,8 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 	}
 	e.secrets = nil // in the container's environment now; not kept here
 	hostMounts := slices.Clone(e.l.Mounts)
-	c := e.claim
-	e.claim = nil
+	c := o.claim
+	o.claim = nil
 	m.mu.Unlock()
 
 	start := time.Now()
@@ -705,10 +694,8 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 	took := time.Since(start)
 
 	m.mu.Lock()
-	call := e.call
-	e.call = nil
 	now := m.now()
-	var cleanup, claimed bool
+	var claimed bool
 	switch {
 	case err == nil && e.l.State == StatePending:
 		e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
@@ -721,21 +708,20 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 			claimed = e.rev == recordRev
 		}
 		_ = m.transitionLocked(e, StateReady, fmt.Sprintf("%s in %s", how, took.Round(time.Millisecond)))
-		call.lease = e.l.Clone()
-	case err == nil: // released while being created
+		m.endOpLocked(e, o, nil)
+	case err == nil: // released while being created: endOpLocked queues its removal
 		e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
 		e.rev++
-		call.err = errNotUsable(&e.l)
-		cleanup = true
+		m.endOpLocked(e, o, errNotUsable(&e.l))
 	default:
 		err = wrapf(err, "lease %s: create sandbox from image %q", id, spec.Image)
-		call.err = err
 		if e.l.State == StatePending {
 			_ = m.transitionLocked(e, StateFailed, err.Error())
 		}
 		// The runtime promises nothing is left behind; removal by label
-		// makes sure (and is what finishes a release during creation).
-		cleanup = true
+		// (queued by endOpLocked) makes sure, and is what finishes a
+		// release during creation.
+		m.endOpLocked(e, o, err)
 	}
 	l, rev := e.snapshot()
 	m.mu.Unlock()
@@ -751,16 +737,11 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 		_ = m.persist(l, rev)
 	}
 	m.vols.noteVolumeUsed(l) // volumes.go
-	close(call.done)
+	o.finish()
 	if c != nil {
 		m.pools.kick() // the refill waits for the claim's answer (takeLocked)
 	}
 	if err != nil {
 		m.log.Warn("sandbox creation failed", "lease_id", id, "conversation_id", l.ConversationID, "image", spec.Image, "err", err)
-	}
-	if cleanup {
-		if runCtx.Err() == nil {
-			_ = m.cleanup(runCtx, id)
-		}
 	}
 }

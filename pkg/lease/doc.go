@@ -84,9 +84,20 @@
 // runtime), which makes the runtime a second source of truth. The
 // controller is level-based: Start, every runtime event and every resync
 // observe a lease's containers as they are and apply the decision of one
-// pure function, plan (plan.go), to the record and that observation; a
-// lease an operation of this process holds (creating, restarting, pausing,
-// removing) is left to that operation. At Start that means: READY leases with a running container are adopted;
+// pure function, plan (plan.go), to the record and that observation.
+//
+// One operation runs on a lease at a time (work.go): a creation or warm
+// claim, an in-place restart, a pause, resume, snapshot or pause fix, or a
+// removal holds the lease (entry.op) while it runs. A caller that finds it
+// held waits and shares the outcome (acquires join a creation, resumes a
+// resume, removals a removal), or marks the lease dirty: events and
+// resyncs never plan a held lease, and when its operation ends the lease
+// goes to a work queue with client-go's semantics (queued once, never
+// handled by two workers at once), whose Config.ReapConcurrency workers
+// remove its container or look at it again. Runtime events, the reaper and
+// releases feed the same queue.
+//
+// At Start that means: READY leases with a running container are adopted;
 // READY leases whose container died are restarted in place (within the
 // restart budget), as are PENDING leases that were restarting; READY leases
 // whose container vanished, and PENDING leases of a creation (a
@@ -115,7 +126,7 @@
 // # Reaper
 //
 // Every Config.ReapInterval the reaper expires READY leases past their TTL
-// or idle timeout, hands containers due for removal to
+// or idle timeout, queues containers due for removal for the
 // Config.ReapConcurrency workers (a failed removal is retried with backoff),
 // writes pending activity times, and purges ended, cleaned records older
 // than Config.Retention. It holds the mutex only for in-memory updates, so

@@ -403,10 +403,10 @@ func (a *admission) retryHintForLocked(match func(*Lease) bool) time.Duration {
 	return max(lo, best.Round(time.Second))
 }
 
-// droppable reports whether e is an ended, cleaned record with no work in
-// flight, which may be purged. Called with mu held.
+// droppable reports whether e is an ended, cleaned record that no
+// operation holds, which may be purged. Called with mu held.
 func (e *entry) droppable() bool {
-	return e.l.State.Ended() && e.l.Cleaned && e.cleaning == nil && !e.queued
+	return e.l.State.Ended() && e.l.Cleaned && e.op == nil
 }
 
 // excessEndedLocked returns the ids of droppable ended records beyond the

@@ -83,8 +83,9 @@ type Config struct {
 	// ReapInterval is how often the reaper looks for expired and idle leases
 	// and retries failed removals. Default 200ms.
 	ReapInterval time.Duration
-	// ReapConcurrency bounds the container removals the reaper (and Reap)
-	// run at once. Default 4.
+	// ReapConcurrency is the number of workers that remove containers and
+	// look at leases again after runtime events (work.go), and bounds the
+	// removals Reap runs at once. Default 4.
 	ReapConcurrency int
 	// ReadyTimeout bounds the creation of one sandbox (create, inject, start,
 	// agent healthy); it is passed to the runtime as Spec.ReadyTimeout.
@@ -246,7 +247,9 @@ type Manager struct {
 	runCtx      context.Context
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup // background loops and detached work
-	cleanQ      chan string    // lease ids whose container needs removing
+	// queue holds the leases for the workers: removals and second looks
+	// (work.go).
+	queue *workQueue
 
 	// pools are the warm pools (pool.go), guarded by mu.
 	pools *poolSet
@@ -272,10 +275,14 @@ type entry struct {
 	l   Lease
 	rev uint64 // bumped on every change; store writes are applied in rev order
 
-	call     *acquireCall  // set while the sandbox is being created
-	cleaning chan struct{} // set while a removal runs; closed when it ends
-	cleanErr error         // result of the last removal attempt
-	queued   bool          // in cleanQ
+	// op is the operation holding the lease, nil when none (work.go).
+	op *op
+	// dirty: a pass of the controller (event, resync) found the lease
+	// held, or a removal was asked for meanwhile; the lease is queued
+	// when op ends (work.go). event is the runtime event that made it
+	// dirty, if any: the worker's check uses it.
+	dirty    bool
+	event    *runtime.Event
 	retryAt  time.Time     // earliest next removal attempt after a failure (real clock)
 	fails    int           // consecutive removal failures
 	ended    chan struct{} // closed when the lease reaches an ended state
@@ -283,8 +290,6 @@ type entry struct {
 
 	activityDirty   bool      // LastActivityAt changed since the last write
 	activityWritten time.Time // real-clock time of the last activity write
-
-	pause *pauseOp // set while a pause or resume runs (pause.go)
 
 	// uses counts the requests Use admitted that have not ended,
 	// unanswered those not yet answered; drained, when set, is closed
@@ -295,18 +300,6 @@ type entry struct {
 	// secrets are the acquire's Secrets until the sandbox is created with
 	// them; never persisted (the lease records only their names).
 	secrets map[string]string
-
-	// claim is the pooled sandbox this PENDING lease claimed (pool.go);
-	// nil for a cold creation.
-	claim *claim
-}
-
-// acquireCall is one in-flight creation; concurrent acquires of the same
-// conversation wait on done and share its outcome.
-type acquireCall struct {
-	done  chan struct{}
-	lease Lease
-	err   error
 }
 
 // New validates cfg, applies defaults and returns a Manager. It does no I/O;
@@ -327,7 +320,7 @@ func New(cfg Config) (*Manager, error) {
 		counts:    map[State]int{},
 		entered:   map[State]uint64{},
 		persisted: map[string]uint64{},
-		cleanQ:    make(chan string, 4096),
+		queue:     newWorkQueue(),
 	}
 	m.admit = newAdmission(cfg, m, m.leases, m.counts) // limits.go
 	m.disk = newDiskEnforcer(cfg, m, &m.mu, m.leases)  // disk.go
@@ -389,8 +382,12 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.goBackground(func() { m.disk.loop(runCtx) })
 	m.goBackground(func() { m.vols.volumeLoop(runCtx) })
 	m.goBackground(func() { m.pools.loop(runCtx) })
+	m.goBackground(func() {
+		<-runCtx.Done()
+		m.queue.shutDown()
+	})
 	for range m.cfg.ReapConcurrency {
-		m.goBackground(func() { m.cleanWorker(runCtx) })
+		m.goBackground(func() { m.work(runCtx) }) // work.go
 	}
 	m.log.Info("lease manager started", "instance", m.cfg.InstanceID, "leases", len(m.leases), "live", m.liveCount())
 	return nil
@@ -414,6 +411,7 @@ func (m *Manager) Close() error {
 	if cancel != nil {
 		cancel()
 	}
+	m.queue.shutDown()
 	m.wg.Wait()
 	return nil
 }

@@ -373,16 +373,12 @@ func (m *Manager) Reap(ctx context.Context, f ReapFilter) ([]string, error) {
 	return ids, nil
 }
 
-// enqueueCleanLocked hands e to the removal workers unless it is already
-// queued or being removed. Called with mu held; never blocks.
+// enqueueCleanLocked queues e for the workers, which remove its container
+// (work.go); while an operation holds e, its end queues it. Called with mu
+// held; never blocks.
 func (m *Manager) enqueueCleanLocked(e *entry) {
-	if e.queued || e.cleaning != nil || e.call != nil {
-		return
-	}
-	select {
-	case m.cleanQ <- e.l.ID:
-		e.queued = true
-	default: // full: the reaper retries on its next tick
+	if e.op == nil {
+		m.queue.add(e.l.ID)
 	}
 }
 
@@ -398,30 +394,31 @@ func (e *entry) needsClean() bool {
 }
 
 // cleanup removes the container of a RELEASING or ended-but-uncleaned lease,
-// then marks it Cleaned (and RELEASING → RELEASED). Concurrent calls for
-// one lease share one removal. A lease whose sandbox is still being created
-// is left to the creation, which calls cleanup when it finishes. ctx bounds
+// then marks it Cleaned (and RELEASING → RELEASED); it holds the lease
+// (opClean) meanwhile. Concurrent calls for one lease share one removal. A
+// lease another operation holds (its creation, a restart, a pause) is left
+// to that operation's end, which queues the removal (work.go). ctx bounds
 // only the waiting; the removal itself runs detached with RemoveTimeout.
 func (m *Manager) cleanup(ctx context.Context, id string) error {
 	m.mu.Lock()
 	e := m.leases[id]
-	if e == nil || e.call != nil || !e.needsClean() || m.disk.keptLocked(e, m.now()) {
+	if e == nil || !e.needsClean() || m.disk.keptLocked(e, m.now()) {
 		m.mu.Unlock()
 		return nil
 	}
-	if ch := e.cleaning; ch != nil {
-		m.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
+	if o := e.op; o != nil {
+		if o.kind != opClean {
+			e.dirty = true // its end queues the removal
+			m.mu.Unlock()
+			return nil
 		}
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return e.cleanErr
+		m.mu.Unlock()
+		if err := o.wait(ctx); err != nil {
+			return err
+		}
+		return o.err
 	}
-	ch := make(chan struct{})
-	e.cleaning = ch
+	o := beginOpLocked(e, opClean)
 	cid := e.l.ContainerID
 	vol := Lease{ID: id, Volume: e.l.Volume, Owner: e.l.Owner, ConversationID: e.l.ConversationID}
 	m.mu.Unlock()
@@ -435,13 +432,13 @@ func (m *Manager) cleanup(ctx context.Context, id string) error {
 	}
 
 	m.mu.Lock()
-	e.cleaning, e.cleanErr = nil, err
-	close(ch)
 	if err != nil {
 		e.fails++
 		e.retryAt = time.Now().Add(backoff(e.fails))
 		attempts := e.fails
+		m.endOpLocked(e, o, err) // the reaper retries once retryAt passed
 		m.mu.Unlock()
+		o.finish()
 		m.log.Warn("removing sandbox failed; will retry", "lease_id", id, "container_id", cid, "attempts", attempts, "err", err)
 		return err
 	}
@@ -451,9 +448,11 @@ func (m *Manager) cleanup(ctx context.Context, id string) error {
 	}
 	e.l.Cleaned = true
 	e.rev++
+	m.endOpLocked(e, o, nil)
 	l, rev := e.snapshot()
 	m.mu.Unlock()
 	_ = m.persist(l, rev)
+	o.finish()
 	return nil
 }
 

@@ -175,14 +175,6 @@ func holdsConversation(s State) bool {
 	return s == StatePending || s == StateReady || s == StatePaused
 }
 
-// pauseOp is one pause or resume in flight; concurrent resumes share it.
-type pauseOp struct {
-	resume bool
-	done   chan struct{}
-	lease  Lease
-	err    error
-}
-
 // freezerOf returns rt as a Freezer, or a FailedPrecondition naming the
 // backend when it is none.
 func freezerOf(rt any) (runtime.Freezer, error) {
@@ -197,16 +189,6 @@ func backendName(rt any) string {
 	n := strings.TrimPrefix(fmt.Sprintf("%T", rt), "*")
 	n, _, _ = strings.Cut(n, ".")
 	return n
-}
-
-// awaitPauseOp waits for op, bounded by ctx.
-func awaitPauseOp(ctx context.Context, op *pauseOp) error {
-	select {
-	case <-op.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // pauseHost is what the pauser needs from the Manager; *Manager implements
@@ -226,8 +208,10 @@ type pauseHost interface {
 	expireIfDueLocked(e *entry, now time.Time) error
 	// drainRefusalLocked refuses a resume while draining (drain.go).
 	drainRefusalLocked(what string) error
-	// enqueueClean hands e's container to the removal workers (ops.go).
-	enqueueClean(e *entry)
+	// endOpLocked gives e back from an operation with its outcome and
+	// queues what is left to do, e.g. the removal of a lease released or
+	// failed meanwhile (work.go).
+	endOpLocked(e *entry, o *op, err error)
 	// restartSandbox starts a stopped container again once its host
 	// mounts are checked (volumes.go).
 	restartSandbox(ctx context.Context, id, cid string, mounts []runtime.Mount) (runtime.Sandbox, error)
@@ -249,12 +233,12 @@ type pauseBackend interface {
 // Locking contract: the pauser shares the Manager's mu (its mu field) and
 // reads the Manager's leases map with it held; methods ending in Locked
 // are called with mu held (idleEntryLocked returns with mu released when
-// it fails). An entry's pause marker (entry.pause) is set, under mu, while
-// a pause, resume, snapshot (snapshot.go) or pause fix runs on it: every
-// other pause, resume or Use of that lease waits for the marker's op to
-// finish (awaitPauseOp) and then looks again; a resume waiting on another
-// resume shares its outcome. The marker is cleared, under mu, before its
-// op's done is closed.
+// it fails). A pause, resume, snapshot (snapshot.go) or pause fix holds
+// the lease (entry.op, work.go: opPause, opResume, opSnapshot) while it
+// runs: every other pause, resume or Use of that lease waits for it to
+// end and then looks again; a resume waiting on another resume shares its
+// outcome. The hold is given back, under mu, before the op's done is
+// closed.
 type pauser struct {
 	cfg  PauseConfig
 	host pauseHost
@@ -351,13 +335,12 @@ func (p *pauser) pause(ctx context.Context, id string, mode PauseMode) (Lease, e
 	if err := p.host.expireIfDueLocked(e, p.host.now()); err != nil {
 		return Lease{}, err // past its TTL: expired now rather than paused
 	}
-	var pending *pauseOp
+	// The pause holds the lease from here: new requests (Use) wait for it.
+	o := beginOpLocked(e, opPause)
 	if e.unanswered > 0 {
 		// Requests admitted before this pause (Use, use.go) are answered
-		// first; pending keeps new ones waiting meanwhile, and they resume
-		// the lease once it is paused.
-		pending = &pauseOp{done: make(chan struct{})}
-		e.pause = pending
+		// first; new ones wait meanwhile, and they resume the lease once
+		// it is paused.
 		wctx, cancel := context.WithTimeout(ctx, p.requestGrace)
 		err := p.awaitAnsweredLocked(wctx, e)
 		cancel()
@@ -373,26 +356,22 @@ func (p *pauser) pause(ctx context.Context, id string, mode PauseMode) (Lease, e
 			err = wrapf(err, "pause lease %s: waiting for the requests in flight", id)
 		}
 		if err != nil {
-			e.pause = nil
-			pending.lease, pending.err = e.l.Clone(), err
+			p.host.endOpLocked(e, o, err)
 			p.mu.Unlock()
-			close(pending.done)
+			o.finish()
 			return Lease{}, err
 		}
 	}
-	op := p.beginPauseLocked(e, mode, "")
-	if pending != nil {
-		close(pending.done) // its waiters now wait for op
-	}
+	p.markPausedLocked(e, mode, "")
 	cid := e.l.ContainerID
 	l, rev := e.snapshot()
 	p.mu.Unlock()
 	if err := p.host.persist(l, rev); err != nil {
 		err = wrapf(err, "pause lease %s: write state", id)
-		p.endPause(e, op, err)
+		p.endPause(e, o, err)
 		return Lease{}, err
 	}
-	return p.endPause(e, op, p.pauseRuntime(ctx, fr, id, cid, mode))
+	return p.endPause(e, o, p.pauseRuntime(ctx, fr, id, cid, mode))
 }
 
 // pauseRuntime freezes (fr) or stops container cid of lease id.
@@ -428,15 +407,18 @@ func (p *pauser) idlePauseLocked(e *entry, why string) func(ctx context.Context)
 			mode = PauseHibernate // the runtime changed since the acquire
 		}
 	}
-	op := p.beginPauseLocked(e, mode, why)
+	o := beginOpLocked(e, opPause)
+	p.markPausedLocked(e, mode, why)
 	id, cid := e.l.ID, e.l.ContainerID
 	return func(ctx context.Context) {
-		_, _ = p.endPause(e, op, p.pauseRuntime(ctx, fr, id, cid, mode))
+		_, _ = p.endPause(e, o, p.pauseRuntime(ctx, fr, id, cid, mode))
 	}
 }
 
-// idleEntryLocked returns lease id's entry once no pause or resume runs on
-// it. Called with mu held; on error it returns with mu released.
+// idleEntryLocked returns lease id's entry once no pause, resume or
+// snapshot holds it (opKind.pausing); an entry another operation holds is
+// returned as it is (it is not READY or PAUSED: its caller refuses it).
+// Called with mu held; on error it returns with mu released.
 func (p *pauser) idleEntryLocked(ctx context.Context, id string) (*entry, error) {
 	for {
 		e := p.leases[id]
@@ -444,22 +426,21 @@ func (p *pauser) idleEntryLocked(ctx context.Context, id string) (*entry, error)
 			p.mu.Unlock()
 			return nil, errdefs.NotFound("lease %s", id)
 		}
-		op := e.pause
-		if op == nil {
+		o := e.op
+		if o == nil || !o.kind.pausing() {
 			return e, nil
 		}
 		p.mu.Unlock()
-		if err := awaitPauseOp(ctx, op); err != nil {
+		if err := o.wait(ctx); err != nil {
 			return nil, err
 		}
 		p.mu.Lock()
 	}
 }
 
-// beginPauseLocked moves READY e to PAUSED (why, if set, prefixes the
-// reason) and marks the pause in flight.
-// Called with mu held.
-func (p *pauser) beginPauseLocked(e *entry, mode PauseMode, why string) *pauseOp {
+// markPausedLocked moves READY e, which a pause holds, to PAUSED (why, if
+// set, prefixes the reason). Called with mu held.
+func (p *pauser) markPausedLocked(e *entry, mode PauseMode, why string) {
 	reason := ReasonFrozen
 	if mode == PauseHibernate {
 		reason = ReasonHibernated
@@ -469,26 +450,22 @@ func (p *pauser) beginPauseLocked(e *entry, mode PauseMode, why string) *pauseOp
 	}
 	e.l.Paused, e.l.PausedAt = mode, p.host.now()
 	_ = p.host.transitionLocked(e, StatePaused, reason)
-	op := &pauseOp{done: make(chan struct{})}
-	e.pause = op
-	return op
 }
 
-// endPause finishes pause op on e: on error a lease still PAUSED goes back
+// endPause finishes pause o on e: on error a lease still PAUSED goes back
 // to READY (its sandbox was not paused).
-func (p *pauser) endPause(e *entry, op *pauseOp, err error) (Lease, error) {
+func (p *pauser) endPause(e *entry, o *op, err error) (Lease, error) {
 	p.mu.Lock()
 	if err != nil && e.l.State == StatePaused {
 		mode := e.l.Paused
 		e.l.Paused, e.l.PausedAt = "", time.Time{}
 		_ = p.host.transitionLocked(e, StateReady, fmt.Sprintf(reasonPauseFailedF, mode, err))
 	}
-	e.pause = nil
-	op.lease, op.err = e.l.Clone(), err
+	p.host.endOpLocked(e, o, err)
 	l, rev := e.snapshot()
 	p.mu.Unlock()
 	_ = p.host.persist(l, rev)
-	close(op.done)
+	o.finish()
 	if err != nil {
 		return Lease{}, err
 	}
@@ -525,13 +502,13 @@ func (p *pauser) resumeLease(ctx context.Context, id string) (Lease, error) {
 			p.mu.Unlock()
 			return Lease{}, errdefs.NotFound("lease %s", id)
 		}
-		if op := e.pause; op != nil {
+		if o := e.op; o != nil && o.kind.pausing() {
 			p.mu.Unlock()
-			if err := awaitPauseOp(ctx, op); err != nil {
-				return Lease{}, err
+			if o.kind == opResume { // share its outcome
+				return o.outcome(ctx)
 			}
-			if op.resume {
-				return op.lease, op.err
+			if err := o.wait(ctx); err != nil {
+				return Lease{}, err
 			}
 			p.mu.Lock()
 			continue
@@ -551,11 +528,10 @@ func (p *pauser) resumeLease(ctx context.Context, id string) (Lease, error) {
 			p.mu.Unlock()
 			return Lease{}, err
 		}
-		op := &pauseOp{resume: true, done: make(chan struct{})}
-		e.pause = op
+		o := beginOpLocked(e, opResume)
 		mode, cid, mounts := e.l.Paused, e.l.ContainerID, slices.Clone(e.l.Mounts)
 		p.mu.Unlock()
-		return p.resume(ctx, e, op, mode, cid, mounts)
+		return p.resume(ctx, e, o, mode, cid, mounts)
 	}
 }
 
@@ -563,7 +539,7 @@ func (p *pauser) resumeLease(ctx context.Context, id string) (Lease, error) {
 // hibernated sandbox's host mounts are checked before its container starts
 // again (restartSandbox); when one changed, the resume is refused
 // (FailedPrecondition) and the lease stays PAUSED.
-func (p *pauser) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseMode, cid string, mounts []runtime.Mount) (Lease, error) {
+func (p *pauser) resume(ctx context.Context, e *entry, o *op, mode PauseMode, cid string, mounts []runtime.Mount) (Lease, error) {
 	began := time.Now()
 	var (
 		sb  runtime.Sandbox
@@ -589,7 +565,6 @@ func (p *pauser) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseMo
 
 	p.mu.Lock()
 	id := e.l.ID
-	fail := false
 	switch {
 	case e.l.State != StatePaused: // released or expired meanwhile
 		err = errNotUsable(&e.l)
@@ -609,22 +584,14 @@ func (p *pauser) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseMo
 	case errdefs.IsNotFound(err):
 		err = wrapf(err, "resume lease %s (%s)", id, mode)
 		_ = p.host.transitionLocked(e, StateFailed, fmt.Sprintf("resume (%s) failed: %v", mode, err))
-		fail = true
 	default:
 		err = wrapf(err, "resume lease %s (%s)", id, mode)
 	}
-	e.pause = nil
-	if err == nil {
-		op.lease = e.l.Clone()
-	}
-	op.err = err
+	p.host.endOpLocked(e, o, err) // a failed lease's removal is queued
 	l, rev := e.snapshot()
 	p.mu.Unlock()
 	_ = p.host.persist(l, rev)
-	close(op.done)
-	if fail {
-		p.host.enqueueClean(e)
-	}
+	o.finish()
 	if err != nil {
 		p.log.Warn("resuming lease failed", "lease_id", id, "container_id", cid, "mode", string(mode), "err", err)
 		return Lease{}, err
@@ -634,10 +601,10 @@ func (p *pauser) resume(ctx context.Context, e *entry, op *pauseOp, mode PauseMo
 }
 
 // pauseFix is a paused sandbox found running (reconcile, resync): it is
-// paused again while op keeps resumes of e waiting.
+// paused again while o holds e (resumes wait).
 type pauseFix struct {
 	e       *entry
-	op      *pauseOp
+	o       *op
 	id, cid string
 	mode    PauseMode
 }
@@ -645,9 +612,8 @@ type pauseFix struct {
 // pauseFixLocked marks PAUSED e's running container cid for pausing again.
 // Called with mu held.
 func (p *pauser) pauseFixLocked(e *entry, cid string) pauseFix {
-	op := &pauseOp{done: make(chan struct{})}
-	e.pause = op
-	return pauseFix{e: e, op: op, id: e.l.ID, cid: cid, mode: e.l.Paused}
+	o := beginOpLocked(e, opPause)
+	return pauseFix{e: e, o: o, id: e.l.ID, cid: cid, mode: e.l.Paused}
 }
 
 // applyPauseFixes pauses again the sandboxes of PAUSED leases found
@@ -656,9 +622,9 @@ func (p *pauser) applyPauseFixes(ctx context.Context, fixes []pauseFix) {
 	for _, f := range fixes {
 		p.applyPauseFix(ctx, f)
 		p.mu.Lock()
-		f.e.pause = nil
+		p.host.endOpLocked(f.e, f.o, nil)
 		p.mu.Unlock()
-		close(f.op.done)
+		f.o.finish()
 	}
 }
 

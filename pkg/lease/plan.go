@@ -33,10 +33,6 @@ type observed struct {
 	trigger trigger
 	// boxes are the containers labelled with the lease, in any order.
 	boxes []runtime.Sandbox
-	// busy: an operation of this process holds the lease (a creation or
-	// claim, an in-place restart, a pause or resume, a removal). Its
-	// outcome is that operation's to record: plan leaves the lease alone.
-	busy bool
 	// stale: the lease became READY or PAUSED after boxes were listed, so
 	// the list says nothing of its current container.
 	stale bool
@@ -119,8 +115,9 @@ type restartPolicy struct {
 // (o) at time now. It is pure: it reads its arguments only, changes
 // nothing, and the same inputs always give the same action. The rules:
 //
-//   - busy or stale: nothing (the operation in progress, or the next
-//     observation, settles it).
+//   - stale: nothing (the next observation settles it). A lease an
+//     operation holds is never planned: the pass marks it dirty and a
+//     worker looks at it when the operation ends (work.go).
 //   - READY: a warm claim's record whose agent was never configured fails
 //     (ReasonRestartedCreating); no container fails (vanished); a dead
 //     container is restarted in place within the restart budget, else the
@@ -140,7 +137,7 @@ type restartPolicy struct {
 // a live container labelled with the lease, else any. Every other
 // container of a live lease is removed.
 func plan(l *Lease, o observed, rp restartPolicy, now time.Time) action {
-	if o.busy || o.stale {
+	if o.stale {
 		return action{kind: actNone, keep: o.boxes}
 	}
 	box, found := pick(l, o.boxes)

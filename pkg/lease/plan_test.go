@@ -48,12 +48,9 @@ func TestPlan(t *testing.T) {
 		want  want
 		after string
 	}{
-		// Busy or stale: nothing, whatever the world says.
-		{name: "busy ready with its container gone", l: lease(StateReady), o: observed{trigger: trigResync, busy: true},
-			want: want{kind: actNone}},
+		// Stale: nothing, whatever the world says. (A lease an operation
+		// holds is never planned: work_test.go.)
 		{name: "stale ready", l: lease(StateReady), o: observed{trigger: trigResync, stale: true, boxes: []runtime.Sandbox{exited}},
-			want: want{kind: actNone, keep: []string{"c1"}}},
-		{name: "busy pending keeps its containers", l: lease(StatePending), o: observed{trigger: trigResync, busy: true, boxes: []runtime.Sandbox{running}},
 			want: want{kind: actNone, keep: []string{"c1"}}},
 
 		// READY.

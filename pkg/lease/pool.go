@@ -256,7 +256,8 @@ func (h *histogram) observe(v float64) {
 	}
 }
 
-// claim is a pooled sandbox taken by a PENDING lease (entry.claim).
+// claim is a pooled sandbox taken by a PENDING lease (the op of its
+// creation holds it: op.claim, work.go).
 type claim struct {
 	pool string
 	m    member

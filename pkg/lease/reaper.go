@@ -43,7 +43,7 @@ func (m *Manager) reapOnce() {
 				m.enqueueCleanLocked(e)
 				l, rev := e.snapshot()
 				snaps = append(snaps, snap{l, rev})
-			} else if why := idleReason(&e.l, now); why != "" && e.pause == nil {
+			} else if why := idleReason(&e.l, now); why != "" && e.op == nil {
 				// The idle policy pauses it (IdleFreeze, IdleHibernate).
 				pauses = append(pauses, m.pauser.idlePauseLocked(e, why))
 				l, rev := e.snapshot()
@@ -55,7 +55,7 @@ func (m *Manager) reapOnce() {
 				snaps = append(snaps, snap{l, rev})
 			}
 		case e.l.State == StatePaused:
-			if reason := m.pauser.cfg.pausedExpiryReason(&e.l, now); reason != "" && e.pause == nil {
+			if reason := m.pauser.cfg.pausedExpiryReason(&e.l, now); reason != "" && e.op == nil {
 				_ = m.transitionLocked(e, StateExpired, reason)
 				m.enqueueCleanLocked(e)
 				l, rev := e.snapshot()
@@ -111,26 +111,8 @@ func (m *Manager) reapOnce() {
 }
 
 // purgeable reports whether e is an ended, cleaned record older than
-// Config.Retention with no work in flight. Called with mu held.
+// Config.Retention that no operation holds. Called with mu held.
 func (m *Manager) purgeable(e *entry, now time.Time) bool {
 	return e.l.State.Ended() && e.l.Cleaned && m.cfg.Retention >= 0 && now.Sub(e.l.EndedAt) >= m.cfg.Retention &&
-		e.cleaning == nil && !e.queued
-}
-
-// cleanWorker removes the containers queued in cleanQ until ctx ends.
-// Config.ReapConcurrency workers run at once.
-func (m *Manager) cleanWorker(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case id := <-m.cleanQ:
-			m.mu.Lock()
-			if e := m.leases[id]; e != nil {
-				e.queued = false
-			}
-			m.mu.Unlock()
-			_ = m.cleanup(ctx, id)
-		}
-	}
+		e.op == nil
 }

@@ -150,13 +150,6 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// busyLocked reports whether an operation of this process holds e: a
-// creation or claim, an in-place restart, a pause or resume, a removal.
-// Called with mu held.
-func (e *entry) busyLocked() bool {
-	return e.call != nil || e.claim != nil || e.pause != nil || e.cleaning != nil
-}
-
 // effects is the work an applied action leaves to do once mu is released.
 type effects struct {
 	restarts []restartJob
@@ -349,12 +342,9 @@ func (m *Manager) watchLoop(ctx context.Context) {
 // handleEvent acts on the runtime's events. An oom event (the kernel killed
 // a process of the sandbox; the agent reports it to the command's caller)
 // is only logged and counted: the sandbox lives on. A died or removed
-// event makes the controller look at the lease it concerns: it lists the
-// lease's containers as they are now and applies plan's decision (a died
-// container of a READY lease is restarted in place within the restart
-// budget, after RestartConfig.Delay and once the event stream is up, else
-// the lease fails; a removed one fails the lease). A stale event — the
-// container runs again — changes nothing.
+// event of a lease's container queues the lease for a worker (work.go),
+// which looks at it (check): events never wait for a runtime call here,
+// and two events of one lease are handled one after the other.
 func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 	switch ev.Kind {
 	case runtime.EventOOM:
@@ -371,6 +361,7 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 		return
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	id := ev.LeaseID
 	if id == "" {
 		for _, x := range m.leases {
@@ -382,6 +373,28 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 	}
 	e := m.leases[id]
 	if e == nil || !m.fleet.homeLocked(e) || e.l.State.Ended() && e.l.Cleaned {
+		return
+	}
+	if e.event == nil || ev.Kind == runtime.EventRemoved { // a removal says more than a death
+		e.event = &ev
+	}
+	m.markDirtyLocked(e)
+}
+
+// check looks at lease id as it is now and applies plan's decision: it
+// lists the lease's containers (a died container of a READY lease is
+// restarted in place within the restart budget, after
+// RestartConfig.Delay and once the event stream is up, else the lease
+// fails; a missing one fails it). ev is the runtime event that made it
+// look, nil when a pass found the lease held by an operation: a removed
+// event fails the lease as removed outside berth, and the event's own
+// container is read directly. A stale event — the container runs again —
+// changes nothing. A worker calls it (work.go), never two at once for one
+// lease.
+func (m *Manager) check(ctx context.Context, id string, ev *runtime.Event) {
+	m.mu.Lock()
+	e := m.leases[id]
+	if e == nil || !m.fleet.homeLocked(e) || e.l.State.Ended() && e.l.Cleaned {
 		m.mu.Unlock()
 		return
 	}
@@ -390,49 +403,72 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 	// Another replica may have released or expired it (and removed its
 	// sandbox) with the feed still on its way (replicas.go).
 	m.fleet.refreshShared(id)
-	o := observed{trigger: trigEvent}
+	o := observed{trigger: trigResync}
 	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	boxes, err := m.rt.List(gctx, runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID, runtime.LabelLease: id})
 	cancel()
-	if err == nil {
-		o.boxes = boxes
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("listing a lease's containers failed; the next resync looks again", "lease_id", id, "err", err)
+		}
+		if ev == nil {
+			return // nothing observed: the next resync looks again
+		}
 	}
-	// The engine's list may lag behind its events (Docker updates the view
-	// it lists from after it emits die): the event's own container is
-	// read directly.
-	gctx, cancel = context.WithTimeout(ctx, 2*time.Second)
-	sb, gerr := m.rt.Get(gctx, ev.ID)
-	cancel()
-	o.boxes = slices.DeleteFunc(o.boxes, func(b runtime.Sandbox) bool { return b.ID == ev.ID })
-	switch {
-	case gerr == nil:
-		o.boxes = append(o.boxes, sb)
-	case errdefs.IsNotFound(gerr):
-	case ev.Kind == runtime.EventDied: // what the event says, then
-		o.boxes = append(o.boxes, runtime.Sandbox{ID: ev.ID, LeaseID: id, State: runtime.StateExited, ExitCode: ev.ExitCode})
-	}
-	if ev.Kind == runtime.EventRemoved {
-		o.goneReason = ReasonRemovedOutside
+	o.boxes = boxes
+	if ev != nil {
+		o.trigger = trigEvent
+		// The engine's list may lag behind its events (Docker updates the
+		// view it lists from after it emits die): the event's own
+		// container is read directly.
+		gctx, cancel = context.WithTimeout(ctx, 2*time.Second)
+		sb, gerr := m.rt.Get(gctx, ev.ID)
+		cancel()
+		o.boxes = slices.DeleteFunc(o.boxes, func(b runtime.Sandbox) bool { return b.ID == ev.ID })
+		switch {
+		case gerr == nil:
+			o.boxes = append(o.boxes, sb)
+		case errdefs.IsNotFound(gerr):
+		case ev.Kind == runtime.EventDied: // what the event says, then
+			o.boxes = append(o.boxes, runtime.Sandbox{ID: ev.ID, LeaseID: id, State: runtime.StateExited, ExitCode: ev.ExitCode})
+		}
+		if ev.Kind == runtime.EventRemoved {
+			o.goneReason = ReasonRemovedOutside
+		}
 	}
 	var fx effects
 	m.mu.Lock()
-	if e = m.leases[id]; e == nil {
+	switch e = m.leases[id]; {
+	case e == nil:
+		m.mu.Unlock()
+		return
+	case e.op != nil:
+		// An operation took it meanwhile: look again when it ends.
+		if ev != nil && e.event == nil {
+			e.event = ev
+		}
+		m.markDirtyLocked(e)
 		m.mu.Unlock()
 		return
 	}
-	o.busy, o.stale, o.kept = e.busyLocked(), e.readySeq > seq, m.disk.keptLocked(e, m.now())
-	if o.kept || (e.l.State.Ended() || e.l.State == StateReleasing) && ev.Kind == runtime.EventDied {
+	o.stale, o.kept = e.readySeq > seq, m.disk.keptLocked(e, m.now())
+	if o.kept || (e.l.State.Ended() || e.l.State == StateReleasing) && ev != nil && ev.Kind == runtime.EventDied {
 		// A died event of a lease on its way out is its removal's.
 		m.mu.Unlock()
 		return
 	}
-	m.applyLocked(e, plan(&e.l, o, m.cfg.Restart.policy(), m.now()), trigEvent, &fx)
+	m.applyLocked(e, plan(&e.l, o, m.cfg.Restart.policy(), m.now()), o.trigger, &fx)
 	m.mu.Unlock()
-	m.run(ctx, "event", fx)
+	pass := "check"
+	if ev != nil {
+		pass = "event"
+	}
+	m.run(ctx, pass, fx)
 }
 
 // resync lists this instance's containers and applies plan's decision to
-// every lease that no operation holds (a lease whose container is gone
+// every lease that no operation holds — one that is held is marked dirty,
+// and looked at again when its operation ends (work.go) — (a lease whose container is gone
 // fails, a dead one is restarted in place, a PAUSED one found running is
 // paused again), and removes the containers that no live lease or pool
 // owns (orphans). Leases that became READY or PAUSED after the list was
@@ -463,10 +499,14 @@ func (m *Manager) resync(ctx context.Context) {
 		if !m.fleet.homeLocked(e) {
 			continue // its home replica resyncs it (replicas.go)
 		}
+		if e.op != nil {
+			// An operation holds it: look again when it ends (work.go).
+			m.markDirtyLocked(e)
+			continue
+		}
 		o := observed{
 			trigger: trigResync,
 			boxes:   byLease[e.l.ID],
-			busy:    e.busyLocked(),
 			stale:   e.readySeq > seq,
 			kept:    m.disk.keptLocked(e, now),
 		}

@@ -316,7 +316,7 @@ func (m *Manager) applyRemote(l Lease, deleted bool) {
 	defer m.mu.Unlock()
 	e := m.leases[l.ID]
 	if deleted {
-		if e == nil || e.call != nil || e.cleaning != nil || e.pause != nil {
+		if e == nil || e.op != nil {
 			return // unknown, or work of ours in flight on it
 		}
 		delete(m.leases, l.ID)
@@ -344,7 +344,7 @@ func (m *Manager) applyRemote(l Lease, deleted bool) {
 	} else {
 		from = e.l.State
 	}
-	if e.call != nil {
+	if e.op != nil && (e.op.kind == opCreate || e.op.kind == opRestart) {
 		// Being created here: our creation writes the outcome (a
 		// release from another replica meanwhile is seen at READY).
 		return

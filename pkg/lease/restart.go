@@ -90,7 +90,9 @@ const restartAttempts = 3
 // exited; after says how, for the reason of the restarted transition
 // ("exit 137").
 type restartJob struct {
-	e     *entry
+	e *entry
+	// op is the restart's hold on the lease (opRestart, work.go).
+	op    *op
 	cid   string
 	after string
 	// settle: wait RestartConfig.Delay, and for the event stream to be up,
@@ -127,7 +129,9 @@ type restartHost interface {
 	now() time.Time
 	transitionLocked(e *entry, to State, reason string) error
 	persist(l Lease, rev uint64) error
-	cleanup(ctx context.Context, id string) error
+	// endOpLocked gives the lease back from the restart with its outcome
+	// and queues what is left to do, a removal (work.go).
+	endOpLocked(e *entry, o *op, err error)
 	// restartSandbox starts a stopped container again once its host
 	// mounts are checked (volumes.go).
 	restartSandbox(ctx context.Context, id, cid string, mounts []runtime.Mount) (runtime.Sandbox, error)
@@ -160,15 +164,16 @@ type restarter struct {
 }
 
 // beginLocked marks READY-turned-PENDING lease e as being restarted in
-// place on a.box (plan's actRestart or actResumeRestart): acquires of its
-// conversation wait for the outcome (e.call) and removals leave it alone.
+// place on a.box (plan's actRestart or actResumeRestart): the restart
+// holds the lease (opRestart, work.go), so acquires of its conversation
+// wait for the outcome and removals wait for its end.
 // It returns the job the caller runs (goRun) once it has persisted e;
 // settle waits RestartConfig.Delay and for the event stream first (a died
 // event may come from an engine going down). Called with mu held.
 func (r *restarter) beginLocked(e *entry, a action, settle bool) restartJob {
-	e.call = &acquireCall{done: make(chan struct{})}
+	o := beginOpLocked(e, opRestart)
 	r.started++
-	return restartJob{e: e, cid: a.box.ID, after: a.after, settle: settle}
+	return restartJob{e: e, op: o, cid: a.box.ID, after: a.after, settle: settle}
 }
 
 // queueLocked keeps jobs for startQueued (reconcile at startup runs
@@ -289,38 +294,34 @@ func (r *restarter) run(ctx context.Context, j restartJob) {
 	}
 	took := time.Since(began)
 
+	// The lease's end queues the removal of what is left (a release while
+	// restarting, a failure) for the workers (endOpLocked).
 	r.mu.Lock()
-	call := e.call
-	e.call = nil
-	cleanup := false
 	switch {
 	case skipped && ctx.Err() != nil && e.l.State == StatePending, err != nil && ctx.Err() != nil && e.l.State == StatePending:
 		// Shutting down: the lease stays PENDING; the next Start resumes.
-		call.err = errdefs.Unavailable("lease %s: the lease manager shut down while restarting its sandbox", id)
+		r.host.endOpLocked(e, j.op, errdefs.Unavailable("lease %s: the lease manager shut down while restarting its sandbox", id))
 	case skipped: // released while settling
-		call.err = errNotUsable(&e.l)
-		cleanup = true
+		r.host.endOpLocked(e, j.op, errNotUsable(&e.l))
 	case err == nil && e.l.State == StatePending:
 		e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
 		e.l.Restarts++
 		_ = r.host.transitionLocked(e, StateReady, "restarted after "+j.after)
-		call.lease = e.l.Clone()
+		r.host.endOpLocked(e, j.op, nil)
 	case err == nil: // released while restarting
-		call.err = errNotUsable(&e.l)
-		cleanup = true
+		r.host.endOpLocked(e, j.op, errNotUsable(&e.l))
 	default:
 		r.failed++
 		err = wrapf(err, "lease %s: restart container %s in place", id, j.cid)
-		call.err = err
 		if e.l.State == StatePending {
 			_ = r.host.transitionLocked(e, StateFailed, fmt.Sprintf("restart after %s failed: %v", j.after, err))
 		}
-		cleanup = true
+		r.host.endOpLocked(e, j.op, err)
 	}
 	l, rev := e.snapshot()
 	r.mu.Unlock()
 	_ = r.host.persist(l, rev)
-	close(call.done)
+	j.op.finish()
 	switch {
 	case skipped:
 		log.Info("in-place restart abandoned before it began", "state", l.State.String())
@@ -328,8 +329,5 @@ func (r *restarter) run(ctx context.Context, j restartJob) {
 		log.Warn("in-place restart of sandbox failed", "err", err, "duration", took)
 	default:
 		log.Info("sandbox restarted in place", "endpoint", sb.Endpoint, "restarts", l.Restarts, "duration", took)
-	}
-	if cleanup && ctx.Err() == nil {
-		_ = r.host.cleanup(ctx, id)
 	}
 }

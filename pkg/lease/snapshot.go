@@ -145,18 +145,15 @@ func (m *Manager) holdForSnapshot(ctx context.Context, id string) (Lease, func()
 		m.wg.Done()
 		return Lease{}, nil, err
 	}
-	// Pause and resume wait for the snapshot (a pauseOp that is no resume).
-	op := &pauseOp{done: make(chan struct{})}
-	e.pause = op
+	// Pause and resume wait for the snapshot (work.go: opSnapshot).
+	o := beginOpLocked(e, opSnapshot)
 	l := e.l.Clone()
 	m.mu.Unlock()
 	release := func() {
 		m.mu.Lock()
-		if e.pause == op {
-			e.pause = nil
-		}
+		m.endOpLocked(e, o, nil) // a lease released meanwhile is removed now
 		m.mu.Unlock()
-		close(op.done)
+		o.finish()
 		m.wg.Done()
 	}
 	return l, release, nil

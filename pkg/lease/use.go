@@ -58,9 +58,9 @@ func (p *pauser) use(ctx context.Context, id string) (Route, *Hold, error) {
 			p.mu.Unlock()
 			return Route{}, nil, errdefs.NotFound("lease %s", id)
 		}
-		if op := e.pause; op != nil {
+		if o := e.op; o != nil && o.kind.pausing() {
 			p.mu.Unlock()
-			if err := awaitPauseOp(ctx, op); err != nil {
+			if err := o.wait(ctx); err != nil {
 				return Route{}, nil, err
 			}
 			p.mu.Lock()
@@ -135,7 +135,8 @@ func (h *Hold) Done() {
 }
 
 // awaitAnsweredLocked waits until every request Use admitted to e before
-// now was answered, while op (already e.pause) keeps new ones waiting.
+// now was answered, while the pause holding e (entry.op) keeps new ones
+// waiting.
 // Called with mu held; it returns with mu held, and ctx's error if ctx
 // ended first.
 func (p *pauser) awaitAnsweredLocked(ctx context.Context, e *entry) error {

@@ -15,7 +15,7 @@ func (h *harness) pausePending(id string) bool {
 	h.m.mu.Lock()
 	defer h.m.mu.Unlock()
 	e := h.m.leases[id]
-	return e != nil && e.pause != nil && e.l.State == StateReady
+	return e != nil && e.op != nil && e.op.kind == opPause && e.l.State == StateReady
 }
 
 // An explicit pause waits until the requests admitted before it were
