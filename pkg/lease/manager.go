@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -228,28 +227,21 @@ type Manager struct {
 	counts  map[State]int    // current records by state
 	entered map[State]uint64 // transitions into each state since New
 	created uint64           // leases created since New
-	// oomEvents counts the runtime's oom events (a process of a sandbox
-	// was OOM-killed; the lease lives on).
-	oomEvents uint64
 	// restarter restarts sandboxes whose container exited in place
 	// (restart.go); its counters and queue are guarded by mu.
 	restarter *restarter
-	// watchDown is set while the runtime's event stream is down (closed,
-	// or Watch failing): the engine may be restarting (restart.go).
-	watchDown atomic.Bool
 	seq       uint64 // bumped when a lease becomes READY (resync races)
 	started   bool
-	// interrupted is set by reconcile when it failed a PENDING lease: the
-	// previous process died during a creation, which may still finish in
-	// the engine after reconcile (see watchLoop).
-	interrupted bool
-	closed      bool
-	runCtx      context.Context
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup // background loops and detached work
+	closed    bool
+	runCtx    context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // background loops and detached work
 	// queue holds the leases for the workers: removals and second looks
 	// (work.go).
 	queue *workQueue
+	// ctrl reconciles the records with the runtime and runs the workers
+	// (reconcile.go, work.go).
+	ctrl *controller
 
 	// pools are the warm pools (pool.go), guarded by mu.
 	pools *poolSet
@@ -325,7 +317,7 @@ func New(cfg Config) (*Manager, error) {
 	m.admit = newAdmission(cfg, m, m.leases, m.counts) // limits.go
 	m.disk = newDiskEnforcer(cfg, m, &m.mu, m.leases)  // disk.go
 	m.restarter = &restarter{cfg: cfg.Restart, host: m, log: cfg.Logger, readyTimeout: cfg.ReadyTimeout,
-		goBackground: m.goBackground, watchDown: &m.watchDown, mu: &m.mu}
+		goBackground: m.goBackground, mu: &m.mu}
 	m.pauser = newPauser(cfg, m, m.wg.Done, m.disk.chargedLocked, &m.mu, m.leases) // pause.go
 	m.vols = newVolumeKeeper(cfg.Volumes, cfg.InstanceID, cfg.RemoveTimeout, cfg.Runtime, cfg.Store, cfg.Logger, m.now, m, &m.mu)
 	m.snaps = newSnapshotKeeper(cfg.Snapshots, cfg.InstanceID, cfg.Runtime, cfg.Logger, m.now, m) // snapshot.go
@@ -339,6 +331,9 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.pools = pools
+	m.ctrl = &controller{cfg: cfg, host: m, rt: cfg.Runtime, log: cfg.Logger, mu: &m.mu, leases: m.leases, seq: &m.seq, queue: m.queue,
+		fleet: m.fleet, pools: m.pools, disk: m.disk, restarter: m.restarter, pauser: m.pauser, vols: m.vols} // reconcile.go
+	m.restarter.watchDown = &m.ctrl.watchDown
 	return m, nil
 }
 
@@ -366,7 +361,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.load(); err != nil {
 		return err
 	}
-	if err := m.reconcile(ctx); err != nil {
+	if err := m.ctrl.reconcile(ctx); err != nil {
 		return err
 	}
 	m.reapplyNetworks(ctx) // network.go
@@ -377,7 +372,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Unlock()
 	m.goBackground(func() { m.fleet.runReaper(runCtx, m.reapLoop) }) // replicas.go: FleetConfig.Elect
 	m.fleet.start(runCtx)                                            // replicas.go: a SharedStore's feed
-	m.goBackground(func() { m.watchLoop(runCtx) })
+	m.goBackground(func() { m.ctrl.watchLoop(runCtx) })
 	m.restarter.startQueued(runCtx) // restart.go
 	m.goBackground(func() { m.disk.loop(runCtx) })
 	m.goBackground(func() { m.vols.volumeLoop(runCtx) })
@@ -387,7 +382,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.queue.shutDown()
 	})
 	for range m.cfg.ReapConcurrency {
-		m.goBackground(func() { m.work(runCtx) }) // work.go
+		m.goBackground(func() { m.ctrl.work(runCtx) }) // work.go
 	}
 	m.log.Info("lease manager started", "instance", m.cfg.InstanceID, "leases", len(m.leases), "live", m.liveCount())
 	return nil
@@ -619,7 +614,7 @@ func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := Stats{ByState: map[State]int{}, Transitions: map[State]uint64{}, Live: m.liveCountLocked(), MaxLive: m.cfg.Admission.MaxLive, Created: m.created,
-		OOMEvents: m.oomEvents, Restarts: m.restarter.started, RestartFailures: m.restarter.failed}
+		OOMEvents: m.ctrl.oomEvents, Restarts: m.restarter.started, RestartFailures: m.restarter.failed}
 	for _, st := range States {
 		s.ByState[st] = m.counts[st]
 		s.Transitions[st] = m.entered[st]

@@ -274,7 +274,7 @@ func (m *Manager) Release(ctx context.Context, id, reason string) (Lease, error)
 	l, rev := e.snapshot()
 	m.mu.Unlock()
 	_ = m.persist(l, rev) // a lost write is repaired by reconcile: RELEASING or not, the container goes
-	if err := m.cleanup(ctx, id); err != nil {
+	if err := m.ctrl.cleanup(ctx, id); err != nil {
 		return m.current(e), err
 	}
 	wait := time.NewTimer(m.cfg.ReadyTimeout + m.cfg.RemoveTimeout + 5*time.Second)
@@ -362,7 +362,7 @@ func (m *Manager) Reap(ctx context.Context, f ReapFilter) ([]string, error) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			_ = m.cleanup(ctx, id)
+			_ = m.ctrl.cleanup(ctx, id)
 		}()
 	}
 	wg.Wait()
@@ -399,20 +399,20 @@ func (e *entry) needsClean() bool {
 // lease another operation holds (its creation, a restart, a pause) is left
 // to that operation's end, which queues the removal (work.go). ctx bounds
 // only the waiting; the removal itself runs detached with RemoveTimeout.
-func (m *Manager) cleanup(ctx context.Context, id string) error {
-	m.mu.Lock()
-	e := m.leases[id]
-	if e == nil || !e.needsClean() || m.disk.keptLocked(e, m.now()) {
-		m.mu.Unlock()
+func (c *controller) cleanup(ctx context.Context, id string) error {
+	c.mu.Lock()
+	e := c.leases[id]
+	if e == nil || !e.needsClean() || c.disk.keptLocked(e, c.host.now()) {
+		c.mu.Unlock()
 		return nil
 	}
 	if o := e.op; o != nil {
 		if o.kind != opClean {
 			e.dirty = true // its end queues the removal
-			m.mu.Unlock()
+			c.mu.Unlock()
 			return nil
 		}
-		m.mu.Unlock()
+		c.mu.Unlock()
 		if err := o.wait(ctx); err != nil {
 			return err
 		}
@@ -421,37 +421,37 @@ func (m *Manager) cleanup(ctx context.Context, id string) error {
 	o := beginOpLocked(e, opClean)
 	cid := e.l.ContainerID
 	vol := Lease{ID: id, Volume: e.l.Volume, Owner: e.l.Owner, ConversationID: e.l.ConversationID}
-	m.mu.Unlock()
+	c.mu.Unlock()
 
-	err := m.removeContainers(ctx, id, cid)
+	err := c.host.removeContainers(ctx, id, cid)
 	if err == nil {
-		m.dropNetwork(ctx, id) // network.go: the sandbox is gone
+		c.host.dropNetwork(ctx, id) // network.go: the sandbox is gone
 		// The lease's end is its volume's last use, recorded before the
 		// lease shows as cleaned (volumes.go).
-		m.vols.noteVolumeUsed(vol)
+		c.vols.noteVolumeUsed(vol)
 	}
 
-	m.mu.Lock()
+	c.mu.Lock()
 	if err != nil {
 		e.fails++
 		e.retryAt = time.Now().Add(backoff(e.fails))
 		attempts := e.fails
-		m.endOpLocked(e, o, err) // the reaper retries once retryAt passed
-		m.mu.Unlock()
+		c.host.endOpLocked(e, o, err) // the reaper retries once retryAt passed
+		c.mu.Unlock()
 		o.finish()
-		m.log.Warn("removing sandbox failed; will retry", "lease_id", id, "container_id", cid, "attempts", attempts, "err", err)
+		c.log.Warn("removing sandbox failed; will retry", "lease_id", id, "container_id", cid, "attempts", attempts, "err", err)
 		return err
 	}
 	e.fails = 0
 	if e.l.State == StateReleasing {
-		_ = m.transitionLocked(e, StateReleased, e.l.Reason)
+		_ = c.host.transitionLocked(e, StateReleased, e.l.Reason)
 	}
 	e.l.Cleaned = true
 	e.rev++
-	m.endOpLocked(e, o, nil)
+	c.host.endOpLocked(e, o, nil)
 	l, rev := e.snapshot()
-	m.mu.Unlock()
-	_ = m.persist(l, rev)
+	c.mu.Unlock()
+	_ = c.host.persist(l, rev)
 	o.finish()
 	return nil
 }

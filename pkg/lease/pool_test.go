@@ -121,7 +121,7 @@ func TestPoolClaimAppliesTheLeaseAndRefills(t *testing.T) {
 		t.Fatalf("stats %+v", ps)
 	}
 	// The lease's container is the lease's: a resync keeps it and the pool.
-	h.m.resync(context.Background())
+	h.m.ctrl.resync(context.Background())
 	if !h.rt.exists(l.ContainerID) || poolReady(h, "py") != 2 {
 		t.Fatalf("resync removed the claimed or pooled containers")
 	}

@@ -2,8 +2,10 @@ package lease
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -19,12 +21,69 @@ const (
 	ReasonRemovedOutside    = "container was removed outside berth"
 )
 
+// controllerHost is what the controller needs from the Manager
+// (implemented by *Manager). Its Locked methods are called with the
+// Manager's mu held.
+type controllerHost interface {
+	// now is the lease clock (manager.go).
+	now() time.Time
+	// transitionLocked moves e to a state (manager.go).
+	transitionLocked(e *entry, to State, reason string) error
+	// persist and persistAll write records (manager.go).
+	persist(l Lease, rev uint64) error
+	persistAll(snaps []snap)
+	// enqueueCleanLocked queues e's removal (ops.go).
+	enqueueCleanLocked(e *entry)
+	// endOpLocked gives e back from an operation (work.go).
+	endOpLocked(e *entry, o *op, err error)
+	// removeContainers removes a lease's containers (ops.go).
+	removeContainers(ctx context.Context, leaseID, cid string) error
+	// dropNetwork forgets a removed sandbox's network policy (network.go).
+	dropNetwork(ctx context.Context, id string)
+}
+
+// controller keeps the lease records and the runtime's containers
+// agreeing (plan.go says how): Start's reconcile, the runtime's event
+// stream and the periodic resync, the work queue's workers (work.go) and
+// the removal of a lease's sandbox (cleanup). It shares the Manager's mu
+// and leases map, and reads its seq (bumped when a lease becomes READY or
+// PAUSED) with mu held.
+type controller struct {
+	cfg  Config
+	host controllerHost
+	rt   Runtime
+	log  *slog.Logger
+
+	mu     *sync.Mutex       // the Manager's
+	leases map[string]*entry // the Manager's, guarded by mu
+	seq    *uint64           // the Manager's, guarded by mu
+	queue  *workQueue
+
+	fleet     *fleet
+	pools     *poolSet
+	disk      *diskEnforcer
+	restarter *restarter
+	pauser    *pauser
+	vols      *volumeKeeper
+
+	// watchDown is set while the runtime's event stream is down (closed,
+	// or Watch failing): the engine may be restarting (restart.go).
+	watchDown atomic.Bool
+	// interrupted is set by reconcile when it failed a PENDING lease: the
+	// previous process died during a creation, which may still finish in
+	// the engine after reconcile (see watchLoop). Guarded by mu.
+	interrupted bool
+	// oomEvents counts the runtime's oom events (a process of a sandbox
+	// was OOM-killed; the lease lives on). Guarded by mu.
+	oomEvents uint64
+}
+
 func alive(sb runtime.Sandbox) bool {
 	return sb.State == runtime.StateRunning || sb.State == runtime.StatePaused
 }
 
-func (m *Manager) selector() runtime.Selector {
-	return runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID}
+func (c *controller) selector() runtime.Selector {
+	return runtime.Selector{runtime.LabelInstance: c.cfg.InstanceID}
 }
 
 // reconcile makes the loaded records and this instance's containers agree.
@@ -56,8 +115,8 @@ func (m *Manager) selector() runtime.Selector {
 //
 // Ended leases whose containers are all gone are marked Cleaned; a removal
 // that fails leaves its lease uncleaned (or RELEASING) for the reaper.
-func (m *Manager) reconcile(ctx context.Context) error {
-	boxes, err := m.rt.List(ctx, m.selector())
+func (c *controller) reconcile(ctx context.Context) error {
+	boxes, err := c.rt.List(ctx, c.selector())
 	if err != nil {
 		return wrapf(err, "lease manager: reconcile: list containers")
 	}
@@ -67,20 +126,20 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	keep := map[string]bool{}
 	var fx effects
-	unconfigured := m.pools.unconfiguredClaims(ctx, byLease) // pool.go
+	unconfigured := c.pools.unconfiguredClaims(ctx, byLease) // pool.go
 
-	m.mu.Lock()
-	now := m.now()
-	for _, e := range m.leases {
-		if !m.fleet.homeLocked(e) {
+	c.mu.Lock()
+	now := c.host.now()
+	for _, e := range c.leases {
+		if !c.fleet.homeLocked(e) {
 			continue // another replica's (replicas.go)
 		}
 		a := plan(&e.l, observed{
 			trigger:      trigStartup,
 			boxes:        byLease[e.l.ID],
 			unconfigured: unconfigured[e.l.ID],
-			kept:         m.disk.keptLocked(e, now),
-		}, m.cfg.Restart.policy(), now)
+			kept:         c.disk.keptLocked(e, now),
+		}, c.cfg.Restart.policy(), now)
 		if e.l.Claiming { // only ever set in a record (pool.go)
 			e.l.Claiming = false
 			e.rev++
@@ -88,23 +147,23 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		for _, sb := range a.keep {
 			keep[sb.ID] = true
 		}
-		m.applyLocked(e, a, trigStartup, &fx)
+		c.applyLocked(e, a, trigStartup, &fx)
 	}
 	// Unclaimed pooled sandboxes (a pool label, no lease record) are
 	// adopted back into their pools, or removed below (pool.go).
-	for id := range m.pools.adoptLocked(boxes) {
+	for id := range c.pools.adoptLocked(boxes) {
 		keep[id] = true
 	}
-	m.restarter.queueLocked(fx.restarts) // restart.go
-	m.mu.Unlock()
-	m.pauser.applyPauseFixes(ctx, fx.fixes)
+	c.restarter.queueLocked(fx.restarts) // restart.go
+	c.mu.Unlock()
+	c.pauser.applyPauseFixes(ctx, fx.fixes)
 
 	// Remove every container that is not kept.
 	var (
 		mu     sync.Mutex
 		failed = map[string]bool{} // lease ids with a container left behind
 		wg     sync.WaitGroup
-		sem    = make(chan struct{}, m.cfg.ReapConcurrency)
+		sem    = make(chan struct{}, c.cfg.ReapConcurrency)
 	)
 	for _, sb := range boxes {
 		if keep[sb.ID] {
@@ -114,7 +173,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := m.removeBox(ctx, "reconcile", sb); err != nil {
+			if err := c.removeBox(ctx, "reconcile", sb); err != nil {
 				mu.Lock()
 				failed[sb.LeaseID] = true
 				mu.Unlock()
@@ -124,17 +183,17 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	wg.Wait()
 
 	var snaps []snap
-	m.mu.Lock()
-	for id, e := range m.leases {
+	c.mu.Lock()
+	for id, e := range c.leases {
 		switch {
-		case !m.fleet.homeLocked(e):
+		case !c.fleet.homeLocked(e):
 			continue // another replica's (replicas.go)
 		case failed[id]:
 			// left for the reaper (RELEASING or ended and uncleaned)
-		case m.disk.keptLocked(e, m.now()):
+		case c.disk.keptLocked(e, c.host.now()):
 			// its stopped container is kept until its time is up
 		case e.l.State == StateReleasing:
-			_ = m.transitionLocked(e, StateReleased, e.l.Reason)
+			_ = c.host.transitionLocked(e, StateReleased, e.l.Reason)
 			e.l.Cleaned = true
 		case e.l.State.Ended() && !e.l.Cleaned:
 			e.l.Cleaned = true
@@ -145,8 +204,8 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			snaps = append(snaps, snap{l, rev})
 		}
 	}
-	m.mu.Unlock()
-	m.persistAll(snaps)
+	c.mu.Unlock()
+	c.host.persistAll(snaps)
 	return nil
 }
 
@@ -163,7 +222,7 @@ type effects struct {
 // caller to make once it has released mu and persisted fx.snaps. At
 // startup, reconcile removes every container no lease keeps itself, so
 // removals are not added. Called with mu held.
-func (m *Manager) applyLocked(e *entry, a action, t trigger, fx *effects) {
+func (c *controller) applyLocked(e *entry, a action, t trigger, fx *effects) {
 	startup := t == trigStartup
 	changed := true
 	switch a.kind {
@@ -179,43 +238,43 @@ func (m *Manager) applyLocked(e *entry, a action, t trigger, fx *effects) {
 			// A resume the previous process had in flight may still start
 			// the container after this list: the resyncs 1s and 5s after
 			// start catch it (watchLoop).
-			m.interrupted = m.interrupted || startup
-			m.log.Info("adopted paused lease", "lease_id", e.l.ID, "container_id", a.box.ID, "mode", string(e.l.Paused))
+			c.interrupted = c.interrupted || startup
+			c.log.Info("adopted paused lease", "lease_id", e.l.ID, "container_id", a.box.ID, "mode", string(e.l.Paused))
 		} else {
-			m.seq++
-			e.readySeq = m.seq
-			m.log.Info("adopted lease", "lease_id", e.l.ID, "container_id", a.box.ID, "endpoint", e.l.Endpoint)
+			*c.seq++
+			e.readySeq = *c.seq
+			c.log.Info("adopted lease", "lease_id", e.l.ID, "container_id", a.box.ID, "endpoint", e.l.Endpoint)
 		}
 	case actRestart:
 		e.l.ContainerID = a.box.ID
-		_ = m.transitionLocked(e, StatePending, a.reason)
-		fx.restarts = append(fx.restarts, m.restarter.beginLocked(e, a, t == trigEvent))
+		_ = c.host.transitionLocked(e, StatePending, a.reason)
+		fx.restarts = append(fx.restarts, c.restarter.beginLocked(e, a, t == trigEvent))
 	case actResumeRestart:
-		fx.restarts = append(fx.restarts, m.restarter.beginLocked(e, a, false))
+		fx.restarts = append(fx.restarts, c.restarter.beginLocked(e, a, false))
 		changed = false
 	case actFail:
 		if e.l.State == StatePending && startup {
 			// The creation may still finish in the engine (watchLoop).
-			m.interrupted = true
+			c.interrupted = true
 		}
-		_ = m.transitionLocked(e, StateFailed, a.reason)
+		_ = c.host.transitionLocked(e, StateFailed, a.reason)
 		if !startup { // at startup, reconcile removes what is left itself
-			m.enqueueCleanLocked(e)
+			c.host.enqueueCleanLocked(e)
 		}
 	case actRepause:
 		e.l.ContainerID = a.box.ID
 		e.rev++
-		m.interrupted = m.interrupted || startup
-		fx.fixes = append(fx.fixes, m.pauser.pauseFixLocked(e, a.box.ID))
+		c.interrupted = c.interrupted || startup
+		fx.fixes = append(fx.fixes, c.pauser.pauseFixLocked(e, a.box.ID))
 	case actFreezeLost:
 		e.l.ContainerID = a.box.ID
 		e.l.Paused = PauseHibernate
-		m.interrupted = m.interrupted || startup
-		_ = m.transitionLocked(e, StatePaused, ReasonFreezeLost)
+		c.interrupted = c.interrupted || startup
+		_ = c.host.transitionLocked(e, StatePaused, ReasonFreezeLost)
 	case actClean:
 		changed = false
 		if !startup && !time.Now().Before(e.retryAt) {
-			m.enqueueCleanLocked(e)
+			c.host.enqueueCleanLocked(e)
 		}
 	}
 	if !startup && a.kind != actFail && a.kind != actClean {
@@ -230,26 +289,26 @@ func (m *Manager) applyLocked(e *entry, a action, t trigger, fx *effects) {
 }
 
 // run makes the runtime calls fx holds, after persisting its records.
-func (m *Manager) run(ctx context.Context, pass string, fx effects) {
-	m.persistAll(fx.snaps)
-	m.pauser.applyPauseFixes(ctx, fx.fixes)
+func (c *controller) run(ctx context.Context, pass string, fx effects) {
+	c.host.persistAll(fx.snaps)
+	c.pauser.applyPauseFixes(ctx, fx.fixes)
 	for _, j := range fx.restarts {
-		m.restarter.goRun(ctx, j)
+		c.restarter.goRun(ctx, j)
 	}
 	for _, sb := range fx.remove {
-		_ = m.removeBox(ctx, pass, sb)
+		_ = c.removeBox(ctx, pass, sb)
 	}
 }
 
 // removeBox removes one container no lease keeps, logging the outcome.
-func (m *Manager) removeBox(ctx context.Context, pass string, sb runtime.Sandbox) error {
-	rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+func (c *controller) removeBox(ctx context.Context, pass string, sb runtime.Sandbox) error {
+	rctx, cancel := detached(ctx, c.cfg.RemoveTimeout)
 	defer cancel()
-	if err := m.rt.Remove(rctx, sb.ID); err != nil {
-		m.log.Warn(pass+": removing container failed; will retry", "lease_id", sb.LeaseID, "container_id", sb.ID, "err", err)
+	if err := c.rt.Remove(rctx, sb.ID); err != nil {
+		c.log.Warn(pass+": removing container failed; will retry", "lease_id", sb.LeaseID, "container_id", sb.ID, "err", err)
 		return err
 	}
-	m.log.Info(pass+": removed container", "lease_id", sb.LeaseID, "container_id", sb.ID)
+	c.log.Info(pass+": removed container", "lease_id", sb.LeaseID, "container_id", sb.ID)
 	return nil
 }
 
@@ -258,10 +317,10 @@ func (m *Manager) removeBox(ctx context.Context, pass string, sb runtime.Sandbox
 // to 10s) and resyncs after every (re)subscription, so events missed in
 // between are caught; while Watch keeps failing, those resyncs are the
 // polling fallback. It also resyncs every ResyncInterval.
-func (m *Manager) watchLoop(ctx context.Context) {
+func (c *controller) watchLoop(ctx context.Context) {
 	const minBackoff, maxBackoff = 100 * time.Millisecond, 10 * time.Second
 	bo := minBackoff
-	resyncT := time.NewTicker(m.cfg.ResyncInterval)
+	resyncT := time.NewTicker(c.cfg.ResyncInterval)
 	defer resyncT.Stop()
 	// A creation the previous process had in flight when it died may still
 	// finish in the engine after reconcile and the first resync listed the
@@ -271,9 +330,9 @@ func (m *Manager) watchLoop(ctx context.Context) {
 	var settle *time.Timer
 	var settleC <-chan time.Time
 	settleAfter := []time.Duration{time.Second, 4 * time.Second}
-	m.mu.Lock()
-	interrupted := m.interrupted
-	m.mu.Unlock()
+	c.mu.Lock()
+	interrupted := c.interrupted
+	c.mu.Unlock()
 	if interrupted {
 		settle = time.NewTimer(settleAfter[0])
 		defer settle.Stop()
@@ -291,17 +350,17 @@ func (m *Manager) watchLoop(ctx context.Context) {
 		}
 	}
 	for ctx.Err() == nil {
-		ch, err := m.rt.Watch(ctx)
-		m.watchDown.Store(err != nil)
+		ch, err := c.rt.Watch(ctx)
+		c.watchDown.Store(err != nil)
 		if err != nil {
-			m.log.Warn("watching runtime events failed; polling", "err", err, "retry_in", bo)
-			m.resync(ctx)
+			c.log.Warn("watching runtime events failed; polling", "err", err, "retry_in", bo)
+			c.resync(ctx)
 			if !sleep() {
 				return
 			}
 			continue
 		}
-		m.resync(ctx)
+		c.resync(ctx)
 		since := time.Now()
 	events:
 		for {
@@ -310,14 +369,14 @@ func (m *Manager) watchLoop(ctx context.Context) {
 				return
 			case ev, ok := <-ch:
 				if !ok {
-					m.watchDown.Store(true)
+					c.watchDown.Store(true)
 					break events
 				}
-				m.handleEvent(ctx, ev)
+				c.handleEvent(ctx, ev)
 			case <-resyncT.C:
-				m.resync(ctx)
+				c.resync(ctx)
 			case <-settleC:
-				m.resync(ctx)
+				c.resync(ctx)
 				if len(settleAfter) > 0 {
 					settle.Reset(settleAfter[0])
 					settleAfter = settleAfter[1:]
@@ -332,7 +391,7 @@ func (m *Manager) watchLoop(ctx context.Context) {
 		if time.Since(since) > time.Minute {
 			bo = minBackoff
 		}
-		m.log.Warn("runtime event watch ended; re-subscribing", "retry_in", bo)
+		c.log.Warn("runtime event watch ended; re-subscribing", "retry_in", bo)
 		if !sleep() {
 			return
 		}
@@ -345,40 +404,40 @@ func (m *Manager) watchLoop(ctx context.Context) {
 // event of a lease's container queues the lease for a worker (work.go),
 // which looks at it (check): events never wait for a runtime call here,
 // and two events of one lease are handled one after the other.
-func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
+func (c *controller) handleEvent(ctx context.Context, ev runtime.Event) {
 	switch ev.Kind {
 	case runtime.EventOOM:
-		m.mu.Lock()
-		m.oomEvents++
-		m.mu.Unlock()
-		m.log.Info("a process in a sandbox was OOM-killed; the sandbox lives on", "lease_id", ev.LeaseID, "container_id", ev.ID)
+		c.mu.Lock()
+		c.oomEvents++
+		c.mu.Unlock()
+		c.log.Info("a process in a sandbox was OOM-killed; the sandbox lives on", "lease_id", ev.LeaseID, "container_id", ev.ID)
 		return
 	case runtime.EventDied, runtime.EventRemoved:
-		if m.pools.event(ctx, ev) { // an unclaimed pooled sandbox (pool.go)
+		if c.pools.event(ctx, ev) { // an unclaimed pooled sandbox (pool.go)
 			return
 		}
 	default:
 		return
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	id := ev.LeaseID
 	if id == "" {
-		for _, x := range m.leases {
+		for _, x := range c.leases {
 			if x.l.ContainerID == ev.ID {
 				id = x.l.ID
 				break
 			}
 		}
 	}
-	e := m.leases[id]
-	if e == nil || !m.fleet.homeLocked(e) || e.l.State.Ended() && e.l.Cleaned {
+	e := c.leases[id]
+	if e == nil || !c.fleet.homeLocked(e) || e.l.State.Ended() && e.l.Cleaned {
 		return
 	}
 	if e.event == nil || ev.Kind == runtime.EventRemoved { // a removal says more than a death
 		e.event = &ev
 	}
-	m.markDirtyLocked(e)
+	c.markDirtyLocked(e)
 }
 
 // check looks at lease id as it is now and applies plan's decision: it
@@ -391,25 +450,25 @@ func (m *Manager) handleEvent(ctx context.Context, ev runtime.Event) {
 // container is read directly. A stale event — the container runs again —
 // changes nothing. A worker calls it (work.go), never two at once for one
 // lease.
-func (m *Manager) check(ctx context.Context, id string, ev *runtime.Event) {
-	m.mu.Lock()
-	e := m.leases[id]
-	if e == nil || !m.fleet.homeLocked(e) || e.l.State.Ended() && e.l.Cleaned {
-		m.mu.Unlock()
+func (c *controller) check(ctx context.Context, id string, ev *runtime.Event) {
+	c.mu.Lock()
+	e := c.leases[id]
+	if e == nil || !c.fleet.homeLocked(e) || e.l.State.Ended() && e.l.Cleaned {
+		c.mu.Unlock()
 		return
 	}
-	seq := m.seq
-	m.mu.Unlock()
+	seq := *c.seq
+	c.mu.Unlock()
 	// Another replica may have released or expired it (and removed its
 	// sandbox) with the feed still on its way (replicas.go).
-	m.fleet.refreshShared(id)
+	c.fleet.refreshShared(id)
 	o := observed{trigger: trigResync}
 	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	boxes, err := m.rt.List(gctx, runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID, runtime.LabelLease: id})
+	boxes, err := c.rt.List(gctx, runtime.Selector{runtime.LabelInstance: c.cfg.InstanceID, runtime.LabelLease: id})
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			m.log.Warn("listing a lease's containers failed; the next resync looks again", "lease_id", id, "err", err)
+			c.log.Warn("listing a lease's containers failed; the next resync looks again", "lease_id", id, "err", err)
 		}
 		if ev == nil {
 			return // nothing observed: the next resync looks again
@@ -422,7 +481,7 @@ func (m *Manager) check(ctx context.Context, id string, ev *runtime.Event) {
 		// view it lists from after it emits die): the event's own
 		// container is read directly.
 		gctx, cancel = context.WithTimeout(ctx, 2*time.Second)
-		sb, gerr := m.rt.Get(gctx, ev.ID)
+		sb, gerr := c.rt.Get(gctx, ev.ID)
 		cancel()
 		o.boxes = slices.DeleteFunc(o.boxes, func(b runtime.Sandbox) bool { return b.ID == ev.ID })
 		switch {
@@ -437,33 +496,33 @@ func (m *Manager) check(ctx context.Context, id string, ev *runtime.Event) {
 		}
 	}
 	var fx effects
-	m.mu.Lock()
-	switch e = m.leases[id]; {
+	c.mu.Lock()
+	switch e = c.leases[id]; {
 	case e == nil:
-		m.mu.Unlock()
+		c.mu.Unlock()
 		return
 	case e.op != nil:
 		// An operation took it meanwhile: look again when it ends.
 		if ev != nil && e.event == nil {
 			e.event = ev
 		}
-		m.markDirtyLocked(e)
-		m.mu.Unlock()
+		c.markDirtyLocked(e)
+		c.mu.Unlock()
 		return
 	}
-	o.stale, o.kept = e.readySeq > seq, m.disk.keptLocked(e, m.now())
+	o.stale, o.kept = e.readySeq > seq, c.disk.keptLocked(e, c.host.now())
 	if o.kept || (e.l.State.Ended() || e.l.State == StateReleasing) && ev != nil && ev.Kind == runtime.EventDied {
 		// A died event of a lease on its way out is its removal's.
-		m.mu.Unlock()
+		c.mu.Unlock()
 		return
 	}
-	m.applyLocked(e, plan(&e.l, o, m.cfg.Restart.policy(), m.now()), o.trigger, &fx)
-	m.mu.Unlock()
+	c.applyLocked(e, plan(&e.l, o, c.cfg.Restart.policy(), c.host.now()), o.trigger, &fx)
+	c.mu.Unlock()
 	pass := "check"
 	if ev != nil {
 		pass = "event"
 	}
-	m.run(ctx, pass, fx)
+	c.run(ctx, pass, fx)
 }
 
 // resync lists this instance's containers and applies plan's decision to
@@ -473,16 +532,16 @@ func (m *Manager) check(ctx context.Context, id string, ev *runtime.Event) {
 // paused again), and removes the containers that no live lease or pool
 // owns (orphans). Leases that became READY or PAUSED after the list was
 // taken are left for the next resync.
-func (m *Manager) resync(ctx context.Context) {
-	m.mu.Lock()
-	seq := m.seq
-	m.mu.Unlock()
-	lctx, cancel := context.WithTimeout(ctx, m.cfg.RemoveTimeout)
-	boxes, err := m.rt.List(lctx, m.selector())
+func (c *controller) resync(ctx context.Context) {
+	c.mu.Lock()
+	seq := *c.seq
+	c.mu.Unlock()
+	lctx, cancel := context.WithTimeout(ctx, c.cfg.RemoveTimeout)
+	boxes, err := c.rt.List(lctx, c.selector())
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			m.log.Warn("resync: listing containers failed", "err", err)
+			c.log.Warn("resync: listing containers failed", "err", err)
 		}
 		return
 	}
@@ -493,34 +552,34 @@ func (m *Manager) resync(ctx context.Context) {
 		byLease[sb.LeaseID] = append(byLease[sb.LeaseID], sb)
 	}
 	var fx effects
-	m.mu.Lock()
-	now := m.now()
-	for _, e := range m.leases {
-		if !m.fleet.homeLocked(e) {
+	c.mu.Lock()
+	now := c.host.now()
+	for _, e := range c.leases {
+		if !c.fleet.homeLocked(e) {
 			continue // its home replica resyncs it (replicas.go)
 		}
 		if e.op != nil {
 			// An operation holds it: look again when it ends (work.go).
-			m.markDirtyLocked(e)
+			c.markDirtyLocked(e)
 			continue
 		}
 		o := observed{
 			trigger: trigResync,
 			boxes:   byLease[e.l.ID],
 			stale:   e.readySeq > seq,
-			kept:    m.disk.keptLocked(e, now),
+			kept:    c.disk.keptLocked(e, now),
 		}
-		m.applyLocked(e, plan(&e.l, o, m.cfg.Restart.policy(), now), trigResync, &fx)
+		c.applyLocked(e, plan(&e.l, o, c.cfg.Restart.policy(), now), trigResync, &fx)
 	}
-	poolGone := m.pools.resyncLocked(byID, seq) // pool.go
+	poolGone := c.pools.resyncLocked(byID, seq) // pool.go
 	for _, sb := range boxes {
-		if m.leases[sb.LeaseID] == nil && !m.pools.pooledLocked(sb) {
+		if c.leases[sb.LeaseID] == nil && !c.pools.pooledLocked(sb) {
 			fx.remove = append(fx.remove, sb) // no lease, no pool: an orphan
 		}
 	}
-	m.mu.Unlock()
+	c.mu.Unlock()
 	for _, mb := range poolGone {
-		_ = m.pools.dropMember(ctx, mb)
+		_ = c.pools.dropMember(ctx, mb)
 	}
-	m.run(ctx, "resync", fx)
+	c.run(ctx, "resync", fx)
 }

@@ -254,7 +254,7 @@ func TestRestartWaitsForEventStream(t *testing.T) {
 	h.rt.kill(l.ContainerID, 143, false)
 	h.rt.set(func(f *fakeRuntime) { f.watchErr = errdefs.Unavailable("engine restarting") })
 	h.rt.closeWatches()
-	eventually(t, delay, "the Manager sees the stream down", func() bool { return h.m.watchDown.Load() })
+	eventually(t, delay, "the Manager sees the stream down", func() bool { return h.m.ctrl.watchDown.Load() })
 	time.Sleep(time.Until(killed.Add(delay + 700*time.Millisecond)))
 	if n, got := h.rt.restartCount(), h.get(l.ID); n != 0 || got.State != StatePending {
 		t.Fatalf("while the event stream is down: %d restarts tried, lease %s (%s)", n, got.State, got.Reason)

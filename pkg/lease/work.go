@@ -123,16 +123,7 @@ func (m *Manager) endOpLocked(e *entry, o *op, err error) {
 	if err == nil {
 		o.lease = e.l.Clone()
 	}
-	m.requeueLocked(e)
-}
-
-// requeueLocked queues e for a worker when it is dirty, or has a container
-// to remove whose retry is due. Called with mu held.
-func (m *Manager) requeueLocked(e *entry) {
-	if e.op != nil {
-		return
-	}
-	if e.dirty || e.needsClean() && !time.Now().Before(e.retryAt) {
+	if e.op == nil && (e.dirty || e.needsClean() && !time.Now().Before(e.retryAt)) {
 		m.queue.add(e.l.ID)
 	}
 }
@@ -143,23 +134,23 @@ func (o *op) finish() { close(o.done) }
 // markDirtyLocked asks for e to be looked at again: now, by a worker, when
 // no operation holds it, else when its operation ends. Called with mu
 // held.
-func (m *Manager) markDirtyLocked(e *entry) {
+func (c *controller) markDirtyLocked(e *entry) {
 	e.dirty = true
 	if e.op == nil {
-		m.queue.add(e.l.ID)
+		c.queue.add(e.l.ID)
 	}
 }
 
 // work is one of the Config.ReapConcurrency workers: it handles the ids
 // of the work queue until the queue shuts down.
-func (m *Manager) work(ctx context.Context) {
+func (c *controller) work(ctx context.Context) {
 	for {
-		id, ok := m.queue.get()
+		id, ok := c.queue.get()
 		if !ok {
 			return
 		}
-		m.handle(ctx, id)
-		m.queue.done(id)
+		c.handle(ctx, id)
+		c.queue.done(id)
 	}
 }
 
@@ -167,28 +158,28 @@ func (m *Manager) work(ctx context.Context) {
 // left dirty for that operation's end; one with a container to remove is
 // removed (cleanup); a dirty one is observed and plan's decision applied
 // (check), with the runtime event that made it dirty, if any.
-func (m *Manager) handle(ctx context.Context, id string) {
-	m.mu.Lock()
-	e := m.leases[id]
+func (c *controller) handle(ctx context.Context, id string) {
+	c.mu.Lock()
+	e := c.leases[id]
 	switch {
 	case e == nil:
-		m.mu.Unlock()
+		c.mu.Unlock()
 		return
 	case e.op != nil:
 		e.dirty = true
-		m.mu.Unlock()
+		c.mu.Unlock()
 		return
 	case e.needsClean():
 		e.dirty, e.event = false, nil
-		m.mu.Unlock()
-		_ = m.cleanup(ctx, id)
+		c.mu.Unlock()
+		_ = c.cleanup(ctx, id)
 		return
 	}
 	dirty, ev := e.dirty, e.event
 	e.dirty, e.event = false, nil
-	m.mu.Unlock()
+	c.mu.Unlock()
 	if dirty {
-		m.check(ctx, id, ev)
+		c.check(ctx, id, ev)
 	}
 }
 
