@@ -3,9 +3,11 @@ package lease
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -241,8 +243,105 @@ func validResources(field string, r runtime.Resources) error {
 	return nil
 }
 
+// acquireHost is what the acquirer needs from the Manager; *Manager
+// implements it. Every method ending in Locked is called with the
+// Manager's mu held; the others without it.
+type acquireHost interface {
+	// now is the lease clock (manager.go).
+	now() time.Time
+	// enterLocked admits a call Close waits for; the acquirer's done ends
+	// it. usableLocked reports why no call may start now (manager.go).
+	enterLocked() error
+	usableLocked() error
+	// transitionLocked moves e to a state (manager.go).
+	transitionLocked(e *entry, to State, reason string) error
+	// persist writes a snapshot of a lease (manager.go).
+	persist(l Lease, rev uint64) error
+	// endOpLocked gives e back from its creation with the outcome and
+	// queues what is left to do, e.g. the removal of a lease that failed
+	// or was released meanwhile (work.go).
+	endOpLocked(e *entry, o *op, err error)
+	// enqueueClean hands an expired lease's container to the removal
+	// workers (ops.go).
+	enqueueClean(e *entry)
+	// goBackground runs f on a goroutine Close waits for (manager.go).
+	goBackground(f func())
+	// drainingLocked reports whether Drain was called; drainRefusalLocked
+	// is the error of an acquire refused meanwhile (drain.go).
+	drainingLocked() bool
+	drainRefusalLocked(what string) error
+	// enforceNetwork applies a lease's network policy to its sandbox
+	// (network.go).
+	enforceNetwork(ctx context.Context, id, endpoint string) error
+	// Resume resumes a PAUSED lease: an acquire of its conversation
+	// (pause.go).
+	Resume(ctx context.Context, id string) (Lease, error)
+	// Token is a lease's token, AgentToken its agent's (token.go).
+	Token(leaseID string) string
+	AgentToken(leaseID string) string
+}
+
+var _ acquireHost = (*Manager)(nil)
+
+// acquirer is the acquire path: it checks an acquire, returns the
+// conversation's live lease or joins its creation, and creates a lease and
+// its sandbox (cold, or by claiming a warm pool's). Its state is guarded
+// by the Manager's mu, which it shares with the Manager's maps: the
+// methods named ...Locked are called with it held; those documented as
+// releasing it are entered with it held; the others take it themselves.
+type acquirer struct {
+	host acquireHost
+	rt   Runtime // the Manager's (Config.Runtime)
+	log  *slog.Logger
+	// done ends a call enterLocked admitted (the Manager's wg.Done).
+	done func()
+
+	// Of the Manager's Config (defaults applied): an acquire's defaults
+	// and bounds (validate) ...
+	defaultImage                           string
+	defaultTTL, maxTTL, defaultIdleTimeout time.Duration
+	pause                                  PauseConfig   // the idle policies (pause.go)
+	net                                    NetworkConfig // policies, enforcement, name servers (network.go)
+	// ... and what a sandbox is created with (create).
+	instanceID   string
+	readyTimeout time.Duration
+	appPort      int
+	denyRoot     bool
+
+	// The components an acquire goes through: admission (limits.go),
+	// volumes (volumes.go), forks (snapshot.go), the fleet (replicas.go)
+	// and the warm pools (pool.go). New sets fleet and pools after
+	// building them, as the pools validate their profiles with validate
+	// and the fleet creates leases with startCreateID.
+	admit *admission
+	vols  *volumeKeeper
+	snaps *snapshotKeeper
+	fleet *fleet
+	pools *poolSet
+
+	mu     *sync.Mutex       // the Manager's
+	leases map[string]*entry // the Manager's, written with mu held
+	byConv map[string]*entry // the Manager's, written with mu held
+	counts map[State]int     // the Manager's, written with mu held
+	// created counts the leases created since New (Stats). Guarded by mu.
+	created uint64
+}
+
+// newAcquirer returns the acquire path of a Manager configured by cfg
+// (defaults applied): host is the Manager, done its wg.Done; admit, vols
+// and snaps its components; mu, leases, byConv and counts its own. The
+// caller sets fleet and pools.
+func newAcquirer(cfg Config, host acquireHost, done func(), admit *admission, vols *volumeKeeper, snaps *snapshotKeeper,
+	mu *sync.Mutex, leases, byConv map[string]*entry, counts map[State]int) *acquirer {
+	return &acquirer{host: host, rt: cfg.Runtime, log: cfg.Logger, done: done,
+		defaultImage: cfg.DefaultImage, defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, defaultIdleTimeout: cfg.DefaultIdleTimeout,
+		pause: cfg.Pause, net: cfg.Network,
+		instanceID: cfg.InstanceID, readyTimeout: cfg.ReadyTimeout, appPort: cfg.AppPort, denyRoot: cfg.Admission.DenyRootUser,
+		admit: admit, vols: vols, snaps: snaps, mu: mu, leases: leases, byConv: byConv, counts: counts}
+}
+
 // validate checks req and returns it with defaults applied.
-func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
+func (a *acquirer) validate(req AcquireRequest) (AcquireRequest, error) {
 	switch {
 	case req.ConversationID == "":
 		return req, errdefs.InvalidArgument("conversation_id", "required")
@@ -265,7 +364,7 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 		return req, err
 	}
 	if req.Image == "" {
-		req.Image = m.cfg.DefaultImage
+		req.Image = a.defaultImage
 	}
 	if len(req.Image) > MaxImageLen || strings.ContainsFunc(req.Image, unicode.IsSpace) {
 		return req, errdefs.InvalidArgument("image", "%q is not an image reference", req.Image)
@@ -288,11 +387,11 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 			return req, errdefs.InvalidArgument("image", "%q is a snapshot; fork it with snapshot NAME", req.Image)
 		}
 		req.Image, userImage = ir.Ref, ir.Ref
-		if err := m.admit.checkImage(req.Image); err != nil { // limits.go
+		if err := a.admit.checkImage(req.Image); err != nil { // limits.go
 			return req, err
 		}
 	}
-	user, err := m.admit.leaseUser(userImage, req.User) // user.go
+	user, err := a.admit.leaseUser(userImage, req.User) // user.go
 	if err != nil {
 		return req, err
 	}
@@ -300,21 +399,21 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	switch {
 	case req.TTL < 0:
 		return req, errdefs.InvalidArgument("ttl", "%s is negative", req.TTL)
-	case req.TTL > m.cfg.MaxTTL:
-		return req, errdefs.InvalidArgument("ttl", "%s exceeds the maximum of %s", req.TTL, m.cfg.MaxTTL)
+	case req.TTL > a.maxTTL:
+		return req, errdefs.InvalidArgument("ttl", "%s exceeds the maximum of %s", req.TTL, a.maxTTL)
 	case req.TTL == 0:
-		req.TTL = m.cfg.DefaultTTL
+		req.TTL = a.defaultTTL
 	}
 	switch {
 	case req.IdleTimeout < 0:
 		return req, errdefs.InvalidArgument("idle_timeout", "%s is negative", req.IdleTimeout)
 	case req.IdleTimeout == 0:
-		req.IdleTimeout = m.cfg.DefaultIdleTimeout
+		req.IdleTimeout = a.defaultIdleTimeout
 	}
-	if req.IdlePolicy, err = m.cfg.Pause.idlePolicy(m.rt, "idle_policy", req.IdlePolicy); err != nil { // pause.go
+	if req.IdlePolicy, err = a.pause.idlePolicy(a.rt, "idle_policy", req.IdlePolicy); err != nil { // pause.go
 		return req, err
 	}
-	if err := m.admit.checkSizes(req); err != nil { // limits.go
+	if err := a.admit.checkSizes(req); err != nil { // limits.go
 		return req, err
 	}
 	for k, v := range req.Env {
@@ -333,7 +432,7 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 	if err := validResources("resources", req.Resources); err != nil {
 		return req, err
 	}
-	if err := m.admit.checkPublicPorts(req); err != nil { // limits.go
+	if err := a.admit.checkPublicPorts(req); err != nil { // limits.go
 		return req, err
 	}
 	for _, p := range req.PublicPorts {
@@ -341,13 +440,13 @@ func (m *Manager) validate(req AcquireRequest) (AcquireRequest, error) {
 			return req, errdefs.InvalidArgument("public_ports", "port %d is not in 1-65535", p)
 		}
 	}
-	if req.Network, err = m.cfg.Network.admit(req.Network); err != nil { // network.go
+	if req.Network, err = a.net.admit(req.Network); err != nil { // network.go
 		return req, err
 	}
-	if req.Resources, err = m.admit.resources("resources", req.Resources); err != nil { // limits.go
+	if req.Resources, err = a.admit.resources("resources", req.Resources); err != nil { // limits.go
 		return req, err
 	}
-	if req, err = m.vols.validateMounts(req); err != nil {
+	if req, err = a.vols.validateMounts(req); err != nil {
 		return req, err
 	}
 	req.Labels = maps.Clone(req.Labels)
@@ -393,82 +492,87 @@ func validEnvVar(field, k, v string) error {
 // ReadyTimeout): a caller who gives up does not leave half a sandbox — the
 // creation finishes, and a retry gets the lease.
 func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, token string, created bool, err error) {
-	if req, err = m.snaps.resolveFork(ctx, req); err != nil {
+	return m.acq.acquire(ctx, req)
+}
+
+// acquire is Manager.Acquire.
+func (a *acquirer) acquire(ctx context.Context, req AcquireRequest) (l Lease, token string, created bool, err error) {
+	if req, err = a.snaps.resolveFork(ctx, req); err != nil {
 		return Lease{}, "", false, err
 	}
-	req, err = m.validate(req)
+	req, err = a.validate(req)
 	if err != nil {
 		return Lease{}, "", false, err
 	}
-	if req, err = m.vols.listOwnerVolumes(ctx, req); err != nil { // volumes.go
+	if req, err = a.vols.listOwnerVolumes(ctx, req); err != nil { // volumes.go
 		return Lease{}, "", false, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Lease{}, "", false, err
 	}
-	m.mu.Lock()
-	err = m.enterLocked()
-	m.mu.Unlock()
+	a.mu.Lock()
+	err = a.host.enterLocked()
+	a.mu.Unlock()
 	if err != nil {
 		return Lease{}, "", false, err
 	}
-	defer m.wg.Done()
+	defer a.done()
 	for {
-		// One hold of m.mu looks the conversation up and starts the step it
-		// needs; each step releases m.mu before it waits or writes.
-		m.mu.Lock()
-		if err := m.usableLocked(); err != nil {
-			m.mu.Unlock()
+		// One hold of a.mu looks the conversation up and starts the step it
+		// needs; each step releases a.mu before it waits or writes.
+		a.mu.Lock()
+		if err := a.host.usableLocked(); err != nil {
+			a.mu.Unlock()
 			return Lease{}, "", false, err
 		}
-		e := m.byConv[convKey(req.Owner, req.ConversationID)]
+		e := a.byConv[convKey(req.Owner, req.ConversationID)]
 		switch {
-		case e != nil && e.l.State == StatePending && e.op == nil && m.fleet.shared != nil:
+		case e != nil && e.l.State == StatePending && e.op == nil && a.fleet.shared != nil:
 			// Another replica is creating it (replicas.go): wait, look again.
 			id := e.l.ID
-			m.mu.Unlock()
-			if err = m.fleet.awaitRemotePending(ctx, id); err == nil {
+			a.mu.Unlock()
+			if err = a.fleet.awaitRemotePending(ctx, id); err == nil {
 				continue
 			}
 		case e != nil && e.l.State == StatePending:
-			l, err = m.joinPending(ctx, e)
+			l, err = a.joinPending(ctx, e)
 		case e != nil && e.l.State == StatePaused:
 			// Acquiring a paused conversation resumes it.
 			id := e.l.ID
-			m.mu.Unlock()
-			l, err = m.Resume(ctx, id)
+			a.mu.Unlock()
+			l, err = a.host.Resume(ctx, id)
 		case e != nil && e.l.State == StateReady:
 			var ok bool
-			if l, ok = m.existing(e); !ok {
+			if l, ok = a.existing(e); !ok {
 				continue // it had expired: look again
 			}
-		case m.drain.on: // drain.go: no new lease while draining
-			err = m.drainRefusalLocked("acquire")
-			m.mu.Unlock()
-		case m.fleet.shared != nil: // no live lease here; maybe on another replica (replicas.go)
-			m.mu.Unlock()
+		case a.host.drainingLocked(): // drain.go: no new lease while draining
+			err = a.host.drainRefusalLocked("acquire")
+			a.mu.Unlock()
+		case a.fleet.shared != nil: // no live lease here; maybe on another replica (replicas.go)
+			a.mu.Unlock()
 			var retry bool
-			if l, retry, err = m.fleet.acquireShared(ctx, req); retry && err == nil {
+			if l, retry, err = a.fleet.acquireShared(ctx, req); retry && err == nil {
 				continue // the conversation is another lease's: join it
 			}
 			created = err == nil
 		default: // no live lease
-			l, err = m.startCreate(ctx, req)
+			l, err = a.startCreate(ctx, req)
 			created = err == nil
 		}
 		if err != nil {
 			return Lease{}, "", false, err
 		}
-		return l, m.Token(l.ID), created, nil
+		return l, a.host.Token(l.ID), created, nil
 	}
 }
 
 // joinPending waits for the creation (or in-place restart) already
-// running for e's conversation and shares its outcome. Called with m.mu
-// held; it releases m.mu.
-func (m *Manager) joinPending(ctx context.Context, e *entry) (Lease, error) {
+// running for e's conversation and shares its outcome. Called with a.mu
+// held; it releases a.mu.
+func (a *acquirer) joinPending(ctx context.Context, e *entry) (Lease, error) {
 	id, o := e.l.ID, e.op
-	m.mu.Unlock()
+	a.mu.Unlock()
 	if o == nil || (o.kind != opCreate && o.kind != opRestart) { // cannot happen: PENDING in byConv is always creating
 		return Lease{}, fmt.Errorf("%w: lease %s is PENDING with no creation", errdefs.ErrInternal, id)
 	}
@@ -478,84 +582,80 @@ func (m *Manager) joinPending(ctx context.Context, e *entry) (Lease, error) {
 // existing returns the READY lease e, counting the call as activity. A lease
 // past its time but not reaped yet is expired now instead, so the caller gets
 // a fresh lease rather than a dying one: existing then reports false and the
-// caller looks again. Called with m.mu held; it releases m.mu.
-func (m *Manager) existing(e *entry) (Lease, bool) {
-	if reason := expiryReason(&e.l, m.now()); reason != "" {
-		if err := m.transitionLocked(e, StateExpired, reason); err == nil {
+// caller looks again. Called with a.mu held; it releases a.mu.
+func (a *acquirer) existing(e *entry) (Lease, bool) {
+	if reason := expiryReason(&e.l, a.host.now()); reason != "" {
+		if err := a.host.transitionLocked(e, StateExpired, reason); err == nil {
 			l, rev := e.snapshot()
-			m.mu.Unlock()
-			_ = m.persist(l, rev)
-			m.enqueueClean(e)
+			a.mu.Unlock()
+			_ = a.host.persist(l, rev)
+			a.host.enqueueClean(e)
 			return Lease{}, false
 		}
 	}
-	e.l.LastActivityAt = m.now()
+	e.l.LastActivityAt = a.host.now()
 	e.activityDirty = true
 	l := e.l.Clone()
-	m.mu.Unlock()
+	a.mu.Unlock()
 	return l, true
 }
 
 // startCreate creates a lease for req, whose conversation has no live lease:
 // it checks the live limits, records the PENDING lease (in memory, then in
 // the store), starts the sandbox's creation in the background and waits for
-// it. Called with m.mu held; it releases m.mu.
-func (m *Manager) startCreate(ctx context.Context, req AcquireRequest) (Lease, error) {
-	return m.startCreateID(ctx, req, "")
+// it. Called with a.mu held; it releases a.mu.
+func (a *acquirer) startCreate(ctx context.Context, req AcquireRequest) (Lease, error) {
+	return a.startCreateID(ctx, req, "")
 }
 
 // startCreateID is startCreate for the lease id id ("": a new one, or a
 // warm pool's). With a SharedStore the id is the one the conversation's
 // lock names, and no pool is claimed from (a claim brings its own id).
-// Called with m.mu held; it releases m.mu.
-func (m *Manager) startCreateID(ctx context.Context, req AcquireRequest, id string) (Lease, error) {
-	if err := m.admit.checkLiveLimitsLocked(req); err != nil { // limits.go
-		m.mu.Unlock()
+// Called with a.mu held; it releases a.mu.
+func (a *acquirer) startCreateID(ctx context.Context, req AcquireRequest, id string) (Lease, error) {
+	if err := a.admit.checkLiveLimitsLocked(req); err != nil { // limits.go
+		a.mu.Unlock()
 		return Lease{}, err
 	}
-	if err := m.vols.volumeFreeLocked(req); err != nil { // volumes.go
-		m.mu.Unlock()
+	if err := a.vols.volumeFreeLocked(req); err != nil { // volumes.go
+		a.mu.Unlock()
 		return Lease{}, err
 	}
-	if err := m.vols.volumeLimitLocked(req); err != nil { // volumes.go
-		m.mu.Unlock()
+	if err := a.vols.volumeLimitLocked(req); err != nil { // volumes.go
+		a.mu.Unlock()
 		return Lease{}, err
 	}
 	// A warm pool's sandbox, when one matches (pool.go).
 	var c *claim
-	if p := m.pools.forLocked(req); p != nil && id == "" && !req.Persist && len(req.Mounts) == 0 && req.App == nil && req.WorkDir == "" { // pooled sandboxes mount nothing, run no app and keep the image's directory
-		if mb, ok := m.pools.takeLocked(p); ok {
+	if p := a.pools.forLocked(req); p != nil && id == "" && !req.Persist && len(req.Mounts) == 0 && req.App == nil && req.WorkDir == "" { // pooled sandboxes mount nothing, run no app and keep the image's directory
+		if mb, ok := a.pools.takeLocked(p); ok {
 			c = &claim{pool: p.cfg.Name, m: mb}
 		}
 	}
-	e := m.addPendingLocked(req, c, id)
-	m.pools.startConfigureLocked(ctx, c, e.l.ID, req) // pool.go
+	e := a.addPendingLocked(req, c, id)
+	a.pools.startConfigureLocked(ctx, c, e.l.ID, req) // pool.go
 	l, rev := e.snapshot()
 	o := e.op // create ends it when it is done
-	m.mu.Unlock()
+	a.mu.Unlock()
 
 	// Crash safety: the record exists before the container can. A claim's
 	// container exists already and is its pool's until the READY record
 	// is written (pool.go: its agent's one-shot Configure keeps that safe).
 	if c == nil {
-		if err := m.persist(l, rev); err != nil {
-			m.abandon(e, err)
+		if err := a.host.persist(l, rev); err != nil {
+			a.abandon(e, err)
 			return Lease{}, wrapf(err, "acquire: persist lease %s", l.ID)
 		}
 	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.create(context.WithoutCancel(ctx), e, o)
-	}()
+	a.host.goBackground(func() { a.create(context.WithoutCancel(ctx), e, o) })
 	return o.outcome(ctx)
 }
 
 // addPendingLocked records a new PENDING lease for req, held by its
 // creation (an opCreate carrying claim c, if any), as its conversation's
-// lease. Called with m.mu held.
-func (m *Manager) addPendingLocked(req AcquireRequest, c *claim, id string) *entry {
-	now := m.now()
+// lease. Called with a.mu held.
+func (a *acquirer) addPendingLocked(req AcquireRequest, c *claim, id string) *entry {
+	now := a.host.now()
 	if id == "" {
 		id = newID(now)
 	}
@@ -567,7 +667,7 @@ func (m *Manager) addPendingLocked(req AcquireRequest, c *claim, id string) *ent
 			ID:             id,
 			ConversationID: req.ConversationID,
 			Owner:          req.Owner,
-			Instance:       m.cfg.InstanceID,
+			Instance:       a.instanceID,
 			Labels:         req.Labels,
 			Image:          req.Image,
 			User:           req.User,
@@ -576,8 +676,8 @@ func (m *Manager) addPendingLocked(req AcquireRequest, c *claim, id string) *ent
 			Resources:      req.Resources,
 			PublicPorts:    req.PublicPorts,
 			Network:        netOf(req.Network),
-			Volume:         m.vols.volumeFor(req),
-			Mounts:         m.vols.hostMounts(req),
+			Volume:         a.vols.volumeFor(req),
+			Mounts:         a.vols.hostMounts(req),
 			App:            req.App,
 			WorkDir:        req.WorkDir,
 			CreatedAt:      now,
@@ -591,31 +691,31 @@ func (m *Manager) addPendingLocked(req AcquireRequest, c *claim, id string) *ent
 		secrets: req.Secrets,
 	}
 	beginOpLocked(e, opCreate).claim = c
-	m.leases[e.l.ID] = e
-	m.counts[StateUnspecified]++ // balanced by transitionLocked
+	a.leases[e.l.ID] = e
+	a.counts[StateUnspecified]++ // balanced by transitionLocked
 	reason := "acquired"
 	if req.fork != nil {
 		reason = "acquired: fork of snapshot " + req.fork.Name
 	}
-	if err := m.transitionLocked(e, StatePending, reason); err != nil {
+	if err := a.host.transitionLocked(e, StatePending, reason); err != nil {
 		panic(err) // "" → PENDING is always allowed
 	}
-	delete(m.counts, StateUnspecified)
-	m.byConv[convKey(req.Owner, req.ConversationID)] = e
-	m.created++
+	delete(a.counts, StateUnspecified)
+	a.byConv[convKey(req.Owner, req.ConversationID)] = e
+	a.created++
 	return e
 }
 
 // abandon forgets a lease whose PENDING record could not be written.
-func (m *Manager) abandon(e *entry, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if key := convKey(e.l.Owner, e.l.ConversationID); m.byConv[key] == e {
-		delete(m.byConv, key)
+func (a *acquirer) abandon(e *entry, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if key := convKey(e.l.Owner, e.l.ConversationID); a.byConv[key] == e {
+		delete(a.byConv, key)
 	}
-	delete(m.leases, e.l.ID)
-	m.counts[e.l.State]--
-	m.admit.trackLiveLocked(e.l.Owner, e.l.State, StateUnspecified)
+	delete(a.leases, e.l.ID)
+	a.counts[e.l.State]--
+	a.admit.trackLiveLocked(e.l.Owner, e.l.State, StateUnspecified)
 	o := e.op
 	e.op = nil
 	o.err = wrapf(err, "acquire: persist lease %s", e.l.ID)
@@ -629,38 +729,38 @@ func (m *Manager) abandon(e *entry, err error) {
 // records the outcome; a lease that failed, or was released meanwhile, is
 // queued for the removal of what is left (endOpLocked). ctx carries the
 // caller's values but not its cancellation.
-func (m *Manager) create(ctx context.Context, e *entry, o *op) {
-	m.mu.Lock()
+func (a *acquirer) create(ctx context.Context, e *entry, o *op) {
+	a.mu.Lock()
 	id, spec := e.l.ID, runtime.Spec{
 		LeaseID:        e.l.ID,
 		ConversationID: e.l.ConversationID,
-		InstanceID:     m.cfg.InstanceID,
+		InstanceID:     a.instanceID,
 		Image:          e.l.Image,
-		AgentToken:     m.AgentToken(e.l.ID),
+		AgentToken:     a.host.AgentToken(e.l.ID),
 		Env:            maps.Clone(e.l.Env),
 		Secrets:        e.secrets,
 		Labels:         maps.Clone(e.l.Labels),
 		Resources:      e.l.Resources,
-		ReadyTimeout:   m.cfg.ReadyTimeout,
+		ReadyTimeout:   a.readyTimeout,
 		User:           e.l.User,
-		DenyRootUser:   m.cfg.Admission.DenyRootUser,
-		Mounts:         m.vols.specMounts(&e.l), // volumes.go
-		DNS:            m.cfg.Network.dns(),     // network.go
+		DenyRootUser:   a.denyRoot,
+		Mounts:         a.vols.specMounts(&e.l), // volumes.go
+		DNS:            a.net.dns(),             // network.go
 		WorkDir:        e.l.WorkDir,
 	}
-	if a := e.l.App; a != nil {
-		spec.App = &runtime.App{Command: slices.Clone(a.Command), Port: m.cfg.AppPort, WorkDir: a.WorkDir, Key: m.Token(e.l.ID)}
+	if app := e.l.App; app != nil {
+		spec.App = &runtime.App{Command: slices.Clone(app.Command), Port: a.appPort, WorkDir: app.WorkDir, Key: a.host.Token(e.l.ID)}
 	}
 	e.secrets = nil // in the container's environment now; not kept here
 	hostMounts := slices.Clone(e.l.Mounts)
 	c := o.claim
 	o.claim = nil
-	m.mu.Unlock()
+	a.mu.Unlock()
 
 	start := time.Now()
 	// The runtime bounds its own work by ReadyTimeout; the extra grace lets
 	// its (more precise) timeout error win over ours.
-	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout+5*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, a.readyTimeout+5*time.Second)
 	var sb runtime.Sandbox
 	var err error
 	how := "sandbox ready"
@@ -670,20 +770,20 @@ func (m *Manager) create(ctx context.Context, e *entry, o *op) {
 	if c != nil { // a warm pool's sandbox (pool.go)
 		// The record, the network policy and the agent's Configure run
 		// side by side; the lease is READY once all three are done.
-		record, recordRev = m.writeClaimRecord(e, c)
-		netErr := m.claimNetwork(cctx, c, id)
+		record, recordRev = a.writeClaimRecord(e, c)
+		netErr := a.claimNetwork(cctx, c, id)
 		var warm bool
-		sb, warm, err = m.pools.claimSandbox(cctx, c, spec)
+		sb, warm, err = a.pools.claimSandbox(cctx, c, spec)
 		nerr := <-netErr
 		if warm {
 			how = "claimed from pool " + c.pool
 			err, netDone = nerr, true
 		}
-	} else if err = m.vols.verifyHostMounts(id, hostMounts); err == nil { // volumes.go: unchanged since validate
-		sb, err = m.rt.Create(cctx, spec)
+	} else if err = a.vols.verifyHostMounts(id, hostMounts); err == nil { // volumes.go: unchanged since validate
+		sb, err = a.rt.Create(cctx, spec)
 	}
 	if err == nil && !netDone {
-		err = m.enforceNetwork(cctx, id, sb.Endpoint) // network.go
+		err = a.host.enforceNetwork(cctx, id, sb.Endpoint) // network.go
 	}
 	cancel()
 	if record != nil {
@@ -693,8 +793,8 @@ func (m *Manager) create(ctx context.Context, e *entry, o *op) {
 	}
 	took := time.Since(start)
 
-	m.mu.Lock()
-	now := m.now()
+	a.mu.Lock()
+	now := a.host.now()
 	var claimed bool
 	switch {
 	case err == nil && e.l.State == StatePending:
@@ -707,41 +807,37 @@ func (m *Manager) create(ctx context.Context, e *entry, o *op) {
 			// Nothing else written since the claim's record: it holds.
 			claimed = e.rev == recordRev
 		}
-		_ = m.transitionLocked(e, StateReady, fmt.Sprintf("%s in %s", how, took.Round(time.Millisecond)))
-		m.endOpLocked(e, o, nil)
+		_ = a.host.transitionLocked(e, StateReady, fmt.Sprintf("%s in %s", how, took.Round(time.Millisecond)))
+		a.host.endOpLocked(e, o, nil)
 	case err == nil: // released while being created: endOpLocked queues its removal
 		e.l.ContainerID, e.l.Endpoint = sb.ID, sb.Endpoint
 		e.rev++
-		m.endOpLocked(e, o, errNotUsable(&e.l))
+		a.host.endOpLocked(e, o, errNotUsable(&e.l))
 	default:
 		err = wrapf(err, "lease %s: create sandbox from image %q", id, spec.Image)
 		if e.l.State == StatePending {
-			_ = m.transitionLocked(e, StateFailed, err.Error())
+			_ = a.host.transitionLocked(e, StateFailed, err.Error())
 		}
 		// The runtime promises nothing is left behind; removal by label
 		// (queued by endOpLocked) makes sure, and is what finishes a
 		// release during creation.
-		m.endOpLocked(e, o, err)
+		a.host.endOpLocked(e, o, err)
 	}
 	l, rev := e.snapshot()
-	m.mu.Unlock()
+	a.mu.Unlock()
 	if claimed {
 		// The claim's READY record is durable already (writeClaimRecord);
 		// this one drops its Claiming mark and need not delay the answer.
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			_ = m.persist(l, rev)
-		}()
+		a.host.goBackground(func() { _ = a.host.persist(l, rev) })
 	} else {
-		_ = m.persist(l, rev)
+		_ = a.host.persist(l, rev)
 	}
-	m.vols.noteVolumeUsed(l) // volumes.go
+	a.vols.noteVolumeUsed(l) // volumes.go
 	o.finish()
 	if c != nil {
-		m.pools.kick() // the refill waits for the claim's answer (takeLocked)
+		a.pools.kick() // the refill waits for the claim's answer (takeLocked)
 	}
 	if err != nil {
-		m.log.Warn("sandbox creation failed", "lease_id", id, "conversation_id", l.ConversationID, "image", spec.Image, "err", err)
+		a.log.Warn("sandbox creation failed", "lease_id", id, "conversation_id", l.ConversationID, "image", spec.Image, "err", err)
 	}
 }

@@ -12,6 +12,7 @@
 // rules written once, embedded as is by the orchestrator's configuration)
 // and a small interface back to the Manager, declared in its file:
 //
+//	acquire       Config          acquirer        acquire.go (Manager.Acquire), pool.go (claims)
 //	admission     AdmissionConfig, NetworkConfig  limits.go, network.go
 //	disk limit    DiskConfig      diskEnforcer    disk.go
 //	fleet         FleetConfig     fleet           replicas.go
@@ -21,6 +22,9 @@
 //	snapshots     SnapshotConfig  snapshotKeeper  snapshot.go (Manager.Snapshots)
 //	volumes       VolumeConfig    volumeKeeper    volumes.go (Manager.Volumes)
 //
+// The acquirer's configuration is Config's own acquire defaults and bounds
+// (DefaultImage, DefaultTTL, MaxTTL, DefaultIdleTimeout); it goes through
+// admission, volumes, snapshots (forks), the fleet and the warm pools.
 // The components share the Manager's mutex: a method named …Locked is
 // called with it held, as on the Manager.
 //

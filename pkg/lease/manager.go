@@ -226,7 +226,6 @@ type Manager struct {
 	subs    map[*subscriber]struct{}
 	counts  map[State]int    // current records by state
 	entered map[State]uint64 // transitions into each state since New
-	created uint64           // leases created since New
 	// restarter restarts sandboxes whose container exited in place
 	// (restart.go); its counters and queue are guarded by mu.
 	restarter *restarter
@@ -254,6 +253,7 @@ type Manager struct {
 
 	pauser *pauser    // pause, resume and Use (pause.go, use.go)
 	admit  *admission // acquire checks and live-lease limits (limits.go)
+	acq    *acquirer  // the acquire path (acquire.go)
 
 	drain drainState // set by Drain (drain.go)
 
@@ -321,16 +321,19 @@ func New(cfg Config) (*Manager, error) {
 	m.pauser = newPauser(cfg, m, m.wg.Done, m.disk.chargedLocked, &m.mu, m.leases) // pause.go
 	m.vols = newVolumeKeeper(cfg.Volumes, cfg.InstanceID, cfg.RemoveTimeout, cfg.Runtime, cfg.Store, cfg.Logger, m.now, m, &m.mu)
 	m.snaps = newSnapshotKeeper(cfg.Snapshots, cfg.InstanceID, cfg.Runtime, cfg.Logger, m.now, m) // snapshot.go
-	fl, err := newFleet(cfg, m, &m.mu, m.leases, m.byConv)                                        // replicas.go
+	// The acquire path (acquire.go); its fleet and pools are set below.
+	m.acq = newAcquirer(cfg, m, m.wg.Done, m.admit, m.vols, m.snaps, &m.mu, m.leases, m.byConv, m.counts)
+	fl, err := newFleet(cfg, m, m.acq.startCreateID, &m.mu, m.leases, m.byConv) // replicas.go
 	if err != nil {
 		return nil, err
 	}
 	m.fleet = fl
-	pools, err := newPoolSet(cfg, m, &m.mu) // pool.go
+	pools, err := newPoolSet(cfg, m, m.acq.validate, &m.mu) // pool.go
 	if err != nil {
 		return nil, err
 	}
 	m.pools = pools
+	m.acq.fleet, m.acq.pools = fl, pools
 	m.ctrl = &controller{cfg: cfg, host: m, rt: cfg.Runtime, log: cfg.Logger, mu: &m.mu, leases: m.leases, seq: &m.seq, queue: m.queue,
 		fleet: m.fleet, pools: m.pools, disk: m.disk, restarter: m.restarter, pauser: m.pauser, vols: m.vols} // reconcile.go
 	m.restarter.watchDown = &m.ctrl.watchDown
@@ -613,7 +616,7 @@ type Stats struct {
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := Stats{ByState: map[State]int{}, Transitions: map[State]uint64{}, Live: m.liveCountLocked(), MaxLive: m.cfg.Admission.MaxLive, Created: m.created,
+	s := Stats{ByState: map[State]int{}, Transitions: map[State]uint64{}, Live: m.liveCountLocked(), MaxLive: m.cfg.Admission.MaxLive, Created: m.acq.created,
 		OOMEvents: m.ctrl.oomEvents, Restarts: m.restarter.started, RestartFailures: m.restarter.failed}
 	for _, st := range States {
 		s.ByState[st] = m.counts[st]

@@ -171,9 +171,6 @@ type poolHost interface {
 	goBackground(f func())
 	now() time.Time
 	AgentToken(leaseID string) string
-	// validate applies an acquire's defaults and rules (acquire.go).
-	validate(req AcquireRequest) (AcquireRequest, error)
-	defaultEgress() (egress.Policy, error)                           // below
 	dropNetwork(ctx context.Context, id string)                      // network.go
 	removeContainers(ctx context.Context, leaseID, cid string) error // ops.go
 }
@@ -304,26 +301,22 @@ func (ps *poolSet) startConfigureLocked(ctx context.Context, c *claim, id string
 // this write is durable; the final READY record (without Claiming) is then
 // written off the request path, unless another write of the lease came
 // in between (the revision returned is the record's: see create). The
-// returned channel yields the write's error. Called without m.mu.
-func (m *Manager) writeClaimRecord(e *entry, c *claim) (<-chan error, uint64) {
-	m.mu.Lock()
+// returned channel yields the write's error. Called without a.mu.
+func (a *acquirer) writeClaimRecord(e *entry, c *claim) (<-chan error, uint64) {
+	a.mu.Lock()
 	l, rev := e.snapshot()
-	now := m.now()
+	now := a.host.now()
 	l.ContainerID, l.Endpoint, l.DiskEnforcement, l.Pool = c.m.containerID, c.m.endpoint, c.m.diskEnforcement, c.pool
 	l.ExpiresAt, l.LastActivityAt = now.Add(l.TTL), now
 	l.Claiming = true
 	_, err := l.Transition(StateReady, "claimed from pool "+c.pool, now)
-	m.mu.Unlock()
+	a.mu.Unlock()
 	done := make(chan error, 1)
 	if err != nil {
 		done <- err
 		return done, rev
 	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		done <- m.persist(l, rev)
-	}()
+	a.host.goBackground(func() { done <- a.host.persist(l, rev) })
 	return done, rev
 }
 
@@ -376,15 +369,15 @@ func (ps *poolSet) unconfiguredClaims(ctx context.Context, byLease map[string][]
 }
 
 // defaultEgress is the network policy an acquire that names none gets
-// (the operator's default, under the ceiling), as enforceNetwork computes
-// it. Pooled sandboxes are given it when they join their pool, so a claim
-// that keeps it programs no rules on the request path.
-func (m *Manager) defaultEgress() (egress.Policy, error) {
-	np, err := m.cfg.Network.admit(nil) // network.go
+// under c (the operator's default, under the ceiling), as enforceNetwork
+// computes it. Pooled sandboxes are given it when they join their pool, so
+// a claim that keeps it programs no rules on the request path.
+func (c NetworkConfig) defaultEgress() (egress.Policy, error) {
+	np, err := c.admit(nil) // network.go
 	if err != nil {
 		return egress.Policy{}, err
 	}
-	pol, _ := m.cfg.Network.Ceiling.Clamp(netOf(np).egress())
+	pol, _ := c.Ceiling.Clamp(netOf(np).egress())
 	return pol, nil
 }
 
@@ -392,26 +385,26 @@ func (m *Manager) defaultEgress() (egress.Policy, error) {
 // c, while the agent is configured (the lease is READY once both are
 // done): nothing to do when the policy enforced on c when it joined its
 // pool is the lease's. The returned channel yields the outcome.
-func (m *Manager) claimNetwork(ctx context.Context, c *claim, id string) <-chan error {
+func (a *acquirer) claimNetwork(ctx context.Context, c *claim, id string) <-chan error {
 	done := make(chan error, 1)
-	if m.cfg.Network.Egress == nil {
+	if a.net.Egress == nil {
 		done <- nil
 		return done
 	}
 	if c.m.net != nil {
-		m.mu.Lock()
+		a.mu.Lock()
 		var p NetworkPolicy
-		if e := m.leases[id]; e != nil {
+		if e := a.leases[id]; e != nil {
 			p = e.l.Network.Clone()
 		}
-		m.mu.Unlock()
-		pol, _ := m.cfg.Network.Ceiling.Clamp(p.egress())
+		a.mu.Unlock()
+		pol, _ := a.net.Ceiling.Clamp(p.egress())
 		if pol.Mode == c.m.net.Mode && slices.Equal(pol.Allow, c.m.net.Allow) && slices.Equal(pol.Deny, c.m.net.Deny) {
 			done <- nil
 			return done
 		}
 	}
-	go func() { done <- m.enforceNetwork(ctx, id, c.m.endpoint) }() // network.go
+	go func() { done <- a.host.enforceNetwork(ctx, id, c.m.endpoint) }() // network.go
 	return done
 }
 
@@ -454,14 +447,14 @@ func (ps *poolSet) stats() []PoolStats {
 func (p *pool) targetLocked() int { return min(p.cfg.Min+p.boost, p.cfg.Max) }
 
 // newPoolSet validates cfg.Pools.Pools (checked by withDefaults already)
-// against the acquire rules and builds the pools of the Manager host,
-// whose mu is mu. Called by New.
-func newPoolSet(cfg Config, host poolHost, mu *sync.Mutex) (*poolSet, error) {
+// against the acquire rules (validate: the acquirer's, acquire.go) and
+// builds the pools of the Manager host, whose mu is mu. Called by New.
+func newPoolSet(cfg Config, host poolHost, validate func(AcquireRequest) (AcquireRequest, error), mu *sync.Mutex) (*poolSet, error) {
 	ps := &poolSet{cfg: cfg.Pools, host: host, mu: mu, rt: cfg.Runtime, log: cfg.Logger,
 		instanceID: cfg.InstanceID, readyTimeout: cfg.ReadyTimeout, denyRoot: cfg.Admission.DenyRootUser, net: cfg.Network,
 		byID: map[string]*pool{}, kickC: make(chan struct{}, 1)}
 	for _, pc := range ps.cfg.Pools {
-		req, err := host.validate(AcquireRequest{ConversationID: "pool", Image: pc.Image, User: pc.User, Resources: pc.Resources})
+		req, err := validate(AcquireRequest{ConversationID: "pool", Image: pc.Image, User: pc.User, Resources: pc.Resources})
 		if err != nil {
 			return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 		}
@@ -662,7 +655,7 @@ func (ps *poolSet) createPooled(ctx context.Context, p *pool, id string) {
 	// has no rules to program (claimNetwork). No command runs in a member.
 	var applied *egress.Policy
 	if ps.net.Egress != nil && err == nil {
-		if pol, perr := ps.host.defaultEgress(); perr == nil {
+		if pol, perr := ps.net.defaultEgress(); perr == nil {
 			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			if aerr := ps.net.Egress.Apply(actx, id, sb.Endpoint, pol); aerr == nil {
 				applied = &pol

@@ -89,9 +89,6 @@ type fleetHost interface {
 	applyRemote(l Lease, deleted bool)
 	// usableLocked reports why no acquire may start now (manager.go).
 	usableLocked() error
-	// startCreateID creates lease id for req (acquire.go). Takes mu,
-	// which the caller holds: it returns with mu released.
-	startCreateID(ctx context.Context, req AcquireRequest, id string) (Lease, error)
 	// Get returns a lease (manager.go).
 	Get(ctx context.Context, id string) (Lease, error)
 	// persistAll writes snapshots of leases (manager.go).
@@ -118,6 +115,9 @@ type fleet struct {
 	shared SharedStore
 	host   fleetHost
 	log    *slog.Logger
+	// startCreateID creates lease id for req (the acquirer's, acquire.go).
+	// Takes mu, which the caller holds: it returns with mu released.
+	startCreateID func(ctx context.Context, req AcquireRequest, id string) (Lease, error)
 	// instanceID is Config.InstanceID (homeLocked); readyTimeout
 	// Config.ReadyTimeout (awaitRemotePending); reapInterval
 	// Config.ReapInterval (flushActivityLoop).
@@ -133,10 +133,11 @@ type fleet struct {
 }
 
 // newFleet returns the fleet part of a Manager: cfg has its defaults
-// applied; mu, leases and byConv are the Manager's. Warm pools are refused
-// with a SharedStore.
-func newFleet(cfg Config, host fleetHost, mu *sync.Mutex, leases, byConv map[string]*entry) (*fleet, error) {
-	f := &fleet{cfg: cfg.Fleet, host: host, log: cfg.Logger, instanceID: cfg.InstanceID,
+// applied; startCreateID is its acquirer's; mu, leases and byConv are the
+// Manager's. Warm pools are refused with a SharedStore.
+func newFleet(cfg Config, host fleetHost, startCreateID func(ctx context.Context, req AcquireRequest, id string) (Lease, error),
+	mu *sync.Mutex, leases, byConv map[string]*entry) (*fleet, error) {
+	f := &fleet{cfg: cfg.Fleet, host: host, log: cfg.Logger, startCreateID: startCreateID, instanceID: cfg.InstanceID,
 		readyTimeout: cfg.ReadyTimeout, reapInterval: cfg.ReapInterval, mu: mu, leases: leases, byConv: byConv}
 	if ss, ok := cfg.Store.(SharedStore); ok {
 		if len(cfg.Pools.Pools) > 0 {
@@ -218,7 +219,7 @@ func (f *fleet) acquireShared(ctx context.Context, req AcquireRequest) (l Lease,
 		f.unlockConversation(req.Owner, req.ConversationID, id)
 		return Lease{}, true, nil
 	}
-	l, err = f.host.startCreateID(ctx, req, id) // releases mu
+	l, err = f.startCreateID(ctx, req, id) // releases mu
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		// Nothing was created, or the lease FAILED: free the conversation.
 		if _, gerr := f.host.Get(ctx, id); gerr != nil {
