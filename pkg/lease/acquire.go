@@ -270,9 +270,6 @@ type acquireHost interface {
 	// is the error of an acquire refused meanwhile (drain.go).
 	drainingLocked() bool
 	drainRefusalLocked(what string) error
-	// enforceNetwork applies a lease's network policy to its sandbox
-	// (network.go).
-	enforceNetwork(ctx context.Context, id, endpoint string) error
 	// Resume resumes a PAUSED lease: an acquire of its conversation
 	// (pause.go).
 	Resume(ctx context.Context, id string) (Lease, error)
@@ -313,11 +310,12 @@ type acquirer struct {
 	// and the warm pools (pool.go). New sets fleet and pools after
 	// building them, as the pools validate their profiles with validate
 	// and the fleet creates leases with startCreateID.
-	admit *admission
-	vols  *volumeKeeper
-	snaps *snapshotKeeper
-	fleet *fleet
-	pools *poolSet
+	admit   *admission
+	vols    *volumeKeeper
+	snaps   *snapshotKeeper
+	fleet   *fleet
+	pools   *poolSet
+	network *networkKeeper // the network policies' enforcement (network.go)
 
 	mu     *sync.Mutex       // the Manager's
 	leases map[string]*entry // the Manager's, written with mu held
@@ -783,7 +781,7 @@ func (a *acquirer) create(ctx context.Context, e *entry, o *op) {
 		sb, err = a.rt.Create(cctx, spec)
 	}
 	if err == nil && !netDone {
-		err = a.host.enforceNetwork(cctx, id, sb.Endpoint) // network.go
+		err = a.network.enforce(cctx, id, sb.Endpoint) // network.go
 	}
 	cancel()
 	if record != nil {

@@ -253,7 +253,9 @@ type Manager struct {
 
 	pauser *pauser    // pause, resume and Use (pause.go, use.go)
 	admit  *admission // acquire checks and live-lease limits (limits.go)
-	acq    *acquirer  // the acquire path (acquire.go)
+	// network enforces the leases' network policies (network.go).
+	network *networkKeeper
+	acq     *acquirer // the acquire path (acquire.go)
 
 	drain drainState // set by Drain (drain.go)
 
@@ -314,10 +316,11 @@ func New(cfg Config) (*Manager, error) {
 		persisted: map[string]uint64{},
 		queue:     newWorkQueue(),
 	}
-	m.admit = newAdmission(cfg, m, m.leases, m.counts) // limits.go
-	m.disk = newDiskEnforcer(cfg, m, &m.mu, m.leases)  // disk.go
+	m.network = &networkKeeper{cfg: cfg.Network, log: cfg.Logger, mu: &m.mu, leases: m.leases} // network.go
+	m.admit = newAdmission(cfg, m, m.leases, m.counts)                                         // limits.go
+	m.disk = newDiskEnforcer(cfg, m, &m.mu, m.leases)                                          // disk.go
 	m.restarter = &restarter{cfg: cfg.Restart, host: m, log: cfg.Logger, readyTimeout: cfg.ReadyTimeout,
-		goBackground: m.goBackground, mu: &m.mu}
+		goBackground: m.goBackground, mu: &m.mu, network: m.network}
 	m.pauser = newPauser(cfg, m, m.wg.Done, m.disk.chargedLocked, &m.mu, m.leases) // pause.go
 	m.vols = newVolumeKeeper(cfg.Volumes, cfg.InstanceID, cfg.RemoveTimeout, cfg.Runtime, cfg.Store, cfg.Logger, m.now, m, &m.mu)
 	m.snaps = newSnapshotKeeper(cfg.Snapshots, cfg.InstanceID, cfg.Runtime, cfg.Logger, m.now, m) // snapshot.go
@@ -334,8 +337,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.pools = pools
 	m.acq.fleet, m.acq.pools = fl, pools
+	m.acq.network, m.pools.network, m.pauser.network = m.network, m.network, m.network
 	m.ctrl = &controller{cfg: cfg, host: m, rt: cfg.Runtime, log: cfg.Logger, mu: &m.mu, leases: m.leases, seq: &m.seq, queue: m.queue,
-		fleet: m.fleet, pools: m.pools, disk: m.disk, restarter: m.restarter, pauser: m.pauser, vols: m.vols} // reconcile.go
+		fleet: m.fleet, pools: m.pools, disk: m.disk, restarter: m.restarter, pauser: m.pauser, vols: m.vols, network: m.network} // reconcile.go
 	m.restarter.watchDown = &m.ctrl.watchDown
 	return m, nil
 }
@@ -367,7 +371,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.ctrl.reconcile(ctx); err != nil {
 		return err
 	}
-	m.reapplyNetworks(ctx) // network.go
+	m.network.reapply(ctx) // network.go
 
 	runCtx, cancel := context.WithCancel(ctx)
 	m.mu.Lock()

@@ -3,7 +3,9 @@ package lease
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/internal/egress"
@@ -154,9 +156,8 @@ func (c NetworkConfig) dns() []string {
 	return c.Egress.DNS()
 }
 
-// The enforcement of the policies below (enforceNetwork, dropNetwork,
-// reapplyNetworks, SetNetwork) stays on the Manager: it reads and writes
-// the lease records under its mu and persists them.
+// Below: the enforcement of the policies (networkKeeper), and
+// Manager.SetNetwork, which changes a lease's record and persists it.
 
 func netOf(p *NetworkPolicy) NetworkPolicy {
 	if p == nil {
@@ -165,58 +166,71 @@ func netOf(p *NetworkPolicy) NetworkPolicy {
 	return p.Clone()
 }
 
-// enforceNetwork applies lease id's policy to its sandbox at endpoint (a
+// networkKeeper enforces the leases' network policies on the host
+// (NetworkConfig.Egress): it applies a lease's policy to its sandbox's
+// address, forgets it when the sandbox is gone, and applies them all again
+// at Start. Without an Egress it does nothing. It reads the lease records
+// with the Manager's mu held and never writes them.
+type networkKeeper struct {
+	cfg    NetworkConfig
+	log    *slog.Logger
+	mu     *sync.Mutex       // the Manager's
+	leases map[string]*entry // the Manager's, read with mu held
+}
+
+// enforce applies lease id's policy to its sandbox at endpoint (a
 // no-op without NetworkConfig.Egress).
-func (m *Manager) enforceNetwork(ctx context.Context, id, endpoint string) error {
-	if m.cfg.Network.Egress == nil {
+func (n *networkKeeper) enforce(ctx context.Context, id, endpoint string) error {
+	if n.cfg.Egress == nil {
 		return nil
 	}
-	m.mu.Lock()
-	e := m.leases[id]
+	n.mu.Lock()
+	e := n.leases[id]
 	var p NetworkPolicy
 	if e != nil {
 		p = e.l.Network.Clone()
 	}
-	m.mu.Unlock()
+	n.mu.Unlock()
 	if e == nil {
 		return nil
 	}
-	pol, clamped := m.cfg.Network.Ceiling.Clamp(p.egress())
+	pol, clamped := n.cfg.Ceiling.Clamp(p.egress())
 	if clamped {
 		// Recorded before the operator lowered the ceiling.
-		m.log.Warn("network policy above the operator's ceiling: enforcing it lowered", "lease_id", id,
+		n.log.Warn("network policy above the operator's ceiling: enforcing it lowered", "lease_id", id,
 			"mode", p.Mode, "enforced_mode", pol.Mode)
 	}
-	if err := m.cfg.Network.Egress.Apply(ctx, id, endpoint, pol); err != nil {
+	if err := n.cfg.Egress.Apply(ctx, id, endpoint, pol); err != nil {
 		return wrapf(err, "lease %s: enforce network policy", id)
 	}
 	return nil
 }
 
-// dropNetwork deletes lease id's rules (the sandbox is gone).
-func (m *Manager) dropNetwork(ctx context.Context, id string) {
-	if m.cfg.Network.Egress == nil {
+// drop deletes lease id's rules (the sandbox is gone, or its address
+// free).
+func (n *networkKeeper) drop(ctx context.Context, id string) {
+	if n.cfg.Egress == nil {
 		return
 	}
 	rctx, cancel := detached(ctx, 30*time.Second)
 	defer cancel()
-	if err := m.cfg.Network.Egress.Remove(rctx, id); err != nil {
-		m.log.Warn("removing the sandbox's network rules failed", "lease_id", id, "err", err)
+	if err := n.cfg.Egress.Remove(rctx, id); err != nil {
+		n.log.Warn("removing the sandbox's network rules failed", "lease_id", id, "err", err)
 	}
 }
 
-// reapplyNetworks enforces the policies of the READY and PAUSED leases
-// again (after a restart of the orchestrator, whose resolver port changed)
-// and removes the rules of every other lease of this instance.
-func (m *Manager) reapplyNetworks(ctx context.Context) {
-	if m.cfg.Network.Egress == nil {
+// reapply enforces the policies of the READY and PAUSED leases again
+// (after a restart of the orchestrator, whose resolver port changed) and
+// removes the rules of every other lease of this instance.
+func (n *networkKeeper) reapply(ctx context.Context) {
+	if n.cfg.Egress == nil {
 		return
 	}
 	type job struct{ id, endpoint string }
 	var jobs []job
 	live := map[string]bool{}
-	m.mu.Lock()
-	for id, e := range m.leases {
+	n.mu.Lock()
+	for id, e := range n.leases {
 		if (e.l.State == StateReady || e.l.State == StatePaused || e.l.State == StatePending) && e.l.Endpoint != "" {
 			live[id] = true
 			if running(&e.l) {
@@ -224,14 +238,14 @@ func (m *Manager) reapplyNetworks(ctx context.Context) {
 			}
 		}
 	}
-	m.mu.Unlock()
+	n.mu.Unlock()
 	for _, j := range jobs {
-		if err := m.enforceNetwork(ctx, j.id, j.endpoint); err != nil {
-			m.log.Warn("re-applying the network policy failed", "lease_id", j.id, "err", err)
+		if err := n.enforce(ctx, j.id, j.endpoint); err != nil {
+			n.log.Warn("re-applying the network policy failed", "lease_id", j.id, "err", err)
 		}
 	}
-	if err := m.cfg.Network.Egress.Prune(ctx, func(id string) bool { return live[id] }); err != nil {
-		m.log.Warn("pruning network rules of ended leases failed", "err", err)
+	if err := n.cfg.Egress.Prune(ctx, func(id string) bool { return live[id] }); err != nil {
+		n.log.Warn("pruning network rules of ended leases failed", "err", err)
 	}
 }
 
@@ -279,7 +293,7 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, p NetworkPolicy) (L
 	// is ready again (its address may change, and the old one may belong
 	// to another sandbox by then).
 	if run && endpoint != "" {
-		if err := m.enforceNetwork(ctx, id, endpoint); err != nil {
+		if err := m.network.enforce(ctx, id, endpoint); err != nil {
 			return Lease{}, err
 		}
 	}

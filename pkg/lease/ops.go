@@ -425,7 +425,7 @@ func (c *controller) cleanup(ctx context.Context, id string) error {
 
 	err := c.host.removeContainers(ctx, id, cid)
 	if err == nil {
-		c.host.dropNetwork(ctx, id) // network.go: the sandbox is gone
+		c.network.drop(ctx, id) // network.go: the sandbox is gone
 		// The lease's end is its volume's last use, recorded before the
 		// lease shows as cleaned (volumes.go).
 		c.vols.noteVolumeUsed(vol)

@@ -215,10 +215,6 @@ type pauseHost interface {
 	// restartSandbox starts a stopped container again once its host
 	// mounts are checked (volumes.go).
 	restartSandbox(ctx context.Context, id, cid string, mounts []runtime.Mount) (runtime.Sandbox, error)
-	// enforceNetwork applies a lease's network policy to its sandbox's
-	// (possibly new) address; dropNetwork forgets it (network.go).
-	enforceNetwork(ctx context.Context, id, endpoint string) error
-	dropNetwork(ctx context.Context, id string)
 }
 
 // pauseBackend is the part of the Runtime the pauser calls itself.
@@ -262,6 +258,9 @@ type pauser struct {
 
 	mu     *sync.Mutex       // the Manager's
 	leases map[string]*entry // the Manager's, read with mu held
+	// network applies a woken sandbox's network policy, and forgets a
+	// hibernated one's (network.go). New sets it.
+	network *networkKeeper
 }
 
 // newPauser returns the pauser of a Manager configured by cfg (defaults
@@ -389,7 +388,7 @@ func (p *pauser) pauseRuntime(ctx context.Context, fr runtime.Freezer, id, cid s
 		return wrapf(err, "pause lease %s (%s)", id, mode)
 	}
 	if mode == PauseHibernate {
-		p.host.dropNetwork(ctx, id) // network.go: its address is free; wake applies the policy again
+		p.network.drop(ctx, id) // network.go: its address is free; wake applies the policy again
 	}
 	p.log.Info("lease paused", "lease_id", id, "container_id", cid, "mode", string(mode), "duration", time.Since(began))
 	return nil
@@ -557,7 +556,7 @@ func (p *pauser) resume(ctx context.Context, e *entry, o *op, mode PauseMode, ci
 		// volumes.go: the host mounts are checked first.
 		sb, err = p.host.restartSandbox(rctx, e.l.ID, cid, mounts)
 		if err == nil { // its address may have changed
-			err = p.host.enforceNetwork(rctx, e.l.ID, sb.Endpoint) // network.go
+			err = p.network.enforce(rctx, e.l.ID, sb.Endpoint) // network.go
 		}
 		cancel()
 	}

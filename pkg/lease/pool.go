@@ -171,7 +171,6 @@ type poolHost interface {
 	goBackground(f func())
 	now() time.Time
 	AgentToken(leaseID string) string
-	dropNetwork(ctx context.Context, id string)                      // network.go
 	removeContainers(ctx context.Context, leaseID, cid string) error // ops.go
 }
 
@@ -191,7 +190,8 @@ type poolSet struct {
 	instanceID   string
 	readyTimeout time.Duration
 	denyRoot     bool
-	net          NetworkConfig // enforcement and name servers (network.go)
+	net          NetworkConfig  // enforcement and name servers (network.go)
+	network      *networkKeeper // the network policies' enforcement (network.go)
 
 	// pools in configuration order; byID maps the lease id of each
 	// unclaimed pooled sandbox (ready or being created) to its pool;
@@ -369,8 +369,8 @@ func (ps *poolSet) unconfiguredClaims(ctx context.Context, byLease map[string][]
 }
 
 // defaultEgress is the network policy an acquire that names none gets
-// under c (the operator's default, under the ceiling), as enforceNetwork
-// computes it. Pooled sandboxes are given it when they join their pool, so
+// under c (the operator's default, under the ceiling), as
+// networkKeeper.enforce computes it. Pooled sandboxes are given it when they join their pool, so
 // a claim that keeps it programs no rules on the request path.
 func (c NetworkConfig) defaultEgress() (egress.Policy, error) {
 	np, err := c.admit(nil) // network.go
@@ -404,7 +404,7 @@ func (a *acquirer) claimNetwork(ctx context.Context, c *claim, id string) <-chan
 			return done
 		}
 	}
-	go func() { done <- a.host.enforceNetwork(ctx, id, c.m.endpoint) }() // network.go
+	go func() { done <- a.network.enforce(ctx, id, c.m.endpoint) }() // network.go
 	return done
 }
 
@@ -694,7 +694,7 @@ func (ps *poolSet) dropMember(ctx context.Context, mb member) error {
 		pr.Forget(mb.endpoint)
 	}
 	if mb.net != nil {
-		ps.host.dropNetwork(ctx, mb.id) // network.go
+		ps.network.drop(ctx, mb.id) // network.go
 	}
 	return ps.host.removeContainers(ctx, mb.id, mb.containerID)
 }

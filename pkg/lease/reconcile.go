@@ -38,8 +38,6 @@ type controllerHost interface {
 	endOpLocked(e *entry, o *op, err error)
 	// removeContainers removes a lease's containers (ops.go).
 	removeContainers(ctx context.Context, leaseID, cid string) error
-	// dropNetwork forgets a removed sandbox's network policy (network.go).
-	dropNetwork(ctx context.Context, id string)
 }
 
 // controller keeps the lease records and the runtime's containers
@@ -65,6 +63,7 @@ type controller struct {
 	restarter *restarter
 	pauser    *pauser
 	vols      *volumeKeeper
+	network   *networkKeeper
 
 	// watchDown is set while the runtime's event stream is down (closed,
 	// or Watch failing): the engine may be restarting (restart.go).

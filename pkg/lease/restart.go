@@ -135,9 +135,6 @@ type restartHost interface {
 	// restartSandbox starts a stopped container again once its host
 	// mounts are checked (volumes.go).
 	restartSandbox(ctx context.Context, id, cid string, mounts []runtime.Mount) (runtime.Sandbox, error)
-	// enforceNetwork applies a lease's network policy to its sandbox's
-	// (possibly new) address (network.go).
-	enforceNetwork(ctx context.Context, id, endpoint string) error
 }
 
 // restarter restarts the sandboxes of READY leases whose container exited
@@ -156,6 +153,8 @@ type restarter struct {
 	watchDown *atomic.Bool
 
 	mu *sync.Mutex // the Manager's mu
+	// network applies a restarted sandbox's network policy (network.go).
+	network *networkKeeper
 	// started counts in-place restarts started, failed those that failed.
 	started, failed uint64
 	// queued are the leases reconcile moved to PENDING for a restart,
@@ -261,7 +260,7 @@ func (r *restarter) run(ctx context.Context, j restartJob) {
 		// volumes.go: the host mounts are checked first.
 		sb, err = r.host.restartSandbox(rctx, id, j.cid, mounts)
 		if err == nil { // its address may have changed
-			err = r.host.enforceNetwork(rctx, id, sb.Endpoint) // network.go
+			err = r.network.enforce(rctx, id, sb.Endpoint) // network.go
 		}
 		cancel()
 		attempt++
