@@ -459,7 +459,7 @@ func (m *Manager) Acquire(ctx context.Context, req AcquireRequest) (l Lease, tok
 		if err != nil {
 			return Lease{}, "", false, err
 		}
-		return l, m.Token(l.ID), created, nil
+		return l, m.tokens.Token(l.ID), created, nil
 	}
 }
 
@@ -636,7 +636,7 @@ func (m *Manager) create(ctx context.Context, e *entry, o *op) {
 		ConversationID: e.l.ConversationID,
 		InstanceID:     m.cfg.InstanceID,
 		Image:          e.l.Image,
-		AgentToken:     m.AgentToken(e.l.ID),
+		AgentToken:     m.tokens.AgentToken(e.l.ID),
 		Env:            maps.Clone(e.l.Env),
 		Secrets:        e.secrets,
 		Labels:         maps.Clone(e.l.Labels),
@@ -649,7 +649,7 @@ func (m *Manager) create(ctx context.Context, e *entry, o *op) {
 		WorkDir:        e.l.WorkDir,
 	}
 	if a := e.l.App; a != nil {
-		spec.App = &runtime.App{Command: slices.Clone(a.Command), Port: m.cfg.AppPort, WorkDir: a.WorkDir, Key: m.Token(e.l.ID)}
+		spec.App = &runtime.App{Command: slices.Clone(a.Command), Port: m.cfg.AppPort, WorkDir: a.WorkDir, Key: m.tokens.Token(e.l.ID)}
 	}
 	e.secrets = nil // in the container's environment now; not kept here
 	hostMounts := slices.Clone(e.l.Mounts)

@@ -19,10 +19,13 @@
 //	warm pools    PoolsConfig     poolSet         pool.go
 //	restarts      RestartConfig   restarter       restart.go
 //	snapshots     SnapshotConfig  snapshotKeeper  snapshot.go (Manager.Snapshots)
+//	tokens        Secret          Tokens          token.go, sign.go (Manager.Tokens)
 //	volumes       VolumeConfig    volumeKeeper    volumes.go (Manager.Volumes)
 //
 // The components share the Manager's mutex: a method named …Locked is
-// called with it held, as on the Manager.
+// called with it held, as on the Manager. Tokens (lease and agent tokens,
+// signed URLs) is the exception: it needs only the secret (NewTokens),
+// holds no state and no lock, and nothing of the Manager.
 //
 // # State machine
 //
@@ -71,7 +74,7 @@
 // conversation share a single creation. Lease tokens (leaseID + "." +
 // base64url HMAC-SHA256 of the lease id under the server secret) and agent
 // tokens (a separate derivation) are derived, never stored, and verified in
-// constant time.
+// constant time (Tokens, Manager.Tokens).
 //
 // # Crash safety
 //

@@ -49,8 +49,8 @@ type Config struct {
 	// that carry it. Default "default". Two orchestrators sharing a container
 	// engine must use different ids.
 	InstanceID string
-	// Secret is the server secret lease and agent tokens are derived from
-	// (see LoadOrCreateSecret). Required, at least MinSecretLen bytes.
+	// Secret is the server secret lease and agent tokens and URL
+	// signatures are derived from (Manager.Tokens; see LoadOrCreateSecret). Required, at least MinSecretLen bytes.
 	Secret []byte
 	// DefaultImage is used when an acquire names no image. Default "berth/base".
 	DefaultImage string
@@ -217,6 +217,9 @@ type Manager struct {
 	log   *slog.Logger
 	rt    Runtime
 	store Store
+	// tokens derives and checks lease and agent tokens and URL
+	// signatures from Config.Secret (token.go, sign.go).
+	tokens *Tokens
 	// fleet is this replica's part in a fleet sharing the store, and the
 	// election of the reaper (replicas.go).
 	fleet *fleet
@@ -309,11 +312,16 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	cfg.Secret = bytes.Clone(cfg.Secret)
+	tokens, err := NewTokens(cfg.Secret) // token.go
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{
 		cfg:       cfg,
 		log:       cfg.Logger,
 		rt:        cfg.Runtime,
 		store:     cfg.Store,
+		tokens:    tokens,
 		leases:    map[string]*entry{},
 		byConv:    map[string]*entry{},
 		subs:      map[*subscriber]struct{}{},
