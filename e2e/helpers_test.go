@@ -626,34 +626,23 @@ func (o *orch) stop(tb testing.TB) {
 }
 
 // agentToken is the token the sandbox agent of lease id requires.
-func (o *orch) agentToken(id string) string { return o.srv.Manager().AgentToken(id) }
+func (o *orch) agentToken(id string) string { return o.srv.Manager().Tokens().AgentToken(id) }
 
 // agentTokens returns the agent-token function of the orchestrator whose
-// data dir is dataDir (for subprocess orchestrators): a lease.Manager built
-// on the same server secret derives the same tokens. It is never started.
+// data dir is dataDir (for subprocess orchestrators): lease.Tokens on the
+// same server secret derive the same tokens.
 func agentTokens(tb testing.TB, dataDir string) func(id string) string {
 	tb.Helper()
 	secret, err := os.ReadFile(filepath.Join(dataDir, lease.SecretFileName))
 	if err != nil {
 		tb.Fatalf("server secret: %v", err)
 	}
-	m, err := lease.New(lease.Config{Store: nopStore{}, Runtime: dockerRT, Secret: secret})
+	tk, err := lease.NewTokens(secret)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return m.AgentToken
+	return tk.AgentToken
 }
-
-// nopStore satisfies lease.Store for a Manager used only to derive tokens.
-type nopStore struct{}
-
-func (nopStore) Put(lease.Lease) error      { return nil }
-func (nopStore) PutAll([]lease.Lease) error { return nil }
-func (nopStore) Get(id string) (lease.Lease, error) {
-	return lease.Lease{}, errdefs.NotFound("lease %s", id)
-}
-func (nopStore) Delete(...string) error                { return nil }
-func (nopStore) ForEach(func(lease.Lease) error) error { return nil }
 
 // execResult is the agent's answer to POST /v1/exec.
 type execResult struct {

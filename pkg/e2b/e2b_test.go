@@ -125,7 +125,7 @@ func TestCreate(t *testing.T) {
 	sb := a.create(t, keyA, `{"templateID":"base","timeout":120,"metadata":{"user":"abc"},"envVars":{"GREETING":"hi"},"secure":true}`)
 	id := sb["sandboxID"].(string)
 	m := a.orch.Srv.Manager()
-	if lid, ok := m.VerifyToken(sb["envdAccessToken"].(string)); !ok || lid != id {
+	if lid, ok := m.Tokens().VerifyToken(sb["envdAccessToken"].(string)); !ok || lid != id {
 		t.Fatalf("envdAccessToken opens lease %q (%v), want %s", lid, ok, id)
 	}
 	l, err := m.Get(t.Context(), id)

@@ -33,13 +33,20 @@ type Sandboxes interface {
 	// Get returns a lease; an error wrapping errdefs.ErrNotFound when
 	// there is none.
 	Get(ctx context.Context, id string) (lease.Lease, error)
+}
+
+var _ Sandboxes = (*lease.Manager)(nil)
+
+// Tokens is what the traffic routes need of the lease tokens;
+// *lease.Tokens (lease.Manager.Tokens) implements it.
+type Tokens interface {
 	// Token returns a lease's token.
 	Token(id string) string
 	// AgentToken returns the bearer token of a lease's agent.
 	AgentToken(id string) string
 }
 
-var _ Sandboxes = (*lease.Manager)(nil)
+var _ Tokens = (*lease.Tokens)(nil)
 
 // Forwarder forwards an authorized request into a sandbox; *proxy.Proxy
 // implements it (resuming a paused lease, touching the lease).
@@ -58,6 +65,8 @@ var _ Forwarder = (*proxy.Proxy)(nil)
 type Traffic struct {
 	// Sandboxes looks leases up. Required.
 	Sandboxes Sandboxes
+	// Tokens gives the leases' and their agents' tokens. Required.
+	Tokens Tokens
 	// Proxy forwards. Required.
 	Proxy Forwarder
 	// Logger receives refusals. Default slog.Default().
@@ -149,7 +158,7 @@ func (t *Traffic) serve(w http.ResponseWriter, r *http.Request, id string, port 
 				return
 			}
 		}
-		agent := t.Sandboxes.AgentToken(id)
+		agent := t.Tokens.AgentToken(id)
 		edit = func(h http.Header) {
 			h.Del(SandboxIDHeader)
 			h.Del(SandboxPortHeader)
@@ -173,7 +182,7 @@ func trafficState(s lease.State) bool {
 // lease id's token, or (a /files request without that header) a valid
 // signature made with it. It returns why it refused, or "".
 func (t *Traffic) checkAccess(r *http.Request, id string) string {
-	want := t.Sandboxes.Token(id)
+	want := t.Tokens.Token(id)
 	if want == "" {
 		return "the sandbox has no access token"
 	}

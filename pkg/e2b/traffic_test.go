@@ -29,6 +29,7 @@ const (
 	otherID  = "06h4epjmh87fofg046qjubqq24" // a secure one of someone else
 )
 
+// fakeSandboxes is both the Sandboxes and the Tokens of a Traffic.
 type fakeSandboxes map[string]lease.Lease
 
 func (f fakeSandboxes) Get(_ context.Context, id string) (lease.Lease, error) {
@@ -87,7 +88,7 @@ func trafficServer(t *testing.T) (*httptest.Server, *fakeProxy, *Traffic) {
 		otherID:  {ID: otherID, State: lease.StateReady, Labels: map[string]string{LabelTemplate: "base", LabelSecure: "true"}},
 	}
 	px := &fakeProxy{}
-	tr := &Traffic{Sandboxes: sb, Proxy: px, Logger: slog.New(slog.DiscardHandler)}
+	tr := &Traffic{Sandboxes: sb, Tokens: sb, Proxy: px, Logger: slog.New(slog.DiscardHandler)}
 	h := New(Config{Domain: "e2b.localhost", Traffic: tr, Authenticate: func(string) Caller { return Nobody }})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

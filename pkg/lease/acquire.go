@@ -273,9 +273,6 @@ type acquireHost interface {
 	// Resume resumes a PAUSED lease: an acquire of its conversation
 	// (pause.go).
 	Resume(ctx context.Context, id string) (Lease, error)
-	// Token is a lease's token, AgentToken its agent's (token.go).
-	Token(leaseID string) string
-	AgentToken(leaseID string) string
 }
 
 var _ acquireHost = (*Manager)(nil)
@@ -316,6 +313,7 @@ type acquirer struct {
 	fleet   *fleet
 	pools   *poolSet
 	network *networkKeeper // the network policies' enforcement (network.go)
+	tokens  *Tokens        // a lease's token, and its agent's (token.go)
 
 	mu     *sync.Mutex       // the Manager's
 	leases map[string]*entry // the Manager's, written with mu held
@@ -561,7 +559,7 @@ func (a *acquirer) acquire(ctx context.Context, req AcquireRequest) (l Lease, to
 		if err != nil {
 			return Lease{}, "", false, err
 		}
-		return l, a.host.Token(l.ID), created, nil
+		return l, a.tokens.Token(l.ID), created, nil
 	}
 }
 
@@ -734,7 +732,7 @@ func (a *acquirer) create(ctx context.Context, e *entry, o *op) {
 		ConversationID: e.l.ConversationID,
 		InstanceID:     a.instanceID,
 		Image:          e.l.Image,
-		AgentToken:     a.host.AgentToken(e.l.ID),
+		AgentToken:     a.tokens.AgentToken(e.l.ID),
 		Env:            maps.Clone(e.l.Env),
 		Secrets:        e.secrets,
 		Labels:         maps.Clone(e.l.Labels),
@@ -747,7 +745,7 @@ func (a *acquirer) create(ctx context.Context, e *entry, o *op) {
 		WorkDir:        e.l.WorkDir,
 	}
 	if app := e.l.App; app != nil {
-		spec.App = &runtime.App{Command: slices.Clone(app.Command), Port: a.appPort, WorkDir: app.WorkDir, Key: a.host.Token(e.l.ID)}
+		spec.App = &runtime.App{Command: slices.Clone(app.Command), Port: a.appPort, WorkDir: app.WorkDir, Key: a.tokens.Token(e.l.ID)}
 	}
 	e.secrets = nil // in the container's environment now; not kept here
 	hostMounts := slices.Clone(e.l.Mounts)

@@ -14,19 +14,24 @@
 //
 //	acquire       Config          acquirer        acquire.go (Manager.Acquire), pool.go (claims)
 //	admission     AdmissionConfig, NetworkConfig  limits.go, network.go
+//	controller    Config          controller      reconcile.go, work.go, plan.go (reconcile, events, resync, workers, removals)
 //	disk limit    DiskConfig      diskEnforcer    disk.go
 //	fleet         FleetConfig     fleet           replicas.go
+//	network       NetworkConfig   networkKeeper   network.go (enforcement of the policies)
 //	pause, idle   PauseConfig     pauser          pause.go, use.go
 //	warm pools    PoolsConfig     poolSet         pool.go
 //	restarts      RestartConfig   restarter       restart.go
 //	snapshots     SnapshotConfig  snapshotKeeper  snapshot.go (Manager.Snapshots)
+//	tokens        Secret          Tokens          token.go, sign.go (Manager.Tokens)
 //	volumes       VolumeConfig    volumeKeeper    volumes.go (Manager.Volumes)
 //
 // The acquirer's configuration is Config's own acquire defaults and bounds
 // (DefaultImage, DefaultTTL, MaxTTL, DefaultIdleTimeout); it goes through
 // admission, volumes, snapshots (forks), the fleet and the warm pools.
 // The components share the Manager's mutex: a method named …Locked is
-// called with it held, as on the Manager.
+// called with it held, as on the Manager. Tokens (lease and agent tokens,
+// signed URLs) is the exception: it needs only the secret (NewTokens),
+// holds no state and no lock, and nothing of the Manager.
 //
 // # State machine
 //
@@ -75,7 +80,7 @@
 // conversation share a single creation. Lease tokens (leaseID + "." +
 // base64url HMAC-SHA256 of the lease id under the server secret) and agent
 // tokens (a separate derivation) are derived, never stored, and verified in
-// constant time.
+// constant time (Tokens, Manager.Tokens).
 //
 // # Crash safety
 //

@@ -48,8 +48,8 @@ type Config struct {
 	// that carry it. Default "default". Two orchestrators sharing a container
 	// engine must use different ids.
 	InstanceID string
-	// Secret is the server secret lease and agent tokens are derived from
-	// (see LoadOrCreateSecret). Required, at least MinSecretLen bytes.
+	// Secret is the server secret lease and agent tokens and URL
+	// signatures are derived from (Manager.Tokens; see LoadOrCreateSecret). Required, at least MinSecretLen bytes.
 	Secret []byte
 	// DefaultImage is used when an acquire names no image. Default "berth/base".
 	DefaultImage string
@@ -216,6 +216,9 @@ type Manager struct {
 	log   *slog.Logger
 	rt    Runtime
 	store Store
+	// tokens derives and checks lease and agent tokens and URL
+	// signatures from Config.Secret (token.go, sign.go).
+	tokens *Tokens
 	// fleet is this replica's part in a fleet sharing the store, and the
 	// election of the reaper (replicas.go).
 	fleet *fleet
@@ -303,11 +306,16 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	cfg.Secret = bytes.Clone(cfg.Secret)
+	tokens, err := NewTokens(cfg.Secret) // token.go
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{
 		cfg:       cfg,
 		log:       cfg.Logger,
 		rt:        cfg.Runtime,
 		store:     cfg.Store,
+		tokens:    tokens,
 		leases:    map[string]*entry{},
 		byConv:    map[string]*entry{},
 		subs:      map[*subscriber]struct{}{},
@@ -338,6 +346,7 @@ func New(cfg Config) (*Manager, error) {
 	m.pools = pools
 	m.acq.fleet, m.acq.pools = fl, pools
 	m.acq.network, m.pools.network, m.pauser.network = m.network, m.network, m.network
+	m.acq.tokens = tokens
 	m.ctrl = &controller{cfg: cfg, host: m, rt: cfg.Runtime, log: cfg.Logger, mu: &m.mu, leases: m.leases, seq: &m.seq, queue: m.queue,
 		fleet: m.fleet, pools: m.pools, disk: m.disk, restarter: m.restarter, pauser: m.pauser, vols: m.vols, network: m.network} // reconcile.go
 	m.restarter.watchDown = &m.ctrl.watchDown

@@ -29,11 +29,11 @@ func TestAcquireCreatesReadyLease(t *testing.T) {
 	if len(l.Transitions) != 2 || l.Transitions[0].From != StateUnspecified || l.Transitions[0].To != StatePending || l.Transitions[1].To != StateReady {
 		t.Fatalf("transitions: %+v", l.Transitions)
 	}
-	if id, ok := h.m.VerifyToken(tok); !ok || id != l.ID {
+	if id, ok := h.m.Tokens().VerifyToken(tok); !ok || id != l.ID {
 		t.Fatalf("token %q does not verify", tok)
 	}
 	spec := h.rt.specs[0]
-	if spec.LeaseID != l.ID || spec.InstanceID != "test" || spec.ConversationID != "c-1" || spec.AgentToken != h.m.AgentToken(l.ID) ||
+	if spec.LeaseID != l.ID || spec.InstanceID != "test" || spec.ConversationID != "c-1" || spec.AgentToken != h.m.Tokens().AgentToken(l.ID) ||
 		spec.AgentToken == tok || spec.Env["FOO"] != "bar" || spec.Labels["team"] != "a" || spec.Resources.MemoryBytes != 1<<20 || spec.ReadyTimeout != 30*time.Second {
 		t.Fatalf("spec: %+v", spec)
 	}
@@ -644,14 +644,17 @@ func TestTokens(t *testing.T) {
 	h := newHarness(t, nil)
 	a, ta := h.acquire("a")
 	b, tb := h.acquire("b")
-	if id, ok := h.m.VerifyToken(ta); !ok || id != a.ID {
+	if id, ok := h.m.Tokens().VerifyToken(ta); !ok || id != a.ID {
 		t.Fatal("right token rejected")
 	}
-	if h.m.Token(a.ID) != ta {
+	if h.m.Tokens().Token(a.ID) != ta {
 		t.Fatal("Token differs from the acquire's")
 	}
 	sigB := tb[strings.LastIndexByte(tb, '.')+1:]
-	other, _ := New(Config{Store: h.store, Runtime: h.rt, Secret: []byte("another secret, long enough")})
+	other, err := NewTokens([]byte("another secret, long enough"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, tok := range map[string]string{
 		"empty":            "",
 		"no dot":           a.ID,
@@ -659,17 +662,17 @@ func TestTokens(t *testing.T) {
 		"other lease's":    a.ID + "." + sigB,
 		"flipped":          ta[:len(ta)-1] + string('A'+(ta[len(ta)-1]-'A'+1)%26),
 		"not base64":       a.ID + ".!!!",
-		"agent token":      h.m.AgentToken(a.ID),
-		"agent as lease":   a.ID + "." + h.m.AgentToken(a.ID),
+		"agent token":      h.m.Tokens().AgentToken(a.ID),
+		"agent as lease":   a.ID + "." + h.m.Tokens().AgentToken(a.ID),
 		"other secret":     other.Token(a.ID),
 		"garbage id":       "../etc." + sigB,
 		"trailing garbage": ta + "x",
 	} {
-		if _, ok := h.m.VerifyToken(tok); ok {
+		if _, ok := h.m.Tokens().VerifyToken(tok); ok {
 			t.Errorf("%s token %q accepted", name, tok)
 		}
 	}
-	if id, ok := h.m.VerifyToken(tb); !ok || id != b.ID {
+	if id, ok := h.m.Tokens().VerifyToken(tb); !ok || id != b.ID {
 		t.Fatal("b's token rejected")
 	}
 }

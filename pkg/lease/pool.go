@@ -170,7 +170,7 @@ type poolHost interface {
 	// goBackground runs f on a goroutine Close waits for.
 	goBackground(f func())
 	now() time.Time
-	AgentToken(leaseID string) string
+	Tokens() *Tokens                                                 // token.go
 	removeContainers(ctx context.Context, leaseID, cid string) error // ops.go
 }
 
@@ -281,7 +281,7 @@ func (ps *poolSet) startConfigureLocked(ctx context.Context, c *claim, id string
 		close(c.done)
 		return
 	}
-	token, env, secrets := ps.host.AgentToken(id), maps.Clone(req.Env), maps.Clone(req.Secrets)
+	token, env, secrets := ps.host.Tokens().AgentToken(id), maps.Clone(req.Env), maps.Clone(req.Secrets)
 	ps.host.goBackground(func() {
 		defer close(c.done)
 		cctx, cancel := detached(ctx, ps.readyTimeout)
@@ -351,7 +351,7 @@ func (ps *poolSet) unconfiguredClaims(ctx context.Context, byLease map[string][]
 			var err error = errdefs.Unavailable("sandbox not running")
 			if p.endpoint != "" && ps.cfg.AgentConfigurer != nil {
 				pctx, cancel := detached(ctx, 10*time.Second)
-				err = ps.cfg.AgentConfigurer.Configure(pctx, p.endpoint, ps.host.AgentToken(p.id), nil, nil)
+				err = ps.cfg.AgentConfigurer.Configure(pctx, p.endpoint, ps.host.Tokens().AgentToken(p.id), nil, nil)
 				cancel()
 			}
 			if errors.Is(err, errdefs.ErrFailedPrecondition) {
@@ -636,7 +636,7 @@ pools:
 // id and adds it to the pool once its agent is ready.
 func (ps *poolSet) createPooled(ctx context.Context, p *pool, id string) {
 	spec := runtime.Spec{
-		LeaseID: id, InstanceID: ps.instanceID, Image: p.prof.Image, AgentToken: ps.host.AgentToken(id),
+		LeaseID: id, InstanceID: ps.instanceID, Image: p.prof.Image, AgentToken: ps.host.Tokens().AgentToken(id),
 		Resources: p.prof.Resources, ReadyTimeout: ps.readyTimeout, User: p.prof.User, DenyRootUser: ps.denyRoot,
 		Pool: p.cfg.Name, PoolProfile: p.digest,
 		DNS: ps.net.dns(), // network.go: the policy itself is applied at the claim

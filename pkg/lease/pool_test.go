@@ -96,14 +96,14 @@ func TestPoolClaimAppliesTheLeaseAndRefills(t *testing.T) {
 	if l.Pool != "py" || l.ID != ready[0] || l.State != StateReady {
 		t.Fatalf("lease %s pool %q state %s, want the oldest pooled id %s from py, READY", l.ID, l.Pool, l.State, ready[0])
 	}
-	if id, ok := h.m.VerifyToken(tok); !ok || id != l.ID {
+	if id, ok := h.m.Tokens().VerifyToken(tok); !ok || id != l.ID {
 		t.Fatalf("token does not verify for the lease")
 	}
 	if l.Labels["team"] != "a" || l.TTL != time.Hour || l.IdleTimeout != time.Minute || l.Env["A"] != "1" || len(l.SecretNames) != 1 {
 		t.Fatalf("the request's fields are not the lease's: %+v", l)
 	}
 	calls := fc.callsCopy()
-	if len(calls) != 1 || calls[0].endpoint != l.Endpoint || calls[0].token != h.m.AgentToken(l.ID) ||
+	if len(calls) != 1 || calls[0].endpoint != l.Endpoint || calls[0].token != h.m.Tokens().AgentToken(l.ID) ||
 		calls[0].env["A"] != "1" || calls[0].secrets["S"] != "secret-value" {
 		t.Fatalf("configure calls %+v", calls)
 	}
@@ -336,7 +336,7 @@ func TestPoolConfiguredMemberIsNeverReused(t *testing.T) {
 	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 1 })
 	id := h.m.pools.snapshot()["p"][0]
 	boxes, _ := h.rt.List(context.Background(), runtime.Selector{runtime.LabelLease: id})
-	if err := fc.Configure(context.Background(), boxes[0].Endpoint, h.m.AgentToken(id), map[string]string{"A": "tenant-1"}, nil); err != nil {
+	if err := fc.Configure(context.Background(), boxes[0].Endpoint, h.m.Tokens().AgentToken(id), map[string]string{"A": "tenant-1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	h.restart()

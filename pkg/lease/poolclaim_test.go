@@ -91,7 +91,7 @@ func TestPoolClaimInterruptedByRestart(t *testing.T) {
 			}
 			sb := boxes[0]
 			if configured {
-				if err := fc.Configure(context.Background(), sb.Endpoint, h.m.AgentToken(id), map[string]string{"A": "1"}, nil); err != nil {
+				if err := fc.Configure(context.Background(), sb.Endpoint, h.m.Tokens().AgentToken(id), map[string]string{"A": "1"}, nil); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -71,8 +71,10 @@ func (s SignedScope) message() []byte {
 	return []byte(b.String())
 }
 
-func (m *Manager) signedMAC(s SignedScope) []byte {
-	key := mac(m.cfg.Secret, tokenContextSigned, "")
+// signedMAC is HMAC-SHA256(K, s.message()) with K = HMAC-SHA256(secret,
+// "signed-url:").
+func (t *Tokens) signedMAC(s SignedScope) []byte {
+	key := mac(t.secret, tokenContextSigned, "")
 	h := hmac.New(sha256.New, key)
 	h.Write(s.message())
 	return h.Sum(nil)
@@ -83,17 +85,17 @@ func (m *Manager) signedMAC(s SignedScope) []byte {
 // "signed-url:")) and message joins every field of s. Like lease tokens,
 // signatures are never stored: they stay valid until they expire or the
 // server secret changes; whether the lease is live is checked on each use.
-func (m *Manager) Sign(s SignedScope) string {
-	return base64.RawURLEncoding.EncodeToString(m.signedMAC(s))
+func (t *Tokens) Sign(s SignedScope) string {
+	return base64.RawURLEncoding.EncodeToString(t.signedMAC(s))
 }
 
 // VerifySigned reports, in constant time, whether sig is the signature of
 // s. It checks neither the expiry nor the lease: the caller does (the
 // proxy answers expired URLs and ended leases with their own messages).
-func (m *Manager) VerifySigned(s SignedScope, sig string) bool {
+func (t *Tokens) VerifySigned(s SignedScope, sig string) bool {
 	got, err := base64.RawURLEncoding.Strict().DecodeString(sig)
 	if err != nil {
 		return false
 	}
-	return hmac.Equal(got, m.signedMAC(s))
+	return hmac.Equal(got, t.signedMAC(s))
 }

@@ -7,14 +7,17 @@ import (
 )
 
 func TestSignedScopeVerify(t *testing.T) {
-	m := &Manager{cfg: Config{Secret: []byte("0123456789abcdef0123456789abcdef")}}
+	tk, err := NewTokens([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	exp := time.Unix(1_900_000_000, 0)
 	base := SignedScope{LeaseID: "0123456789abcdefghijklmnop", Kind: SignedPort, Port: 8080, Method: AnyMethod, Expires: exp}
-	sig := m.Sign(base)
-	if !m.VerifySigned(base, sig) {
+	sig := tk.Sign(base)
+	if !tk.VerifySigned(base, sig) {
 		t.Fatal("a fresh signature does not verify")
 	}
-	if sig == m.Token(base.LeaseID) || strings.Contains(m.Token(base.LeaseID), sig) {
+	if sig == tk.Token(base.LeaseID) || strings.Contains(tk.Token(base.LeaseID), sig) {
 		t.Fatal("a signature equals the lease token")
 	}
 	// Every field is covered: changing any one must fail.
@@ -29,7 +32,7 @@ func TestSignedScopeVerify(t *testing.T) {
 	for name, change := range changes {
 		s := base
 		change(&s)
-		if m.VerifySigned(s, sig) {
+		if tk.VerifySigned(s, sig) {
 			t.Errorf("a signature verifies after changing the %s", name)
 		}
 	}
@@ -37,17 +40,20 @@ func TestSignedScopeVerify(t *testing.T) {
 	d := SignedScope{LeaseID: base.LeaseID, Kind: SignedDownload, Path: "/x", Method: "GET", Expires: exp}
 	u := d
 	u.Kind, u.Method = SignedUpload, "PUT"
-	if m.VerifySigned(u, m.Sign(d)) {
+	if tk.VerifySigned(u, tk.Sign(d)) {
 		t.Error("a download signature verifies as an upload")
 	}
 	// Tampered, truncated, padded or re-encoded signatures fail.
 	for _, bad := range []string{"", sig[:len(sig)-1], sig + "A", sig + "=", strings.ToUpper(sig), "!!!!", flip(sig)} {
-		if m.VerifySigned(base, bad) {
+		if tk.VerifySigned(base, bad) {
 			t.Errorf("tampered signature %q verifies", bad)
 		}
 	}
 	// Another server secret signs differently.
-	other := &Manager{cfg: Config{Secret: []byte("fedcba9876543210fedcba9876543210")}}
+	other, err := NewTokens([]byte("fedcba9876543210fedcba9876543210"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if other.VerifySigned(base, sig) {
 		t.Error("a signature verifies under another secret")
 	}

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -14,9 +15,11 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/berth-dev/berth/pkg/errdefs"
 )
 
-// MinSecretLen is the shortest server secret New accepts.
+// MinSecretLen is the shortest server secret New and NewTokens accept.
 const MinSecretLen = 16
 
 // SecretFileName is the usual name of the server secret inside the data dir.
@@ -35,27 +38,52 @@ func mac(secret []byte, context, leaseID string) []byte {
 	return h.Sum(nil)
 }
 
+// Tokens derives and checks the credentials of the server secret: lease
+// tokens, agent tokens (this file) and the signatures of signed URLs
+// (sign.go). Each is an HMAC-SHA256 of the secret under a context of its
+// own, so one never passes for another; none is stored, and all stay valid
+// exactly as long as the secret is unchanged. Checks run in constant time. A
+// Tokens is immutable and safe for concurrent use; the Manager builds one
+// from Config.Secret (Manager.Tokens).
+type Tokens struct {
+	secret []byte
+}
+
+// NewTokens returns the Tokens of the server secret (which it copies); the
+// secret must be at least MinSecretLen bytes.
+func NewTokens(secret []byte) (*Tokens, error) {
+	if len(secret) < MinSecretLen {
+		return nil, errdefs.InvalidArgument("secret", "must be at least %d bytes", MinSecretLen)
+	}
+	return &Tokens{secret: bytes.Clone(secret)}, nil
+}
+
+// Tokens returns the tokens and signatures of the Manager's server secret
+// (Config.Secret): what the orchestrator's authentication, the proxy and
+// the signing of URLs use.
+func (m *Manager) Tokens() *Tokens { return m.tokens }
+
 // Token returns the lease token of leaseID: leaseID + "." +
 // base64url(HMAC-SHA256(secret, "lease:" + leaseID)). It is derived, never
 // stored, so every acquire of the same lease returns the same token, and it
 // is valid exactly as long as the server secret is unchanged. The token
 // authenticates; whether the lease is still usable is its state's business.
-func (m *Manager) Token(leaseID string) string {
-	return leaseID + "." + base64.RawURLEncoding.EncodeToString(mac(m.cfg.Secret, tokenContextLease, leaseID))
+func (t *Tokens) Token(leaseID string) string {
+	return leaseID + "." + base64.RawURLEncoding.EncodeToString(mac(t.secret, tokenContextLease, leaseID))
 }
 
 // AgentToken returns the bearer token the sandbox's agent is created with:
 // base64url(HMAC-SHA256(secret, "agent:" + leaseID)). It differs from the
 // lease token so the agent never sees the caller's token (the proxy strips
 // the caller's and sends this one). The operator never needs it.
-func (m *Manager) AgentToken(leaseID string) string {
-	return base64.RawURLEncoding.EncodeToString(mac(m.cfg.Secret, tokenContextAgent, leaseID))
+func (t *Tokens) AgentToken(leaseID string) string {
+	return base64.RawURLEncoding.EncodeToString(mac(t.secret, tokenContextAgent, leaseID))
 }
 
 // VerifyToken checks a lease token in constant time and returns the lease id
 // it names. It does not look the lease up: the caller still checks that the
 // lease exists and is READY (Manager.Get).
-func (m *Manager) VerifyToken(token string) (leaseID string, ok bool) {
+func (t *Tokens) VerifyToken(token string) (leaseID string, ok bool) {
 	i := strings.LastIndexByte(token, '.')
 	if i <= 0 || !ValidID(token[:i]) {
 		return "", false
@@ -65,7 +93,7 @@ func (m *Manager) VerifyToken(token string) (leaseID string, ok bool) {
 		return "", false
 	}
 	id := token[:i]
-	if !hmac.Equal(got, mac(m.cfg.Secret, tokenContextLease, id)) {
+	if !hmac.Equal(got, mac(t.secret, tokenContextLease, id)) {
 		return "", false
 	}
 	return id, true

@@ -33,7 +33,8 @@ type Principal struct {
 	LeaseID string
 }
 
-// LeaseTokenVerifier checks lease tokens; the lease manager implements it.
+// LeaseTokenVerifier checks lease tokens; *lease.Tokens (the lease
+// manager's Tokens) implements it.
 type LeaseTokenVerifier interface {
 	VerifyToken(token string) (leaseID string, ok bool)
 }

@@ -13,6 +13,7 @@ import (
 // proxy) with the signed-in session's token.
 func (s *Server) mountDashboard(mux *http.ServeMux, api http.Handler, px *proxy.Proxy) error {
 	dash, err := ui.New(ui.Config{API: api, Sandboxes: px, Auth: s.dashboardIdentity, Leases: s.manager,
+		Token:  s.manager.Tokens().Token,
 		Logger: s.log.With("component", "ui")})
 	if err != nil {
 		return fmt.Errorf("orchestrator: dashboard: %w", err)

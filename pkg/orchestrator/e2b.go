@@ -44,10 +44,10 @@ func (s *Server) e2bHandler() http.Handler {
 			return e2b.Nobody
 		},
 		OperatorOwner: OperatorOwner,
-		Token:         s.manager.Token,
+		Token:         s.manager.Tokens().Token,
 		Templates:     s.cfg.E2BTemplates,
 		Domain:        s.cfg.E2BDomain,
-		Traffic:       &e2b.Traffic{Sandboxes: s.manager, Proxy: s.proxy, Logger: s.log.With("component", "e2b")},
+		Traffic:       &e2b.Traffic{Sandboxes: s.manager, Tokens: s.manager.Tokens(), Proxy: s.proxy, Logger: s.log.With("component", "e2b")},
 		Logger:        s.log.With("component", "e2b"),
 	})
 }

@@ -28,7 +28,7 @@ func (s *Server) openHandsRuntime() *ohruntime.Handler {
 			return ohruntime.Nobody
 		},
 		OperatorOwner: OperatorOwner,
-		Token:         s.manager.Token,
+		Token:         s.manager.Tokens().Token,
 		CheckImage:    s.manager.CheckImage,
 		Images:        images,
 		PauseMode:     s.cfg.OpenHandsPauseMode,

@@ -164,7 +164,7 @@ func New(ctx context.Context, cfg Config, p Platform, log *slog.Logger) (*Server
 	// share this one Secret.
 	operator := bearer.NewSecret(cfg.OperatorToken)
 	s := &Server{cfg: cfg, log: log, store: store, manager: m, cancel: cancel, operator: operator, egress: eg, egressMetrics: egMet,
-		auth: newAuthenticator(operator, cfg.Clients, m)}
+		auth: newAuthenticator(operator, cfg.Clients, m.Tokens())}
 	s.usage = newUsageTracker(rt, m, cfg, log.With("component", "usage"))
 	s.logs = newLogSource(m, rt)
 	if err := s.buildAPI(); err != nil {
@@ -187,7 +187,7 @@ func (s *Server) buildAPI() error {
 	rec := edge.Recoverer{Log: s.log}
 	s.streams = streamlimit.New(s.cfg.MaxWatchesPerPrincipal)
 	px, err := proxy.New(proxy.Config{
-		Leases: s.manager, Operator: s.operator, Domain: s.cfg.PreviewDomain,
+		Leases: s.manager, Tokens: s.manager.Tokens(), Operator: s.operator, Domain: s.cfg.PreviewDomain,
 		Streams: s.streams, // shared with the lease service's watches and log follows
 		Logger:  s.log.With("component", "proxy"),
 	})

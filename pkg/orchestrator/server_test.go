@@ -188,7 +188,7 @@ func TestExecThroughAgentAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	req, _ := http.NewRequest("POST", "http://"+l.Endpoint+"/v1/exec", strings.NewReader(`{"argv":["echo","hi"]}`))
-	req.Header.Set("Authorization", "Bearer "+s.srv.Manager().AgentToken(id))
+	req.Header.Set("Authorization", "Bearer "+s.srv.Manager().Tokens().AgentToken(id))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -81,7 +81,7 @@ func (s *leaseServer) Sign(ctx context.Context, req *orchv1.SignRequest) (*orchv
 	// would make sense either, but a renew may extend it, and each use
 	// checks that the lease is live.
 	sc.Expires = time.Now().Add(expires).Truncate(time.Second)
-	path := proxy.SignedPath(sc, s.m.Sign(sc))
+	path := proxy.SignedPath(sc, s.m.Tokens().Sign(sc))
 	return &orchv1.SignResponse{Url: baseURL(ctx) + path, Path: path, ExpiresAt: ts(sc.Expires), Method: sc.Method}, nil
 }
 

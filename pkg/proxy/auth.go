@@ -131,7 +131,7 @@ func (p *Proxy) authorize(id string, ts *tokens) (acc access, matched string, er
 			acc, matched = accessOperator, tok
 			return false
 		}
-		if lid, ok := p.leases.VerifyToken(tok); ok {
+		if lid, ok := p.leaseTokens.VerifyToken(tok); ok {
 			if lid == id {
 				acc, matched = accessLease, tok
 				return false

@@ -114,7 +114,7 @@ func TestPendingLeaseIs409(t *testing.T) {
 		id = ls[0].ID
 		return true
 	})
-	r := do(t, "GET", e.sandboxURL(id, "/v1/info"), "", bearerHdr(m.Token(id)), "")
+	r := do(t, "GET", e.sandboxURL(id, "/v1/info"), "", bearerHdr(m.Tokens().Token(id)), "")
 	if r.code != 409 || r.header.Get(proxy.StateHeader) != "PENDING" || r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "PENDING") {
 		t.Errorf("pending: %d %v %s", r.code, r.header, r.body)
 	}
@@ -122,7 +122,7 @@ func TestPendingLeaseIs409(t *testing.T) {
 	if got := <-done; got != id {
 		t.Fatalf("acquired %s, want %s", got, id)
 	}
-	if r := do(t, "GET", e.sandboxURL(id, "/v1/info"), "", bearerHdr(m.Token(id)), ""); r.code != 200 {
+	if r := do(t, "GET", e.sandboxURL(id, "/v1/info"), "", bearerHdr(m.Tokens().Token(id)), ""); r.code != 200 {
 		t.Errorf("ready: %d %s", r.code, r.body)
 	}
 }

@@ -74,7 +74,7 @@ func BenchmarkExecTrue(b *testing.B) {
 	e := newEnv(b, nil)
 	id, tok := e.acquire(b, "bench", "")
 	endpoint := e.lease(b, id).Endpoint
-	agentTok := e.orch.Srv.Manager().AgentToken(id)
+	agentTok := e.orch.Srv.Manager().Tokens().AgentToken(id)
 
 	b.Run("rest", func(b *testing.B) {
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}

@@ -267,7 +267,7 @@ func (p *Proxy) upstreamMD(c *grpcCall) metadata.MD {
 		}
 		out[k] = v
 	}
-	out[bearer.MetadataKey] = []string{"Bearer " + p.leases.AgentToken(c.id)}
+	out[bearer.MetadataKey] = []string{"Bearer " + p.leaseTokens.AgentToken(c.id)}
 	return out
 }
 

@@ -61,11 +61,18 @@ func newEnv(t testing.TB, mutate func(*proxy.Config)) *env {
 	return mountProxy(t, orch, orch.Srv.Manager(), mutate)
 }
 
+// mountProxy mounts a Proxy over leases. Its tokens are leases' own when
+// it has them (the fakes), else those of orch's lease manager.
 func mountProxy(t testing.TB, orch *orchtest.Server, leases proxy.LeaseRouter, mutate func(*proxy.Config)) *env {
 	t.Helper()
+	tokens, ok := leases.(proxy.LeaseTokens)
+	if !ok {
+		tokens = orch.Srv.Manager().Tokens()
+	}
 	logs := &logBuffer{}
 	cfg := proxy.Config{
 		Leases:   leases,
+		Tokens:   tokens,
 		Operator: bearer.NewSecret(opToken),
 		Domain:   domain,
 		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
@@ -192,8 +199,8 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// fakeRouter is a LeaseRouter over a fixed table: lease tokens are
-// ID + ".tok", agent tokens "agent-" + ID.
+// fakeRouter is a LeaseRouter and its LeaseTokens over a fixed table:
+// lease tokens are ID + ".tok", agent tokens "agent-" + ID.
 type fakeRouter struct {
 	mu      sync.Mutex
 	routes  map[string]lease.Route

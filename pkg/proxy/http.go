@@ -119,7 +119,7 @@ func (p *Proxy) serveAgent(w http.ResponseWriter, r *http.Request, id, rawPath s
 	defer release()
 	t := &target{
 		leaseID: id, host: rt.Endpoint, path: path, rawPath: rawPath, rawQuery: r.URL.RawQuery,
-		agentToken: p.leases.AgentToken(id), stripAuth: true, hold: op.hold,
+		agentToken: p.leaseTokens.AgentToken(id), stripAuth: true, hold: op.hold,
 	}
 	if wsToken {
 		t.wsProtocols = &wt.rest

@@ -119,7 +119,7 @@ func (p *Proxy) isBerthToken(tok string) bool {
 	if p.cfg.Operator.Matches(tok) {
 		return true
 	}
-	_, ok := p.leases.VerifyToken(tok)
+	_, ok := p.leaseTokens.VerifyToken(tok)
 	return ok
 }
 

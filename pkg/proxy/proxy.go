@@ -22,18 +22,25 @@ import (
 // LeaseRouter is what the proxy needs from the lease manager;
 // *lease.Manager implements it.
 type LeaseRouter interface {
-	// VerifyToken returns the lease a lease token belongs to.
-	VerifyToken(token string) (leaseID string, ok bool)
 	// Route returns a lease's state and endpoint; an error wrapping
 	// errdefs.ErrNotFound when there is no such lease.
 	Route(id string) (lease.Route, error)
 	// Touch records activity on a lease.
 	Touch(id string)
+}
+
+var _ LeaseRouter = (*lease.Manager)(nil)
+
+// LeaseTokens is what the proxy needs of the lease tokens;
+// *lease.Tokens (lease.Manager.Tokens) implements it.
+type LeaseTokens interface {
+	// VerifyToken returns the lease a lease token belongs to.
+	VerifyToken(token string) (leaseID string, ok bool)
 	// AgentToken returns the bearer token of a lease's agent.
 	AgentToken(id string) string
 }
 
-var _ LeaseRouter = (*lease.Manager)(nil)
+var _ LeaseTokens = (*lease.Tokens)(nil)
 
 // Names of the places a caller's token may be carried.
 const (
@@ -58,8 +65,11 @@ const (
 
 // Config configures a Proxy. Zero fields take the documented defaults.
 type Config struct {
-	// Leases resolves leases, tokens and endpoints. Required.
+	// Leases resolves leases and endpoints. Required.
 	Leases LeaseRouter
+	// Tokens checks lease tokens and gives the agents' tokens; when it
+	// also is a SignedVerifier, it checks signed URLs. Required.
+	Tokens LeaseTokens
 	// Operator is the operator token: it opens every lease's sandbox, and
 	// each such access is logged. The orchestrator passes the Secret it
 	// authenticates its own API with, so both check the same token. The
@@ -105,6 +115,9 @@ func (c *Config) setDefaults() error {
 	if c.Leases == nil {
 		return errors.New("proxy: Config.Leases is required")
 	}
+	if c.Tokens == nil {
+		return errors.New("proxy: Config.Tokens is required")
+	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -135,7 +148,9 @@ type Proxy struct {
 	cfg    Config
 	log    *slog.Logger
 	leases LeaseRouter
-	domain string // "." + Config.Domain, or "" when host routing is off
+	// leaseTokens is Config.Tokens.
+	leaseTokens LeaseTokens
+	domain      string // "." + Config.Domain, or "" when host routing is off
 
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
@@ -148,7 +163,7 @@ func New(cfg Config) (*Proxy, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, log: cfg.Logger, leases: cfg.Leases}
+	p := &Proxy{cfg: cfg, log: cfg.Logger, leases: cfg.Leases, leaseTokens: cfg.Tokens}
 	if cfg.Domain != "" {
 		p.domain = "." + cfg.Domain
 	}

@@ -51,14 +51,15 @@ const (
 	SignedCookie = "berth_signed"
 )
 
-// SignedVerifier is the optional part of a LeaseRouter that checks signed
-// URLs (lease.Manager implements it). Without it every signed URL is 401.
+// SignedVerifier is the optional part of a Config.Tokens that checks
+// signed URLs (*lease.Tokens implements it). Without it every signed URL
+// is 401.
 type SignedVerifier interface {
 	// VerifySigned reports whether sig is the signature of s (constant time).
 	VerifySigned(s lease.SignedScope, sig string) bool
 }
 
-var _ SignedVerifier = (*lease.Manager)(nil)
+var _ SignedVerifier = (*lease.Tokens)(nil)
 
 // SignedPath returns the path and query of the signed URL for s and its
 // signature sig (append it to the orchestrator's address).
@@ -180,7 +181,7 @@ func (p *Proxy) verifySigned(r *http.Request, s lease.SignedScope, parts signedP
 	if parts.sig == "" || parts.exp == "" {
 		return errUnauthenticated("missing signature: a signed URL carries " + SignedExpiresQuery + " and " + SignedSignatureQuery + " (get one with POST /v1/leases/{id}:sign)")
 	}
-	v, ok := p.leases.(SignedVerifier)
+	v, ok := p.leaseTokens.(SignedVerifier)
 	if !ok {
 		return errUnauthenticated("signed URLs are not supported by this server")
 	}
@@ -321,7 +322,7 @@ func (p *Proxy) serveSignedFile(w http.ResponseWriter, r *http.Request, id, rawP
 	// URL gets exactly the signed operation. Range headers pass.
 	t := &target{
 		leaseID: id, host: rt.Endpoint, path: agentPath, rawPath: (&url.URL{Path: agentPath}).EscapedPath(),
-		agentToken: p.leases.AgentToken(id), stripAuth: true, hold: hold,
+		agentToken: p.leaseTokens.AgentToken(id), stripAuth: true, hold: hold,
 	}
 	if s.Kind == lease.SignedDownload {
 		t.disposition = mimeAttachment(pathpkg.Base(s.Path))

@@ -28,7 +28,7 @@ func signedEnv(t *testing.T) (*env, string) {
 }
 
 func sign(e *env, s lease.SignedScope) string {
-	return proxy.SignedPath(s, e.orch.Srv.Manager().Sign(s))
+	return proxy.SignedPath(s, e.orch.Srv.Manager().Tokens().Sign(s))
 }
 
 func TestSignedPreview(t *testing.T) {

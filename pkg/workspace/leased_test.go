@@ -161,7 +161,7 @@ func TestLeasedDirectConformance(t *testing.T) {
 			Logger: quietLog(), RenewEvery: 200 * time.Millisecond,
 		}
 		workspace.SetDirect(&cfg, func(l *orchv1.Lease) workspace.RemoteConfig {
-			return workspace.RemoteConfig{Target: l.GetEndpoint(), Token: o.Srv.Manager().AgentToken(l.GetId()), Logger: quietLog()}
+			return workspace.RemoteConfig{Target: l.GetEndpoint(), Token: o.Srv.Manager().Tokens().AgentToken(l.GetId()), Logger: quietLog()}
 		})
 		return newLeased(t, cfg)
 	})

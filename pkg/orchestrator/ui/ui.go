@@ -101,8 +101,6 @@ type Authenticator func(token string) (id Identity, ok bool)
 type Leases interface {
 	// Get returns one lease.
 	Get(ctx context.Context, id string) (lease.Lease, error)
-	// Token returns the lease token of id.
-	Token(id string) string
 }
 
 var _ Leases = (*lease.Manager)(nil)
@@ -119,6 +117,9 @@ type Config struct {
 	Auth Authenticator
 	// Leases checks a client's sandbox reads. Required with Sandboxes.
 	Leases Leases
+	// Token returns a lease's token (the lease manager's Tokens().Token):
+	// a client's sandbox reads are sent with it. Required with Sandboxes.
+	Token func(leaseID string) string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -139,8 +140,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.API == nil || cfg.Auth == nil {
 		return nil, errors.New("ui: API and Auth are required")
 	}
-	if cfg.Sandboxes != nil && cfg.Leases == nil {
-		return nil, errors.New("ui: Leases is required with Sandboxes")
+	if cfg.Sandboxes != nil && (cfg.Leases == nil || cfg.Token == nil) {
+		return nil, errors.New("ui: Leases and Token are required with Sandboxes")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -458,7 +459,7 @@ func (h *Handler) sandboxRead(w http.ResponseWriter, r *http.Request, id Identit
 		return
 	}
 	if !id.Operator {
-		tok = h.cfg.Leases.Token(leaseID)
+		tok = h.cfg.Token(leaseID)
 	}
 	h.forward(w, r, h.cfg.Sandboxes, p, tok)
 }
