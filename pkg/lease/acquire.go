@@ -741,7 +741,7 @@ func (m *Manager) create(ctx, runCtx context.Context, e *entry) {
 	m.mu.Unlock()
 	if claimed {
 		// The claim's READY record is durable already (writeClaimRecord);
-		// this one drops its Claiming mark and need not delay the answer.
+		// this one drops its claiming phase and need not delay the answer.
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()

@@ -37,11 +37,11 @@ func (m *Manager) selector() runtime.Selector {
 //     refreshed from the runtime); with a dead one: restarted in place
 //     within the restart budget; with none: FAILED
 //     (ReasonVanishedWhileDown); a READY record a warm claim wrote while
-//     its agent was being configured (Lease.Claiming) fails when the agent
+//     its agent was being configured (PhaseClaiming) fails when the agent
 //     was not configured (pool.go);
 //   - PENDING: FAILED (ReasonRestartedCreating) — a half-created sandbox
-//     is not trusted — unless it was being restarted in place and its
-//     container is there: the restart goes on;
+//     is not trusted — unless it was being restarted in place
+//     (PhaseRestarting) and its container is there: the restart goes on;
 //   - PAUSED: its container is kept and brought back to the paused state
 //     the lease records (frozen, or stopped when hibernated) — it is never
 //     treated as dead; a frozen container found stopped makes the lease
@@ -81,9 +81,8 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			unconfigured: unconfigured[e.l.ID],
 			kept:         m.disk.keptLocked(e, now),
 		}, m.cfg.Restart.policy(), now)
-		if e.l.Claiming { // only ever set in a record (pool.go)
-			e.l.Claiming = false
-			e.rev++
+		if e.l.Phase == PhaseClaiming { // only ever in a record (pool.go)
+			_ = m.setPhaseLocked(e, PhaseNone)
 		}
 		for _, sb := range a.keep {
 			keep[sb.ID] = true
@@ -195,7 +194,7 @@ func (m *Manager) applyLocked(e *entry, a action, t trigger, fx *effects) {
 		}
 	case actRestart:
 		e.l.ContainerID = a.box.ID
-		_ = m.transitionLocked(e, StatePending, a.reason)
+		_ = m.transitionPhaseLocked(e, StatePending, PhaseRestarting, a.reason)
 		fx.restarts = append(fx.restarts, m.restarter.beginLocked(e, a, t == trigEvent))
 	case actResumeRestart:
 		fx.restarts = append(fx.restarts, m.restarter.beginLocked(e, a, false))
