@@ -65,13 +65,15 @@ const (
 	// PENDING/restarting, the reason saying how the container ended) and
 	// is left for READY ("restarted after …"), FAILED or RELEASING.
 	PhaseRestarting Phase = "restarting"
-	// PhaseClaiming accompanies READY in the store only: a warm claim writes
-	// its READY record with it (PENDING → READY/claiming) while the pooled
-	// sandbox's agent is still being configured, the lease staying PENDING
-	// in memory until the agent is configured and the record durable; the
-	// next record is READY without it (pool.go). A restart that loads it
-	// asks the agent whether Configure happened, fails the lease when not,
-	// and drops the phase either way (READY/claiming → READY, a phase change).
+	// PhaseClaiming accompanies READY in a warm claim's record: the claim
+	// writes its READY record with it (PENDING → READY/claiming) while the
+	// pooled sandbox's agent is still being configured, the lease staying
+	// PENDING in memory until the agent is configured and the record
+	// durable; the next record is READY without it (pool.go). The home
+	// replica's restart that loads it asks the agent whether Configure
+	// happened, fails the lease when not, and drops the phase either way
+	// (READY/claiming → READY, a phase change); another replica drops it
+	// when it reads the record, or moves on from it like READY.
 	PhaseClaiming Phase = "claiming"
 	// PhaseKept accompanies FAILED: the lease failed with its container
 	// stopped but kept, files intact, for an operator to copy out (a
@@ -314,8 +316,8 @@ type Lease struct {
 	// EndedAt is when the lease reached an ended state; zero while live.
 	EndedAt time.Time `json:"ended_at,omitzero"`
 	// Restarts counts the in-place restarts of the sandbox after its
-	// container exited unexpectedly (each one a READY → PENDING → READY
-	// pair of transitions; files kept, processes lost).
+	// container exited unexpectedly (each one a READY → PENDING/restarting
+	// → READY pair of transitions; files kept, processes lost).
 	Restarts int `json:"restarts,omitempty"`
 	// Cleaned is true once the sandbox's removal was confirmed by the runtime.
 	// An ended lease with Cleaned false still has a container to remove; the

@@ -84,7 +84,7 @@ func FullLeaseAt(id string, at time.Time) lease.Lease {
 		PausedAt:       at.Add(time.Minute),
 		IdlePolicy:     lease.IdleHibernate,
 		Pool:           "warm",
-		Phase:          lease.PhaseKept,
+		Phase:          lease.PhaseClaiming, // READY/claiming: cycled (transitions_test.go) moves it on like READY
 		Instance:       "replica-1",
 		ContainerID:    "berth-" + id,
 		Endpoint:       "10.214.0.7:7000",
