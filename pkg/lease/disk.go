@@ -453,7 +453,7 @@ func (d *diskEnforcer) charge(id string, n int64) {
 // after EndedAt, or 1h when Retention keeps records forever. Reconcile,
 // resync and the reaper leave such a container alone. Called with mu held.
 func (d *diskEnforcer) keptLocked(e *entry, now time.Time) bool {
-	if e.l.Phase != PhaseKept || e.l.Cleaned {
+	if e.l.Phase != PhaseKept || e.l.Cleaned || !e.l.State.Ended() {
 		return false
 	}
 	keep := d.retention

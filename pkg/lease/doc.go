@@ -68,7 +68,8 @@
 // (the history and the events watchers get are those of state changes).
 // An illegal transition or phase change is a bug and fails with
 // errdefs.ErrFailedPrecondition. Records written before phases existed
-// are read into them (Lease.UnmarshalJSON).
+// are read into them (Lease.UnmarshalJSON); a phase the table does not
+// know with the record's state loads as none.
 //
 // READY ⇄ PAUSED is Manager.Pause and Manager.Resume (pause.go), at one of
 // two depths recorded in Lease.Paused: PauseFreeze (the cgroup freezer,

@@ -471,6 +471,11 @@ func (m *Manager) load() error {
 			continue
 		}
 		e := &entry{l: l, ended: make(chan struct{})}
+		if !(place{l.State, l.Phase}).admitted() {
+			// A phase this version does not know (or not with this state).
+			m.log.Warn("lease record in an unknown phase; taken as none", "lease_id", l.ID, "state", string(l.State), "phase", string(l.Phase))
+			e.l.Phase = PhaseNone
+		}
 		if l.State.Ended() {
 			close(e.ended)
 		}

@@ -140,6 +140,20 @@ var moves = map[place][]place{
 	{StateFailed, PhaseKept}:    {{StateFailed, PhaseNone}},
 }
 
+// admitted reports whether the table knows the place: some move leaves or
+// enters it. A lease is never anywhere else.
+func (p place) admitted() bool {
+	if _, ok := moves[p]; ok {
+		return true
+	}
+	for _, tos := range moves {
+		if slices.Contains(tos, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // canMove reports whether the table allows from → to.
 func canMove(from, to place) bool { return slices.Contains(moves[from], to) }
 

@@ -173,6 +173,16 @@ func TestPhaseMachine(t *testing.T) {
 			}
 		}
 	}
+	// The places a lease can be in: the states, and the phases each admits.
+	places := map[string]bool{"PENDING/restarting": true, "READY/claiming": true, "FAILED/kept": true}
+	for _, s := range States {
+		places[string(s)] = true
+	}
+	for _, p := range all {
+		if want := places[p.String()] || p == (place{StateUnspecified, PhaseNone}); p.admitted() != want {
+			t.Errorf("%s admitted = %v, want %v", p, p.admitted(), want)
+		}
+	}
 	// Transition enters PhaseNone: a READY lease cannot go PENDING without
 	// saying it restarts.
 	l := Lease{ID: "x", State: StateReady}
@@ -274,6 +284,28 @@ func TestLegacyRecordLoads(t *testing.T) {
 	eventually(t, 2*time.Second, "restart resumed", func() bool { return h.get(l.ID).State == StateReady })
 	if got := h.get(l.ID); got.Reason != "restarted after container exited with code 137" || got.Restarts != 1 || got.Phase != PhaseNone {
 		t.Fatalf("%s/%s %q restarts %d", got.State, got.Phase, got.Reason, got.Restarts)
+	}
+}
+
+// TestUnknownPhaseLoads: a record in a phase this version does not know
+// (written by a later one) loads in no phase.
+func TestUnknownPhaseLoads(t *testing.T) {
+	h := newHarness(t, nil)
+	l, _ := h.acquire("c")
+	h.stop()
+	st, err := OpenBolt(h.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := st.Get(l.ID)
+	rec.Phase = "migrating"
+	if err := st.Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	h.start()
+	if got := h.get(l.ID); got.State != StateReady || got.Phase != PhaseNone {
+		t.Fatalf("loaded as %s/%s, want READY in no phase", got.State, got.Phase)
 	}
 }
 
