@@ -823,7 +823,7 @@ func (a *acquirer) create(ctx context.Context, e *entry, o *op) {
 	a.mu.Unlock()
 	if claimed {
 		// The claim's READY record is durable already (writeClaimRecord);
-		// this one drops its Claiming mark and need not delay the answer.
+		// this one drops its claiming phase and need not delay the answer.
 		a.host.goBackground(func() { _ = a.host.persist(l, rev) })
 	} else {
 		_ = a.host.persist(l, rev)

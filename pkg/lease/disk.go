@@ -18,7 +18,7 @@ import (
 // the Manager measures each READY lease with a limit (Runtime.Usage), keeps
 // the result in Lease.Usage and, past the limit, warns (Lease.Warnings; the
 // proxy refuses uploads) and after DiskConfig.Grace stops the sandbox and
-// fails the lease, keeping the stopped container (Lease.KeepContainer) for
+// fails the lease, keeping the stopped container (FAILED/PhaseKept) for
 // an operator to copy the files out until Config.Retention has passed. The
 // diskEnforcer does it; Config.Disk configures it.
 
@@ -104,8 +104,10 @@ const diskStopGrace = 2 * time.Second
 type diskHost interface {
 	// homeLocked reports whether this replica measures e (replicas.go).
 	homeLocked(e *entry) bool
-	// transitionLocked moves e to a state (manager.go).
-	transitionLocked(e *entry, to State, reason string) error
+	// transitionPhaseLocked moves e to a state and phase (manager.go).
+	transitionPhaseLocked(e *entry, to State, p Phase, reason string) error
+	// setPhaseLocked changes e's phase within its state (manager.go).
+	setPhaseLocked(e *entry, p Phase) error
 	// emitLocked tells the watchers of e's change (events.go).
 	emitLocked(e *entry, t *Transition)
 	// persist writes a snapshot of a lease (manager.go).
@@ -298,8 +300,7 @@ func (d *diskEnforcer) measure(ctx context.Context, e *entry, cid string) {
 		changed = setDiskWarning(&e.l, DiskWarning(used, limit))
 		if real.Sub(st.overSince) >= d.cfg.Grace {
 			reason = DiskReason(used, limit)
-			if d.host.transitionLocked(e, StateFailed, reason) == nil {
-				e.l.KeepContainer = true
+			if d.host.transitionPhaseLocked(e, StateFailed, PhaseKept, reason) == nil {
 				d.stops++
 				stop, changed = true, true
 			}
@@ -356,8 +357,7 @@ func (d *diskEnforcer) stopForDisk(ctx context.Context, e *entry, id, cid, reaso
 	}
 	d.log.Error("stopping sandbox past its disk limit failed; removing it", "lease_id", id, "container_id", cid, "err", err)
 	d.mu.Lock()
-	e.l.KeepContainer = false
-	e.rev++
+	_ = d.host.setPhaseLocked(e, PhaseNone) // FAILED/kept → FAILED
 	d.host.enqueueCleanLocked(e)
 	l, rev := e.snapshot()
 	d.mu.Unlock()
@@ -449,11 +449,11 @@ func (d *diskEnforcer) charge(id string, n int64) {
 }
 
 // keptLocked reports whether e's container is being kept after its lease
-// ended (Lease.KeepContainer) and its time is not up: Config.Retention
+// failed (PhaseKept) and its time is not up: Config.Retention
 // after EndedAt, or 1h when Retention keeps records forever. Reconcile,
 // resync and the reaper leave such a container alone. Called with mu held.
 func (d *diskEnforcer) keptLocked(e *entry, now time.Time) bool {
-	if !e.l.KeepContainer || e.l.Cleaned || !e.l.State.Ended() {
+	if e.l.Phase != PhaseKept || e.l.Cleaned || !e.l.State.Ended() {
 		return false
 	}
 	keep := d.retention

@@ -153,8 +153,8 @@ func TestDiskOverGraceStopsAndKeepsContainer(t *testing.T) {
 	if took < 300*time.Millisecond {
 		t.Fatalf("failed after %s, before the grace of 300ms", took)
 	}
-	if !got.KeepContainer || got.Cleaned {
-		t.Fatalf("keep=%v cleaned=%v, want the container kept", got.KeepContainer, got.Cleaned)
+	if got.Phase != PhaseKept || got.Cleaned {
+		t.Fatalf("phase=%s cleaned=%v, want the container kept", got.Phase, got.Cleaned)
 	}
 	eventually(t, 2*time.Second, "container stopped", func() bool {
 		h.rt.mu.Lock()
@@ -192,14 +192,14 @@ func TestDiskKeptContainerSurvivesRestart(t *testing.T) {
 	l, _ := h.acquire("c1")
 	h.rt.setUsage(l.ContainerID, 11*mib)
 	eventually(t, 3*time.Second, "lease FAILED", func() bool { return h.get(l.ID).State == StateFailed })
-	eventually(t, 2*time.Second, "stored FAILED", func() bool { return h.stored(l.ID).KeepContainer })
+	eventually(t, 2*time.Second, "stored FAILED", func() bool { return h.stored(l.ID).Phase == PhaseKept })
 	h.restart()
 	time.Sleep(200 * time.Millisecond)
 	if !h.rt.exists(l.ContainerID) {
 		t.Fatal("reconcile removed the kept container")
 	}
-	if g := h.get(l.ID); g.Cleaned || !g.KeepContainer || g.State != StateFailed {
-		t.Fatalf("after restart: %s keep=%v cleaned=%v", g.State, g.KeepContainer, g.Cleaned)
+	if g := h.get(l.ID); g.Cleaned || g.Phase != PhaseKept || g.State != StateFailed {
+		t.Fatalf("after restart: %s phase=%s cleaned=%v", g.State, g.Phase, g.Cleaned)
 	}
 	// An operator's explicit release of an ended lease changes nothing.
 	if _, err := h.m.Release(context.Background(), l.ID, ""); err != nil {
@@ -217,7 +217,7 @@ func TestDiskStopFailureRemovesInstead(t *testing.T) {
 	h.rt.setUsage(l.ContainerID, 11*mib)
 	eventually(t, 3*time.Second, "lease FAILED", func() bool { return h.get(l.ID).State == StateFailed })
 	eventually(t, 8*time.Second, "container removed", func() bool { return !h.rt.exists(l.ContainerID) })
-	eventually(t, 2*time.Second, "lease cleaned", func() bool { g := h.get(l.ID); return g.Cleaned && !g.KeepContainer })
+	eventually(t, 2*time.Second, "lease cleaned", func() bool { g := h.get(l.ID); return g.Cleaned && g.Phase == PhaseNone })
 }
 
 func TestChargeDisk(t *testing.T) {

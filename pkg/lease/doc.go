@@ -45,15 +45,40 @@
 //
 // PENDING → READY | FAILED | RELEASING; READY → RELEASING | EXPIRED |
 // FAILED | PENDING | PAUSED; PAUSED → READY | PAUSED | RELEASING | EXPIRED
-// | FAILED; RELEASING → RELEASED | FAILED. READY → PENDING is an
-// in-place restart: the lease's container exited unexpectedly and is
-// started again with its files (see Config.Restart); an OOM kill of
-// one of its processes does not change the lease at all. RELEASED, EXPIRED and FAILED are
-// ended and final. PENDING, READY, PAUSED and RELEASING are live (they count
-// against AdmissionConfig.MaxLive). Every transition is appended to
-// Lease.Transitions with its reason and time; the lease's State, Reason and
-// UpdatedAt follow the last one. An illegal transition is a bug and fails
-// with errdefs.ErrFailedPrecondition.
+// | FAILED; RELEASING → RELEASED | FAILED. RELEASED, EXPIRED and FAILED are
+// ended and final. PENDING, READY, PAUSED and RELEASING are live (they
+// count against AdmissionConfig.MaxLive).
+//
+// A Phase says what a lease is doing within its state where the state
+// alone does not (state.go); it is persisted in Lease.Phase, and phases
+// never add a state, so clients see the same states:
+//
+//	PENDING/restarting  READY → PENDING is only ever an in-place restart:
+//	                    the lease's container exited unexpectedly and is
+//	                    started again with its files (see Config.Restart);
+//	                    left for READY, FAILED or RELEASING. An OOM kill of
+//	                    one of its processes does not change the lease.
+//	READY/claiming      a warm claim's READY record, written while the
+//	                    pooled agent is configured (see Warm pools; the
+//	                    lease is PENDING in memory meanwhile); loaded, the
+//	                    phase is dropped (READY/claiming → READY) once
+//	                    reconcile has asked the agent.
+//	FAILED/kept         failed past the disk limit with the stopped
+//	                    container kept for the operator (see Disk limit);
+//	                    FAILED/kept → FAILED when it could not be stopped.
+//
+// The transition table (moves in state.go) is over (state, phase) places.
+// A transition enters a state and a phase (PhaseNone unless it says
+// otherwise); a phase change (READY/claiming → READY, FAILED/kept →
+// FAILED) keeps the state and changes the phase only. Every transition is
+// appended to Lease.Transitions with its reason, time and the phase it
+// entered; the lease's State, Phase, Reason and UpdatedAt follow the last
+// one. A phase change is checked against the same table but not recorded
+// (the history and the events watchers get are those of state changes).
+// An illegal transition or phase change is a bug and fails with
+// errdefs.ErrFailedPrecondition. Records written before phases existed
+// are read into them (Lease.UnmarshalJSON); a phase the table does not
+// know with the record's state loads as none.
 //
 // READY ⇄ PAUSED is Manager.Pause and Manager.Resume (pause.go), at one of
 // two depths recorded in Lease.Paused: PauseFreeze (the cgroup freezer,
@@ -108,7 +133,8 @@
 //
 // At Start that means: READY leases with a running container are adopted;
 // READY leases whose container died are restarted in place (within the
-// restart budget), as are PENDING leases that were restarting; READY leases
+// restart budget), as are PENDING leases that were restarting
+// (PENDING/restarting); READY leases
 // whose container vanished, and PENDING leases of a creation (a
 // half-created sandbox is not trusted), become FAILED; RELEASING leases
 // finish their release; every container of this instance that no adopted
@@ -127,7 +153,8 @@
 // a lease id allocated up front and labelled with its pool; an acquire of
 // the pool's profile creates its lease with that id, so the container's
 // labels name the lease, and the agent's one-shot Configure gives it the
-// lease's env and secrets. Reconcile adopts unclaimed members (a pool
+// lease's env and secrets; the claim's READY record is written in
+// PhaseClaiming while it runs (pool.go). Reconcile adopts unclaimed members (a pool
 // label, no lease record) back into their pools, or removes them. Pooled
 // sandboxes count against PoolsConfig.MaxPooled, not MaxLive, until
 // claimed.
@@ -147,8 +174,8 @@
 // Config.Disk.Interval, adaptively and at most Config.Disk.Concurrency at
 // once (disk.go). Over the limit a lease gets a warning (Lease.Warnings;
 // the proxy refuses uploads); still over after Config.Disk.Grace it goes
-// FAILED ("disk limit exceeded (X > Y bytes)") and its container is stopped
-// but kept (Lease.KeepContainer) until Config.Retention has passed, for an
+// FAILED/kept ("disk limit exceeded (X > Y bytes)") and its container is
+// stopped but kept until Config.Retention has passed, for an
 // operator to copy the files out: reconcile, resync and the reaper leave it
 // alone until then.
 package lease

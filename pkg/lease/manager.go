@@ -480,6 +480,11 @@ func (m *Manager) load() error {
 			continue
 		}
 		e := &entry{l: l, ended: make(chan struct{})}
+		if !(place{l.State, l.Phase}).admitted() {
+			// A phase this version does not know (or not with this state).
+			m.log.Warn("lease record in an unknown phase; taken as none", "lease_id", l.ID, "state", string(l.State), "phase", string(l.Phase))
+			e.l.Phase = PhaseNone
+		}
 		if l.State.Ended() {
 			close(e.ended)
 		}
@@ -507,14 +512,22 @@ func (m *Manager) load() error {
 	return nil
 }
 
-// transitionLocked moves e to state to and does the bookkeeping: counters,
-// the conversation index, the ended channel, subscribers. The caller holds
-// mu and persists e afterwards (outside mu).
+// transitionLocked moves e to state to in PhaseNone: see
+// transitionPhaseLocked.
 func (m *Manager) transitionLocked(e *entry, to State, reason string) error {
-	from := e.l.State
-	t, err := e.l.Transition(to, reason, m.now())
+	return m.transitionPhaseLocked(e, to, PhaseNone, reason)
+}
+
+// transitionPhaseLocked moves e to state to in phase p (Lease.TransitionPhase)
+// and does the bookkeeping: counters, the conversation index, the ended
+// channel, subscribers. The caller holds mu and persists e afterwards
+// (outside mu).
+func (m *Manager) transitionPhaseLocked(e *entry, to State, p Phase, reason string) error {
+	from, fromPhase := e.l.State, e.l.Phase
+	t, err := e.l.TransitionPhase(to, p, reason, m.now())
 	if err != nil {
-		m.log.Error("illegal lease transition", "lease_id", e.l.ID, "from", from.String(), "to", to.String(), "reason", reason)
+		m.log.Error("illegal lease transition", "lease_id", e.l.ID, "from", from.String(), "from_phase", fromPhase.String(),
+			"to", to.String(), "phase", p.String(), "reason", reason)
 		return err
 	}
 	e.rev++
@@ -537,8 +550,25 @@ func (m *Manager) transitionLocked(e *entry, to State, reason string) error {
 		m.fleet.unlockConversation(e.l.Owner, e.l.ConversationID, e.l.ID) // replicas.go
 	}
 	m.log.Info("lease transition", "lease_id", e.l.ID, "conversation_id", e.l.ConversationID, "container_id", e.l.ContainerID,
-		"from", from.String(), "state", to.String(), "reason", reason)
+		"from", from.String(), "state", to.String(), "phase", p.String(), "reason", reason)
 	m.emitLocked(e, &t)
+	return nil
+}
+
+// setPhaseLocked changes e's phase within its state (Lease.SetPhase: not
+// a transition, so no counter, index or subscriber is concerned) and bumps
+// e's revision when it changed. The caller holds mu and persists e
+// afterwards (outside mu).
+func (m *Manager) setPhaseLocked(e *entry, p Phase) error {
+	from := e.l.Phase
+	if err := e.l.SetPhase(p); err != nil {
+		m.log.Error("illegal lease phase change", "lease_id", e.l.ID, "state", e.l.State.String(), "from", from.String(), "phase", p.String())
+		return err
+	}
+	if from != p {
+		e.rev++
+		m.log.Info("lease phase change", "lease_id", e.l.ID, "state", e.l.State.String(), "from", from.String(), "phase", p.String())
+	}
 	return nil
 }
 

@@ -37,12 +37,12 @@ type observed struct {
 	// the list says nothing of its current container.
 	stale bool
 	// unconfigured: the lease's record was written by a warm claim while
-	// the pooled agent was being configured (Lease.Claiming), and the
+	// the pooled agent was being configured (PhaseClaiming), and the
 	// agent says the configuration never happened (or cannot tell).
 	// Meaningful at startup only.
 	unconfigured bool
-	// kept: the lease ended with its stopped container kept for the
-	// operator (Lease.KeepContainer) and its time is not up.
+	// kept: the lease failed with its stopped container kept for the
+	// operator (PhaseKept) and its time is not up.
 	kept bool
 	// goneReason, when set, is the reason to record when the lease's
 	// container is gone ("removed outside berth" for a removed event).
@@ -60,7 +60,8 @@ const (
 	// keeping the lease in its state.
 	actAdopt
 	// actRestart: the READY lease's container exited; restart it in place
-	// (READY → PENDING "<reason>", then READY "restarted after <after>").
+	// (READY → PENDING/restarting "<reason>", then READY "restarted after
+	// <after>").
 	actRestart
 	// actResumeRestart: go on with the in-place restart of box that the
 	// previous process had begun (startup only).
@@ -118,18 +119,20 @@ type restartPolicy struct {
 //   - stale: nothing (the next observation settles it). A lease an
 //     operation holds is never planned: the pass marks it dirty and a
 //     worker looks at it when the operation ends (work.go).
-//   - READY: a warm claim's record whose agent was never configured fails
-//     (ReasonRestartedCreating); no container fails (vanished); a dead
-//     container is restarted in place within the restart budget, else the
-//     lease fails; a live container is adopted when it is not the recorded
-//     one (or at startup, to refresh the endpoint).
+//   - READY: a warm claim's record (PhaseClaiming) whose agent was never
+//     configured fails (ReasonRestartedCreating); no container fails
+//     (vanished); a dead container is restarted in place
+//     (PENDING/restarting) within the restart budget, else the lease
+//     fails; a live container is adopted when it is not the recorded one
+//     (or at startup, to refresh the endpoint).
 //   - PAUSED: no container fails (vanished); a running one is paused again;
 //     a frozen one found stopped makes the lease hibernated; otherwise the
 //     container is adopted if its id changed (or at startup).
 //   - PENDING: nobody is creating or restarting it (the process that was
-//     died): a restart with its container present goes on; anything else
-//     fails (ReasonRestartedCreating).
-//   - RELEASING, or ended with a container left and not kept: clean.
+//     died): a restart (PhaseRestarting) with its container present goes
+//     on; anything else fails (ReasonRestartedCreating).
+//   - RELEASING, or ended with a container left and not kept (PhaseKept,
+//     its time not up): clean.
 //   - ended and cleaned, or kept: nothing, except that containers of a
 //     cleaned lease are removed.
 //
@@ -155,7 +158,7 @@ func plan(l *Lease, o observed, rp restartPolicy, now time.Time) action {
 	switch l.State {
 	case StateReady:
 		switch {
-		case l.Claiming && o.unconfigured:
+		case l.Phase == PhaseClaiming && o.unconfigured:
 			return action{kind: actFail, reason: ReasonRestartedCreating, remove: o.boxes}
 		case !found:
 			return gone()
@@ -188,7 +191,7 @@ func plan(l *Lease, o observed, rp restartPolicy, now time.Time) action {
 		}
 		return action{kind: actNone, remove: others(), keep: []runtime.Sandbox{box}}
 	case StatePending:
-		if restarting(l) && found && box.ID == l.ContainerID {
+		if l.Phase == PhaseRestarting && found && box.ID == l.ContainerID {
 			return action{kind: actResumeRestart, box: box, after: restartCause(l), remove: others(), keep: []runtime.Sandbox{box}}
 		}
 		return action{kind: actFail, reason: ReasonRestartedCreating, remove: o.boxes}
@@ -239,31 +242,25 @@ func without(boxes []runtime.Sandbox, id string, has bool) []runtime.Sandbox {
 	return out
 }
 
-// restartsWithin counts l's in-place restarts (READY → PENDING
-// transitions) within window before now.
+// restartsWithin counts l's in-place restarts (transitions into
+// PhaseRestarting) within window before now.
 func restartsWithin(l *Lease, window time.Duration, now time.Time) int {
 	n := 0
 	for _, t := range l.Transitions {
-		if t.From == StateReady && t.To == StatePending && now.Sub(t.At) < window {
+		if t.Phase == PhaseRestarting && now.Sub(t.At) < window {
 			n++
 		}
 	}
 	return n
 }
 
-// restarting reports whether l is PENDING because of an in-place restart
-// (its last transition came from READY) rather than a creation.
-func restarting(l *Lease) bool {
-	n := len(l.Transitions)
-	return l.State == StatePending && n > 0 && l.Transitions[n-1].From == StateReady
-}
-
 // restartCause is how the container of a lease being restarted in place
-// ended, read back from the READY → PENDING reason ("container exited with
-// code 137; restarting" gives "container exited with code 137").
+// (PhaseRestarting) ended, read back from the reason of the transition
+// that entered the phase ("container exited with code 137; restarting"
+// gives "container exited with code 137").
 func restartCause(l *Lease) string {
 	n := len(l.Transitions)
-	if n == 0 {
+	if n == 0 || l.Transitions[n-1].Phase != PhaseRestarting {
 		return "restart interrupted by an orchestrator restart"
 	}
 	after := l.Transitions[n-1].Reason

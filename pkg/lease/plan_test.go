@@ -27,9 +27,15 @@ func TestPlan(t *testing.T) {
 		return func(l *Lease) {
 			for _, d := range ago {
 				l.Transitions = append(l.Transitions,
-					Transition{From: StateReady, To: StatePending, Reason: "container exited with code 1; restarting", At: now.Add(-d)},
+					Transition{From: StateReady, To: StatePending, Phase: PhaseRestarting, Reason: "container exited with code 1; restarting", At: now.Add(-d)},
 					Transition{From: StatePending, To: StateReady, At: now.Add(-d)})
 			}
+		}
+	}
+	restartingNow := func(reason string) func(*Lease) {
+		return func(l *Lease) {
+			l.Phase = PhaseRestarting
+			l.Transitions = append(l.Transitions, Transition{From: StateReady, To: StatePending, Phase: PhaseRestarting, Reason: reason, At: now})
 		}
 	}
 	rp := restartPolicy{limit: 2, window: 10 * time.Minute}
@@ -79,10 +85,10 @@ func TestPlan(t *testing.T) {
 			want: want{kind: actRestart, box: "c1", keep: []string{"c1"}}},
 		{name: "ready dead, restarts off", l: lease(StateReady), rp: &restartPolicy{limit: -1}, o: observed{trigger: trigResync, boxes: []runtime.Sandbox{exited}},
 			want: want{kind: actFail, reason: "container exited with code 137", remove: []string{"c1"}}},
-		{name: "claim record, agent not configured", l: lease(StateReady, func(l *Lease) { l.Claiming = true }),
+		{name: "claim record, agent not configured", l: lease(StateReady, func(l *Lease) { l.Phase = PhaseClaiming }),
 			o:    observed{trigger: trigStartup, unconfigured: true, boxes: []runtime.Sandbox{running}},
 			want: want{kind: actFail, reason: ReasonRestartedCreating, remove: []string{"c1"}}},
-		{name: "claim record, agent configured", l: lease(StateReady, func(l *Lease) { l.Claiming = true }),
+		{name: "claim record, agent configured", l: lease(StateReady, func(l *Lease) { l.Phase = PhaseClaiming }),
 			o:    observed{trigger: trigStartup, boxes: []runtime.Sandbox{running}},
 			want: want{kind: actAdopt, box: "c1", keep: []string{"c1"}}},
 
@@ -103,21 +109,28 @@ func TestPlan(t *testing.T) {
 		// PENDING with nobody working on it.
 		{name: "pending creation", l: lease(StatePending), o: observed{trigger: trigStartup, boxes: []runtime.Sandbox{running}},
 			want: want{kind: actFail, reason: ReasonRestartedCreating, remove: []string{"c1"}}},
-		{name: "pending restart with its container: go on", l: lease(StatePending, restartedAt(time.Minute), func(l *Lease) {
-			l.Transitions = append(l.Transitions, Transition{From: StateReady, To: StatePending, Reason: "container exited with code 9; restarting", At: now})
-		}), o: observed{trigger: trigStartup, boxes: []runtime.Sandbox{exited, stray}},
+		{name: "pending restart with its container: go on", l: lease(StatePending, restartedAt(time.Minute), restartingNow("container exited with code 9; restarting")),
+			o:    observed{trigger: trigStartup, boxes: []runtime.Sandbox{exited, stray}},
 			want: want{kind: actResumeRestart, box: "c1", remove: []string{"c2"}, keep: []string{"c1"}}, after: "container exited with code 9"},
-		{name: "pending restart without its container", l: lease(StatePending, func(l *Lease) {
+		{name: "pending restart without its container", l: lease(StatePending, restartingNow("")),
+			o: observed{trigger: trigStartup}, want: want{kind: actFail, reason: ReasonRestartedCreating}},
+		{name: "pending restart, the phase set without its transition", l: lease(StatePending, func(l *Lease) { l.Phase = PhaseRestarting }),
+			o:    observed{trigger: trigStartup, boxes: []runtime.Sandbox{exited}},
+			want: want{kind: actResumeRestart, box: "c1", keep: []string{"c1"}}, after: "restart interrupted by an orchestrator restart"},
+		{name: "pending after a restart, phase none: a creation", l: lease(StatePending, restartedAt(time.Minute), func(l *Lease) {
 			l.Transitions = append(l.Transitions, Transition{From: StateReady, To: StatePending, At: now})
-		}), o: observed{trigger: trigStartup}, want: want{kind: actFail, reason: ReasonRestartedCreating}},
+		}), o: observed{trigger: trigStartup, boxes: []runtime.Sandbox{exited}},
+			want: want{kind: actFail, reason: ReasonRestartedCreating, remove: []string{"c1"}}},
 
 		// On the way out.
 		{name: "releasing", l: lease(StateReleasing), o: observed{trigger: trigResync, boxes: []runtime.Sandbox{exited}},
 			want: want{kind: actClean, remove: []string{"c1"}}},
 		{name: "ended uncleaned", l: lease(StateFailed), o: observed{trigger: trigResync, boxes: []runtime.Sandbox{exited}},
 			want: want{kind: actClean, remove: []string{"c1"}}},
-		{name: "ended and kept", l: lease(StateFailed, func(l *Lease) { l.KeepContainer = true }), o: observed{trigger: trigResync, kept: true, boxes: []runtime.Sandbox{exited}},
+		{name: "ended and kept", l: lease(StateFailed, func(l *Lease) { l.Phase = PhaseKept }), o: observed{trigger: trigResync, kept: true, boxes: []runtime.Sandbox{exited}},
 			want: want{kind: actNone, keep: []string{"c1"}}},
+		{name: "kept, its time up", l: lease(StateFailed, func(l *Lease) { l.Phase = PhaseKept }), o: observed{trigger: trigResync, boxes: []runtime.Sandbox{exited}},
+			want: want{kind: actClean, remove: []string{"c1"}}},
 		{name: "ended cleaned with a container back", l: lease(StateExpired, func(l *Lease) { l.Cleaned = true }), o: observed{trigger: trigResync, boxes: []runtime.Sandbox{running}},
 			want: want{kind: actNone, remove: []string{"c1"}}},
 	} {

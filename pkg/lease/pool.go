@@ -158,7 +158,7 @@ var RefillBuckets = []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}
 type poolHost interface {
 	// leasedLocked reports whether lease id has a record.
 	leasedLocked(id string) bool
-	// claimingLocked returns the READY leases loaded with Lease.Claiming
+	// claimingLocked returns the READY leases loaded in PhaseClaiming
 	// (read under mu only).
 	claimingLocked() []*Lease
 	// closedLocked reports whether Close was called; drainingLocked
@@ -292,13 +292,13 @@ func (ps *poolSet) startConfigureLocked(ctx context.Context, c *claim, id string
 
 // writeClaimRecord starts writing the READY record of e, the PENDING lease
 // of claim c, while c's Configure runs (one store write on the warm path,
-// in parallel with the agent's round trip). The record carries
-// Lease.Claiming: a restart that finds it asks the agent whether Configure
+// in parallel with the agent's round trip). The record is READY in
+// PhaseClaiming: a restart that finds it asks the agent whether Configure
 // happened (unconfiguredClaims) and fails the lease when it did not, so a
 // record written before the agent had the lease's env never becomes a
 // READY lease whose commands lack it. In memory the lease stays PENDING
 // (no Get, Watch or proxy sees it READY) until Configure has returned and
-// this write is durable; the final READY record (without Claiming) is then
+// this write is durable; the final READY record (PhaseNone) is then
 // written off the request path, unless another write of the lease came
 // in between (the revision returned is the record's: see create). The
 // returned channel yields the write's error. Called without a.mu.
@@ -308,8 +308,7 @@ func (a *acquirer) writeClaimRecord(e *entry, c *claim) (<-chan error, uint64) {
 	now := a.host.now()
 	l.ContainerID, l.Endpoint, l.DiskEnforcement, l.Pool = c.m.containerID, c.m.endpoint, c.m.diskEnforcement, c.pool
 	l.ExpiresAt, l.LastActivityAt = now.Add(l.TTL), now
-	l.Claiming = true
-	_, err := l.Transition(StateReady, "claimed from pool "+c.pool, now)
+	_, err := l.TransitionPhase(StateReady, PhaseClaiming, "claimed from pool "+c.pool, now)
 	a.mu.Unlock()
 	done := make(chan error, 1)
 	if err != nil {
@@ -321,7 +320,7 @@ func (a *acquirer) writeClaimRecord(e *entry, c *claim) (<-chan error, uint64) {
 }
 
 // unconfiguredClaims returns the ids of the READY leases loaded with
-// Lease.Claiming (the orchestrator stopped while their claim was
+// PhaseClaiming (the orchestrator stopped while their claim was
 // configuring the agent) whose agent was not configured, or could not be
 // asked: reconcile fails them (their caller never got a READY answer, which
 // waits for Configure). It asks with an empty Configure: an agent already
@@ -815,12 +814,12 @@ var _ poolHost = (*Manager)(nil)
 // leasedLocked reports whether lease id has a record. Called with m.mu held.
 func (m *Manager) leasedLocked(id string) bool { return m.leases[id] != nil }
 
-// claimingLocked returns the READY leases loaded with Lease.Claiming.
+// claimingLocked returns the READY leases loaded in PhaseClaiming.
 // Called with m.mu held; the leases are read under it only.
 func (m *Manager) claimingLocked() []*Lease {
 	var out []*Lease
 	for _, e := range m.leases {
-		if e.l.State == StateReady && e.l.Claiming {
+		if e.l.State == StateReady && e.l.Phase == PhaseClaiming {
 			out = append(out, &e.l)
 		}
 	}

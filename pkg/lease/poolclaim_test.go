@@ -25,10 +25,10 @@ func (b *blockingConfigurer) Configure(ctx context.Context, endpoint, token stri
 	return b.fakeConfigurer.Configure(ctx, endpoint, token, env, secrets)
 }
 
-// A warm claim writes its READY record (marked Claiming) while the agent
+// A warm claim writes its READY record (in PhaseClaiming) while the agent
 // is configured, but the lease is READY for nobody until Configure has
 // returned; the refill starts only after the claim answered; the final
-// record drops the mark.
+// record drops the phase.
 func TestPoolClaimIsReadyOnlyOnceConfigured(t *testing.T) {
 	bc := &blockingConfigurer{fakeConfigurer: &fakeConfigurer{}, entered: make(chan string, 1), release: make(chan struct{})}
 	h := newHarness(t, func(c *Config) {
@@ -55,10 +55,10 @@ func TestPoolClaimIsReadyOnlyOnceConfigured(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "claim record written during Configure", func() bool {
 		st, err := h.store.Get(id)
-		return err == nil && st.State == StateReady && st.Claiming && st.Pool == "p"
+		return err == nil && st.State == StateReady && st.Phase == PhaseClaiming && st.Pool == "p"
 	})
-	if got := h.get(id); got.State != StatePending || got.Claiming {
-		t.Fatalf("lease during Configure: %s claiming=%v, want PENDING (READY only once configured)", got.State, got.Claiming)
+	if got := h.get(id); got.State != StatePending || got.Phase != PhaseNone {
+		t.Fatalf("lease during Configure: %s/%s, want PENDING (READY only once configured)", got.State, got.Phase)
 	}
 	time.Sleep(200 * time.Millisecond)
 	if n := h.rt.creates() - creates; n != 0 {
@@ -69,14 +69,14 @@ func TestPoolClaimIsReadyOnlyOnceConfigured(t *testing.T) {
 	if r.err != nil || r.l.ID != id || r.l.State != StateReady || r.l.Pool != "p" {
 		t.Fatalf("acquire: %+v, %v", r.l, r.err)
 	}
-	eventually(t, 5*time.Second, "final record without the claim mark", func() bool {
+	eventually(t, 5*time.Second, "final record without the claiming phase", func() bool {
 		st, err := h.store.Get(id)
-		return err == nil && st.State == StateReady && !st.Claiming
+		return err == nil && st.State == StateReady && st.Phase == PhaseNone
 	})
 	eventually(t, 5*time.Second, "refilled after the claim", func() bool { return poolReady(h, "p") == 1 })
 }
 
-// A restart that finds a claim's READY record still marked Claiming (the
+// A restart that finds a claim's READY record still in PhaseClaiming (the
 // orchestrator died during Configure) keeps the lease when its agent was
 // configured, and fails it and removes its container when it was not.
 func TestPoolClaimInterruptedByRestart(t *testing.T) {
@@ -100,12 +100,12 @@ func TestPoolClaimInterruptedByRestart(t *testing.T) {
 			h.stop()
 			now := time.Now()
 			l := Lease{ID: id, ConversationID: "c", Image: sb.Image, Env: map[string]string{"A": "1"}, CreatedAt: now,
-				ContainerID: sb.ID, Endpoint: sb.Endpoint, Pool: "p", Claiming: true, TTL: time.Hour,
+				ContainerID: sb.ID, Endpoint: sb.Endpoint, Pool: "p", TTL: time.Hour,
 				ExpiresAt: now.Add(time.Hour), LastActivityAt: now}
 			if _, err := l.Transition(StatePending, "acquired", now); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := l.Transition(StateReady, "claimed from pool p", now); err != nil {
+			if _, err := l.TransitionPhase(StateReady, PhaseClaiming, "claimed from pool p", now); err != nil {
 				t.Fatal(err)
 			}
 			st, err := OpenBolt(h.path)
@@ -119,15 +119,15 @@ func TestPoolClaimInterruptedByRestart(t *testing.T) {
 			h.start()
 
 			got := h.get(id)
-			if got.Claiming {
-				t.Fatalf("the Claiming mark is in memory after restart")
+			if got.Phase != PhaseNone {
+				t.Fatalf("the claiming phase is in memory after restart")
 			}
 			if configured {
 				if got.State != StateReady || got.ContainerID != sb.ID || !h.rt.exists(sb.ID) {
 					t.Fatalf("configured claim after restart: %+v (container exists=%v), want READY and kept", got, h.rt.exists(sb.ID))
 				}
-				if rec, _ := h.store.Get(id); rec.Claiming {
-					t.Fatalf("stored record still marked Claiming")
+				if rec, _ := h.store.Get(id); rec.Phase != PhaseNone {
+					t.Fatalf("stored record still in phase %s", rec.Phase)
 				}
 			} else {
 				if got.State != StateFailed || got.Reason != ReasonRestartedCreating {

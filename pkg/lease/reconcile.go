@@ -27,8 +27,12 @@ const (
 type controllerHost interface {
 	// now is the lease clock (manager.go).
 	now() time.Time
-	// transitionLocked moves e to a state (manager.go).
+	// transitionLocked moves e to a state, transitionPhaseLocked to a
+	// state in a phase, setPhaseLocked changes its phase within its state
+	// (manager.go).
 	transitionLocked(e *entry, to State, reason string) error
+	transitionPhaseLocked(e *entry, to State, p Phase, reason string) error
+	setPhaseLocked(e *entry, p Phase) error
 	// persist and persistAll write records (manager.go).
 	persist(l Lease, rev uint64) error
 	persistAll(snaps []snap)
@@ -95,11 +99,11 @@ func (c *controller) selector() runtime.Selector {
 //     refreshed from the runtime); with a dead one: restarted in place
 //     within the restart budget; with none: FAILED
 //     (ReasonVanishedWhileDown); a READY record a warm claim wrote while
-//     its agent was being configured (Lease.Claiming) fails when the agent
+//     its agent was being configured (PhaseClaiming) fails when the agent
 //     was not configured (pool.go);
 //   - PENDING: FAILED (ReasonRestartedCreating) — a half-created sandbox
-//     is not trusted — unless it was being restarted in place and its
-//     container is there: the restart goes on;
+//     is not trusted — unless it was being restarted in place
+//     (PhaseRestarting) and its container is there: the restart goes on;
 //   - PAUSED: its container is kept and brought back to the paused state
 //     the lease records (frozen, or stopped when hibernated) — it is never
 //     treated as dead; a frozen container found stopped makes the lease
@@ -139,9 +143,8 @@ func (c *controller) reconcile(ctx context.Context) error {
 			unconfigured: unconfigured[e.l.ID],
 			kept:         c.disk.keptLocked(e, now),
 		}, c.cfg.Restart.policy(), now)
-		if e.l.Claiming { // only ever set in a record (pool.go)
-			e.l.Claiming = false
-			e.rev++
+		if e.l.Phase == PhaseClaiming { // only ever in a record (pool.go)
+			_ = c.host.setPhaseLocked(e, PhaseNone)
 		}
 		for _, sb := range a.keep {
 			keep[sb.ID] = true
@@ -246,7 +249,7 @@ func (c *controller) applyLocked(e *entry, a action, t trigger, fx *effects) {
 		}
 	case actRestart:
 		e.l.ContainerID = a.box.ID
-		_ = c.host.transitionLocked(e, StatePending, a.reason)
+		_ = c.host.transitionPhaseLocked(e, StatePending, PhaseRestarting, a.reason)
 		fx.restarts = append(fx.restarts, c.restarter.beginLocked(e, a, t == trigEvent))
 	case actResumeRestart:
 		fx.restarts = append(fx.restarts, c.restarter.beginLocked(e, a, false))

@@ -356,7 +356,9 @@ func (m *Manager) applyRemote(l Lease, deleted bool) {
 		return
 	}
 	e.l = l
-	e.l.Claiming = false
+	if e.l.Phase == PhaseClaiming { // only ever in a record (pool.go)
+		_ = e.l.SetPhase(PhaseNone)
+	}
 	e.rev++
 	m.pmu.Lock()
 	m.persisted[l.ID] = e.rev // what the store holds

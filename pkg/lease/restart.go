@@ -217,7 +217,7 @@ func (r *restarter) settle(ctx context.Context, e *entry, cid string, began time
 	}
 	for r.watchDown.Load() && time.Since(began) < restartUnreachableFor {
 		r.mu.Lock()
-		still := e.l.State == StatePending && e.l.ContainerID == cid
+		still := e.l.Phase == PhaseRestarting && e.l.ContainerID == cid
 		r.mu.Unlock()
 		if !still || !wait(200*time.Millisecond) {
 			return false
@@ -277,7 +277,7 @@ func (r *restarter) run(ctx context.Context, j restartJob) {
 		}
 		retry = false
 		r.mu.Lock()
-		still := e.l.State == StatePending && e.l.ContainerID == j.cid && r.host.now().Before(e.l.ExpiresAt)
+		still := e.l.Phase == PhaseRestarting && e.l.ContainerID == j.cid && r.host.now().Before(e.l.ExpiresAt)
 		r.mu.Unlock()
 		if !still {
 			break

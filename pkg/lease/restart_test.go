@@ -214,7 +214,7 @@ func TestReconcileResumesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, _ := st.Get(l.ID)
-	if _, err := rec.Transition(StatePending, "container exited with code 137; restarting", time.Now()); err != nil {
+	if _, err := rec.TransitionPhase(StatePending, PhaseRestarting, "container exited with code 137; restarting", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Put(rec); err != nil {

@@ -394,7 +394,7 @@ func ts(t time.Time) *timestamppb.Timestamp {
 }
 
 func toTransition(t lease.Transition) *orchv1.Transition {
-	return &orchv1.Transition{From: toState(t.From), To: toState(t.To), Reason: t.Reason, At: ts(t.At)}
+	return &orchv1.Transition{From: toState(t.From), To: toState(t.To), Reason: t.Reason, At: ts(t.At), Phase: string(t.Phase)}
 }
 
 // toLease converts a lease for the wire. Env is deliberately left out: it
@@ -404,7 +404,7 @@ func toLease(l lease.Lease) *orchv1.Lease {
 		Id: l.ID, ConversationId: l.ConversationID, Owner: l.Owner, Labels: l.Labels, Image: l.Image, User: l.User,
 		Resources: &orchv1.Resources{Cpus: float64(l.Resources.NanoCPUs) / 1e9, MemoryBytes: l.Resources.MemoryBytes, Pids: l.Resources.PidsLimit,
 			DiskBytes: l.Resources.DiskBytes},
-		State: toState(l.State), Reason: l.Reason,
+		State: toState(l.State), Phase: string(l.Phase), Reason: l.Reason,
 		CreatedAt: ts(l.CreatedAt), UpdatedAt: ts(l.UpdatedAt), ExpiresAt: ts(l.ExpiresAt), LastActivityAt: ts(l.LastActivityAt),
 		Ttl: durationpb.New(l.TTL), IdleTimeout: durationpb.New(l.IdleTimeout),
 		ContainerId: l.ContainerID, Endpoint: l.Endpoint, EndedAt: ts(l.EndedAt),

@@ -84,7 +84,7 @@ func FullLeaseAt(id string, at time.Time) lease.Lease {
 		PausedAt:       at.Add(time.Minute),
 		IdlePolicy:     lease.IdleHibernate,
 		Pool:           "warm",
-		Claiming:       true,
+		Phase:          lease.PhaseClaiming, // READY/claiming: cycled (transitions_test.go) moves it on like READY
 		Instance:       "replica-1",
 		ContainerID:    "berth-" + id,
 		Endpoint:       "10.214.0.7:7000",
@@ -96,7 +96,6 @@ func FullLeaseAt(id string, at time.Time) lease.Lease {
 		EndedAt:         at.Add(2 * time.Hour),
 		Restarts:        2,
 		Cleaned:         true,
-		KeepContainer:   true,
 		DiskEnforcement: runtime.DiskEnforcementEngine,
 		Usage:           lease.Usage{DiskBytes: 12345, MeasuredAt: at.Add(3 * time.Second)},
 		Warnings:        []string{"disk limit exceeded: 2 of 1 bytes"},

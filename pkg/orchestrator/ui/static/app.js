@@ -591,6 +591,7 @@
       ['Ended', ms(l.endedAt) > 0 ? el('span', {}, rel('ago', l.endedAt), el('span', { class: 'muted', text: ' · ' + absTime(l.endedAt) })) : null],
       ['TTL', dur(protoDur(l.ttl))],
       ['Idle timeout', protoDur(l.idleTimeout) > 0 ? dur(protoDur(l.idleTimeout)) + (l.idlePolicy ? ' then ' + l.idlePolicy : '') : 'none'],
+      ['Phase', l.phase || null],
       ['Paused', l.paused ? el('span', {}, l.paused + ' · ', rel('ago', l.pausedAt)) : null],
       ['Restarts', num(l.restarts) ? String(l.restarts) : null],
       ['Resources', res.join(' · ')],

@@ -318,11 +318,13 @@ func (x *Usage) GetSampledAt() *timestamppb.Timestamp {
 
 // Transition is one recorded state change.
 type Transition struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          LeaseState             `protobuf:"varint,1,opt,name=from,proto3,enum=berth.orchestrator.v1.LeaseState" json:"from,omitempty"`
-	To            LeaseState             `protobuf:"varint,2,opt,name=to,proto3,enum=berth.orchestrator.v1.LeaseState" json:"to,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	From   LeaseState             `protobuf:"varint,1,opt,name=from,proto3,enum=berth.orchestrator.v1.LeaseState" json:"from,omitempty"`
+	To     LeaseState             `protobuf:"varint,2,opt,name=to,proto3,enum=berth.orchestrator.v1.LeaseState" json:"to,omitempty"`
+	Reason string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	At     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	// phase is the phase entered with `to` (see Lease.phase); empty for none.
+	Phase         string `protobuf:"bytes,5,opt,name=phase,proto3" json:"phase,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -383,6 +385,13 @@ func (x *Transition) GetAt() *timestamppb.Timestamp {
 		return x.At
 	}
 	return nil
+}
+
+func (x *Transition) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
 }
 
 // Lease is one conversation's claim on a sandbox.
@@ -448,7 +457,14 @@ type Lease struct {
 	// created for this lease. See docs/pools.md.
 	Pool string `protobuf:"bytes,31,opt,name=pool,proto3" json:"pool,omitempty"`
 	// working_dir is AcquireRequest.working_dir; empty for the image's.
-	WorkingDir    string `protobuf:"bytes,33,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	WorkingDir string `protobuf:"bytes,33,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	// phase says what the lease is doing within its state where the state
+	// alone does not: "restarting" (PENDING: its container exited and is
+	// being started again in place, files kept), "kept" (FAILED: the stopped
+	// container is kept for the operator after the disk limit was passed);
+	// empty for none. ("claiming", on READY, marks a warm claim's stored
+	// record while its agent is being configured; it is not normally shown.)
+	Phase         string `protobuf:"bytes,34,opt,name=phase,proto3" json:"phase,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -710,6 +726,13 @@ func (x *Lease) GetPool() string {
 func (x *Lease) GetWorkingDir() string {
 	if x != nil {
 		return x.WorkingDir
+	}
+	return ""
+}
+
+func (x *Lease) GetPhase() string {
+	if x != nil {
+		return x.Phase
 	}
 	return ""
 }
@@ -3164,13 +3187,14 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\tprocesses\x18\n" +
 	" \x01(\x03R\tprocesses\x129\n" +
 	"\n" +
-	"sampled_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tsampledAt\"\xba\x01\n" +
+	"sampled_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tsampledAt\"\xd0\x01\n" +
 	"\n" +
 	"Transition\x125\n" +
 	"\x04from\x18\x01 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.berth.orchestrator.v1.LeaseStateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xef\v\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x14\n" +
+	"\x05phase\x18\x05 \x01(\tR\x05phase\"\x85\f\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x14\n" +
@@ -3210,7 +3234,8 @@ const file_berth_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\anetwork\x18\x1e \x01(\v2$.berth.orchestrator.v1.NetworkPolicyR\anetwork\x12\x12\n" +
 	"\x04pool\x18\x1f \x01(\tR\x04pool\x12\x1f\n" +
 	"\vworking_dir\x18! \x01(\tR\n" +
-	"workingDir\x1a9\n" +
+	"workingDir\x12\x14\n" +
+	"\x05phase\x18\" \x01(\tR\x05phase\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\b\n" +
