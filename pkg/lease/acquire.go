@@ -266,10 +266,6 @@ type acquireHost interface {
 	enqueueClean(e *entry)
 	// goBackground runs f on a goroutine Close waits for (manager.go).
 	goBackground(f func())
-	// drainingLocked reports whether Drain was called; drainRefusalLocked
-	// is the error of an acquire refused meanwhile (drain.go).
-	drainingLocked() bool
-	drainRefusalLocked(what string) error
 	// Resume resumes a PAUSED lease: an acquire of its conversation
 	// (pause.go).
 	Resume(ctx context.Context, id string) (Lease, error)
@@ -314,6 +310,8 @@ type acquirer struct {
 	pools   *poolSet
 	network *networkKeeper // the network policies' enforcement (network.go)
 	tokens  *Tokens        // a lease's token, and its agent's (token.go)
+	// drain refuses new leases while draining (drain.go). New sets it.
+	drain *drainer
 
 	mu     *sync.Mutex       // the Manager's
 	leases map[string]*entry // the Manager's, written with mu held
@@ -542,8 +540,8 @@ func (a *acquirer) acquire(ctx context.Context, req AcquireRequest) (l Lease, to
 			if l, ok = a.existing(e); !ok {
 				continue // it had expired: look again
 			}
-		case a.host.drainingLocked(): // drain.go: no new lease while draining
-			err = a.host.drainRefusalLocked("acquire")
+		case a.drain.drainingLocked(): // drain.go: no new lease while draining
+			err = a.drain.refusalLocked("acquire")
 			a.mu.Unlock()
 		case a.fleet.shared != nil: // no live lease here; maybe on another replica (replicas.go)
 			a.mu.Unlock()

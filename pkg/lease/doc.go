@@ -16,10 +16,12 @@
 //	admission     AdmissionConfig, NetworkConfig  limits.go, network.go
 //	controller    Config          controller      reconcile.go, work.go, plan.go (reconcile, events, resync, workers, removals)
 //	disk limit    DiskConfig      diskEnforcer    disk.go
+//	drain         Config          drainer         drain.go (Manager.Drain, Manager.Draining)
 //	fleet         FleetConfig     fleet           replicas.go
 //	network       NetworkConfig   networkKeeper   network.go (enforcement of the policies)
 //	pause, idle   PauseConfig     pauser          pause.go, use.go
 //	warm pools    PoolsConfig     poolSet         pool.go
+//	reaper        Config          reaper          reaper.go (expiry, idle pauses, removals' retries, purge)
 //	restarts      RestartConfig   restarter       restart.go
 //	snapshots     SnapshotConfig  snapshotKeeper  snapshot.go (Manager.Snapshots)
 //	tokens        Secret          Tokens          token.go, sign.go (Manager.Tokens)
@@ -28,6 +30,11 @@
 // The acquirer's configuration is Config's own acquire defaults and bounds
 // (DefaultImage, DefaultTTL, MaxTTL, DefaultIdleTimeout); it goes through
 // admission, volumes, snapshots (forks), the fleet and the warm pools.
+// The reaper's is Config's ReapInterval and Retention (with
+// FleetConfig.ActivityFlushInterval); it goes through the pauser (idle
+// pauses), the disk limit (kept containers) and admission (the limit on
+// ended records). The drainer's is Config.ReapConcurrency; the acquire
+// path, the pauser and the warm pools ask it whether it is draining.
 // The components share the Manager's mutex: a method named …Locked is
 // called with it held, as on the Manager. Tokens (lease and agent tokens,
 // signed URLs) is the exception: it needs only the secret (NewTokens),

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -60,10 +61,52 @@ func ParseDrainMode(field, s string) (DrainMode, error) {
 	return "", errdefs.InvalidArgument(field, "unknown drain mode %q (want hibernate or release)", s)
 }
 
-// drainState is the Manager's draining flag, guarded by Manager.mu. It is
-// set by the first Drain and never cleared.
-type drainState struct {
+// drainHost is what the drainer needs from the Manager (implemented by
+// *Manager): admission of the call, and the lease operations a drain does.
+// enterLocked is called with the Manager's mu held, the others without it.
+type drainHost interface {
+	// enterLocked admits a call Close waits for; the drainer's done ends
+	// it (manager.go).
+	enterLocked() error
+	Get(ctx context.Context, id string) (Lease, error)                   // manager.go
+	Subscribe(ctx context.Context, f EventFilter) <-chan Event           // events.go
+	Pause(ctx context.Context, id string, mode PauseMode) (Lease, error) // pause.go
+	Release(ctx context.Context, id, reason string) (Lease, error)       // ops.go
+}
+
+var _ drainHost = (*Manager)(nil)
+
+// drainer is Drain (see above): the Manager's draining flag and the drain
+// of its leases. It shares the Manager's mu and leases map; the acquire
+// path, the pauser and the warm pools ask it whether they may go on
+// (drainingLocked, refusalLocked).
+type drainer struct {
+	host drainHost
+	log  *slog.Logger
+	// done ends a call enterLocked admitted (the Manager's wg.Done).
+	done func()
+	// concurrency is Config.ReapConcurrency: it bounds the leases drained
+	// at once.
+	concurrency int
+
+	mu     *sync.Mutex       // the Manager's
+	leases map[string]*entry // the Manager's, read with mu held
+	// fleet says which leases are homed here (replicas.go); pools are
+	// emptied (pool.go).
+	fleet *fleet
+	pools *poolSet
+
+	// on is the draining flag, guarded by mu. It is set by the first
+	// Drain and never cleared.
 	on bool
+}
+
+// newDrainer returns the drainer of a Manager configured by cfg (defaults
+// applied): host is the Manager, done its wg.Done, mu and leases its own,
+// fleet and pools its components.
+func newDrainer(cfg Config, host drainHost, done func(), mu *sync.Mutex, leases map[string]*entry, fleet *fleet, pools *poolSet) *drainer {
+	return &drainer{host: host, log: cfg.Logger, done: done, concurrency: cfg.ReapConcurrency,
+		mu: mu, leases: leases, fleet: fleet, pools: pools}
 }
 
 // DrainFailure is a lease that Drain left as it was.
@@ -84,17 +127,23 @@ type DrainResult struct {
 }
 
 // Draining reports whether Drain was called since Start.
-func (m *Manager) Draining() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.drain.on
+func (m *Manager) Draining() bool { return m.drain.draining() }
+
+// draining reports whether Drain was called (Manager.Draining).
+func (d *drainer) draining() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.on
 }
 
-// drainRefusalLocked is the error of a call refused while draining (what:
+// drainingLocked reports whether Drain was called. Called with mu held.
+func (d *drainer) drainingLocked() bool { return d.on }
+
+// refusalLocked is the error of a call refused while draining (what:
 // "acquire", "resume lease ID"), or nil when not draining. Called with mu
 // held.
-func (m *Manager) drainRefusalLocked(what string) error {
-	if !m.drain.on {
+func (d *drainer) refusalLocked(what string) error {
+	if !d.on {
 		return nil
 	}
 	return errdefs.Unavailable("%s: this orchestrator is draining (taken out of service by the operator) and takes no new or resumed sandboxes until it restarts", what)
@@ -110,35 +159,40 @@ func (m *Manager) drainRefusalLocked(what string) error {
 // ReasonDrained). An unknown mode is errdefs.ErrInvalidArgument naming
 // "mode"; a Manager not running is errdefs.ErrUnavailable.
 func (m *Manager) Drain(ctx context.Context, mode DrainMode, reason string) (DrainResult, error) {
+	return m.drain.drain(ctx, mode, reason)
+}
+
+// drain is Manager.Drain.
+func (d *drainer) drain(ctx context.Context, mode DrainMode, reason string) (DrainResult, error) {
 	if mode != DrainHibernate && mode != DrainRelease {
 		return DrainResult{}, errdefs.InvalidArgument("mode", "unknown drain mode %q (want hibernate or release)", string(mode))
 	}
 	if reason = SanitizeText(reason, MaxReasonLen); reason == "" {
 		reason = ReasonDrained
 	}
-	m.mu.Lock()
-	if err := m.enterLocked(); err != nil {
-		m.mu.Unlock()
+	d.mu.Lock()
+	if err := d.host.enterLocked(); err != nil {
+		d.mu.Unlock()
 		return DrainResult{}, err
 	}
-	defer m.wg.Done()
-	first := !m.drain.on
-	m.drain.on = true
+	defer d.done()
+	first := !d.on
+	d.on = true
 	var ids []string
-	for id, e := range m.leases {
-		if e.l.State.Live() && m.fleet.homeLocked(e) {
+	for id, e := range d.leases {
+		if e.l.State.Live() && d.fleet.homeLocked(e) {
 			ids = append(ids, id)
 		}
 	}
-	m.mu.Unlock()
+	d.mu.Unlock()
 	if first {
-		m.log.Warn("draining: new leases and resumes are refused until restart; warm pools empty", "mode", string(mode))
+		d.log.Warn("draining: new leases and resumes are refused until restart; warm pools empty", "mode", string(mode))
 	}
-	m.pools.kick() // pool.go: the pool loop trims the pools now
+	d.pools.kick() // pool.go: the pool loop trims the pools now
 	slices.Sort(ids)
 
 	errs := make([]error, len(ids))
-	sem := make(chan struct{}, m.cfg.ReapConcurrency)
+	sem := make(chan struct{}, d.concurrency)
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Add(1)
@@ -146,9 +200,9 @@ func (m *Manager) Drain(ctx context.Context, mode DrainMode, reason string) (Dra
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			if mode == DrainRelease {
-				_, errs[i] = m.Release(ctx, id, reason)
+				_, errs[i] = d.host.Release(ctx, id, reason)
 			} else {
-				errs[i] = m.drainHibernate(ctx, id)
+				errs[i] = d.hibernate(ctx, id)
 			}
 		}()
 	}
@@ -161,34 +215,34 @@ func (m *Manager) Drain(ctx context.Context, mode DrainMode, reason string) (Dra
 			continue
 		}
 		res.Failed = append(res.Failed, DrainFailure{LeaseID: id, Err: errs[i]})
-		m.log.Warn("drain: lease left as it was", "lease_id", id, "mode", string(mode), "err", errs[i])
+		d.log.Warn("drain: lease left as it was", "lease_id", id, "mode", string(mode), "err", errs[i])
 	}
-	m.log.Info("drained leases", "mode", string(mode), "drained", len(res.Drained), "failed", len(res.Failed))
+	d.log.Info("drained leases", "mode", string(mode), "drained", len(res.Drained), "failed", len(res.Failed))
 	return res, ctx.Err()
 }
 
-// drainHibernate brings live lease id to PAUSED (or lets it end): a READY
+// hibernate brings live lease id to PAUSED (or lets it end): a READY
 // lease is hibernated, a PENDING one (being created or restarted) is
 // waited for, one PAUSED, RELEASING or ended is left alone.
-func (m *Manager) drainHibernate(ctx context.Context, id string) error {
+func (d *drainer) hibernate(ctx context.Context, id string) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Subscribed before each look, so that no change is missed in between.
-	events := m.Subscribe(sctx, EventFilter{LeaseID: id})
+	events := d.host.Subscribe(sctx, EventFilter{LeaseID: id})
 	for {
-		l, err := m.Get(ctx, id)
+		l, err := d.host.Get(ctx, id)
 		if err != nil {
 			return err
 		}
 		switch l.State {
 		case StateReady:
-			_, err := m.Pause(ctx, id, PauseHibernate)
+			_, err := d.host.Pause(ctx, id, PauseHibernate)
 			if err == nil {
 				return nil
 			}
 			// Something else moved it first (an idle pause, an expiry): look
 			// again; a lease still READY is a real failure.
-			if now, gerr := m.Get(ctx, id); gerr == nil && now.State != StateReady {
+			if now, gerr := d.host.Get(ctx, id); gerr == nil && now.State != StateReady {
 				continue
 			}
 			return err

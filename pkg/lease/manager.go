@@ -260,7 +260,8 @@ type Manager struct {
 	network *networkKeeper
 	acq     *acquirer // the acquire path (acquire.go)
 
-	drain drainState // set by Drain (drain.go)
+	drain  *drainer // Drain and the draining flag (drain.go)
+	reaper *reaper  // expiry, idle pauses, removals' retries, purge (reaper.go)
 
 	pmu       sync.Mutex        // serialises store writes
 	persisted map[string]uint64 // lease id → revision last written
@@ -347,6 +348,9 @@ func New(cfg Config) (*Manager, error) {
 	m.acq.fleet, m.acq.pools = fl, pools
 	m.acq.network, m.pools.network, m.pauser.network = m.network, m.network, m.network
 	m.acq.tokens = tokens
+	m.drain = newDrainer(cfg, m, m.wg.Done, &m.mu, m.leases, fl, pools) // drain.go
+	m.acq.drain, m.pauser.drain, m.pools.drain = m.drain, m.drain, m.drain
+	m.reaper = newReaper(cfg, m, m.goBackground, &m.mu, m.leases, m.pauser, m.disk, m.admit) // reaper.go
 	m.ctrl = &controller{cfg: cfg, host: m, rt: cfg.Runtime, log: cfg.Logger, mu: &m.mu, leases: m.leases, seq: &m.seq, queue: m.queue,
 		fleet: m.fleet, pools: m.pools, disk: m.disk, restarter: m.restarter, pauser: m.pauser, vols: m.vols, network: m.network} // reconcile.go
 	m.restarter.watchDown = &m.ctrl.watchDown
@@ -386,8 +390,8 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Lock()
 	m.runCtx, m.cancel = runCtx, cancel
 	m.mu.Unlock()
-	m.goBackground(func() { m.fleet.runReaper(runCtx, m.reapLoop) }) // replicas.go: FleetConfig.Elect
-	m.fleet.start(runCtx)                                            // replicas.go: a SharedStore's feed
+	m.goBackground(func() { m.fleet.runReaper(runCtx, m.reaper.loop) }) // replicas.go: FleetConfig.Elect
+	m.fleet.start(runCtx)                                               // replicas.go: a SharedStore's feed
 	m.goBackground(func() { m.ctrl.watchLoop(runCtx) })
 	m.restarter.startQueued(runCtx) // restart.go
 	m.goBackground(func() { m.disk.loop(runCtx) })

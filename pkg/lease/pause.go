@@ -206,8 +206,6 @@ type pauseHost interface {
 	// expireIfDueLocked expires READY e if it is past its TTL; on error
 	// mu is released (ops.go).
 	expireIfDueLocked(e *entry, now time.Time) error
-	// drainRefusalLocked refuses a resume while draining (drain.go).
-	drainRefusalLocked(what string) error
 	// endOpLocked gives e back from an operation with its outcome and
 	// queues what is left to do, e.g. the removal of a lease released or
 	// failed meanwhile (work.go).
@@ -261,6 +259,8 @@ type pauser struct {
 	// network applies a woken sandbox's network policy, and forgets a
 	// hibernated one's (network.go). New sets it.
 	network *networkKeeper
+	// drain refuses resumes while draining (drain.go). New sets it.
+	drain *drainer
 }
 
 // newPauser returns the pauser of a Manager configured by cfg (defaults
@@ -518,7 +518,7 @@ func (p *pauser) resumeLease(ctx context.Context, id string) (Lease, error) {
 			p.mu.Unlock()
 			return l, nil
 		case StatePaused:
-			if err := p.host.drainRefusalLocked("resume lease " + id); err != nil { // drain.go
+			if err := p.drain.refusalLocked("resume lease " + id); err != nil { // drain.go
 				p.mu.Unlock()
 				return Lease{}, err
 			}

@@ -227,12 +227,12 @@ func TestPausedRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	advance(5 * time.Minute) // past the idle timeout, within the paused retention
-	h.m.reapOnce()
+	h.m.reaper.once()
 	if g := h.get(l.ID); g.State != StatePaused {
 		t.Fatalf("paused lease idle-expired: %s %s", g.State, g.Reason)
 	}
 	advance(6 * time.Minute) // past the paused retention
-	h.m.reapOnce()
+	h.m.reaper.once()
 	eventually(t, 2*time.Second, "paused lease expires", func() bool { return h.get(l.ID).State == StateExpired })
 	if r := h.get(l.ID).Reason; !strings.Contains(r, "paused retention") {
 		t.Fatalf("reason %q", r)

@@ -161,10 +161,8 @@ type poolHost interface {
 	// claimingLocked returns the READY leases loaded in PhaseClaiming
 	// (read under mu only).
 	claimingLocked() []*Lease
-	// closedLocked reports whether Close was called; drainingLocked
-	// whether Drain was (drain.go).
+	// closedLocked reports whether Close was called.
 	closedLocked() bool
-	drainingLocked() bool
 	// nextSeqLocked bumps and returns Manager.seq (resync races).
 	nextSeqLocked() uint64
 	// goBackground runs f on a goroutine Close waits for.
@@ -192,6 +190,7 @@ type poolSet struct {
 	denyRoot     bool
 	net          NetworkConfig  // enforcement and name servers (network.go)
 	network      *networkKeeper // the network policies' enforcement (network.go)
+	drain        *drainer       // a draining orchestrator keeps no warm sandboxes (drain.go); New sets it
 
 	// pools in configuration order; byID maps the lease id of each
 	// unclaimed pooled sandbox (ready or being created) to its pool;
@@ -594,7 +593,7 @@ pools:
 			p.boost = 0
 		}
 		target := p.targetLocked()
-		if ps.host.drainingLocked() { // drain.go: a draining orchestrator keeps no warm sandboxes
+		if ps.drain.drainingLocked() { // drain.go: a draining orchestrator keeps no warm sandboxes
 			target = 0
 		}
 		for len(p.idle) > target {
@@ -828,10 +827,6 @@ func (m *Manager) claimingLocked() []*Lease {
 
 // closedLocked reports whether Close was called. Called with m.mu held.
 func (m *Manager) closedLocked() bool { return m.closed }
-
-// drainingLocked reports whether Drain was called (drain.go). Called with
-// m.mu held.
-func (m *Manager) drainingLocked() bool { return m.drain.on }
 
 // nextSeqLocked bumps Manager.seq and returns it. Called with m.mu held.
 func (m *Manager) nextSeqLocked() uint64 {

@@ -122,18 +122,18 @@ func TestIdlePauseSkipsLeaseInUse(t *testing.T) {
 	}
 	hold.Answered() // the stream is under way
 	advance(5 * time.Minute)
-	h.m.reapOnce()
+	h.m.reaper.once()
 	if g := h.get(l.ID); g.State != StateReady {
 		t.Fatalf("lease %s with a request in flight: %s", g.State, g.Reason)
 	}
 	hold.Done()
 	advance(30 * time.Second)
-	h.m.reapOnce()
+	h.m.reaper.once()
 	if g := h.get(l.ID); g.State != StateReady {
 		t.Fatalf("lease %s 30s after its request ended: %s", g.State, g.Reason)
 	}
 	advance(time.Minute)
-	h.m.reapOnce()
+	h.m.reaper.once()
 	eventually(t, 5*time.Second, "idle lease paused once its request ended", func() bool { return h.get(l.ID).State == StatePaused })
 }
 
