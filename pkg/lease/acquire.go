@@ -266,9 +266,8 @@ type acquireHost interface {
 	enqueueClean(e *entry)
 	// goBackground runs f on a goroutine Close waits for (manager.go).
 	goBackground(f func())
-	// drainingLocked reports whether Drain was called; drainRefusalLocked
-	// is the error of an acquire refused meanwhile (drain.go).
-	drainingLocked() bool
+	// drainRefusalLocked is the error of an acquire refused while
+	// draining (drain.go; acquirer.draining says whether it is).
 	drainRefusalLocked(what string) error
 	// Resume resumes a PAUSED lease: an acquire of its conversation
 	// (pause.go).
@@ -314,6 +313,9 @@ type acquirer struct {
 	pools   *poolSet
 	network *networkKeeper // the network policies' enforcement (network.go)
 	tokens  *Tokens        // a lease's token, and its agent's (token.go)
+	// draining reports whether Drain was called (drain.go). Called with
+	// mu held; New sets it.
+	draining func() bool
 
 	mu     *sync.Mutex       // the Manager's
 	leases map[string]*entry // the Manager's, written with mu held
@@ -326,7 +328,7 @@ type acquirer struct {
 // newAcquirer returns the acquire path of a Manager configured by cfg
 // (defaults applied): host is the Manager, done its wg.Done; admit, vols
 // and snaps its components; mu, leases, byConv and counts its own. The
-// caller sets fleet and pools.
+// caller sets fleet, pools and draining.
 func newAcquirer(cfg Config, host acquireHost, done func(), admit *admission, vols *volumeKeeper, snaps *snapshotKeeper,
 	mu *sync.Mutex, leases, byConv map[string]*entry, counts map[State]int) *acquirer {
 	return &acquirer{host: host, rt: cfg.Runtime, log: cfg.Logger, done: done,
@@ -542,7 +544,7 @@ func (a *acquirer) acquire(ctx context.Context, req AcquireRequest) (l Lease, to
 			if l, ok = a.existing(e); !ok {
 				continue // it had expired: look again
 			}
-		case a.host.drainingLocked(): // drain.go: no new lease while draining
+		case a.draining(): // drain.go: no new lease while draining
 			err = a.host.drainRefusalLocked("acquire")
 			a.mu.Unlock()
 		case a.fleet.shared != nil: // no live lease here; maybe on another replica (replicas.go)
