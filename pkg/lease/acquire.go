@@ -324,7 +324,7 @@ type acquirer struct {
 // newAcquirer returns the acquire path of a Manager configured by cfg
 // (defaults applied): host is the Manager, done its wg.Done; admit, vols
 // and snaps its components; mu, leases, byConv and counts its own. The
-// caller sets fleet and pools.
+// caller sets fleet, pools and draining.
 func newAcquirer(cfg Config, host acquireHost, done func(), admit *admission, vols *volumeKeeper, snaps *snapshotKeeper,
 	mu *sync.Mutex, leases, byConv map[string]*entry, counts map[State]int) *acquirer {
 	return &acquirer{host: host, rt: cfg.Runtime, log: cfg.Logger, done: done,

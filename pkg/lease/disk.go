@@ -108,8 +108,6 @@ type diskHost interface {
 	transitionPhaseLocked(e *entry, to State, p Phase, reason string) error
 	// setPhaseLocked changes e's phase within its state (manager.go).
 	setPhaseLocked(e *entry, p Phase) error
-	// emitLocked tells the watchers of e's change (events.go).
-	emitLocked(e *entry, t *Transition)
 	// persist writes a snapshot of a lease (manager.go).
 	persist(l Lease, rev uint64) error
 	// enqueueCleanLocked hands e's container to the removal workers (ops.go).
@@ -132,8 +130,10 @@ type diskRuntime interface {
 type diskEnforcer struct {
 	cfg  DiskConfig
 	host diskHost
-	rt   diskRuntime
-	log  *slog.Logger
+	// hub tells the watchers of a lease's change (events.go).
+	hub *hub
+	rt  diskRuntime
+	log *slog.Logger
 	// retention is Config.Retention (keptLocked); removeTimeout
 	// Config.RemoveTimeout (stopForDisk).
 	retention, removeTimeout time.Duration
@@ -149,9 +149,9 @@ type diskEnforcer struct {
 }
 
 // newDiskEnforcer returns the enforcer of a Manager: cfg has its defaults
-// applied; mu and leases are the Manager's.
-func newDiskEnforcer(cfg Config, host diskHost, mu *sync.Mutex, leases map[string]*entry) *diskEnforcer {
-	return &diskEnforcer{cfg: cfg.Disk, host: host, rt: cfg.Runtime, log: cfg.Logger,
+// applied; hub, mu and leases are the Manager's.
+func newDiskEnforcer(cfg Config, host diskHost, hub *hub, mu *sync.Mutex, leases map[string]*entry) *diskEnforcer {
+	return &diskEnforcer{cfg: cfg.Disk, host: host, hub: hub, rt: cfg.Runtime, log: cfg.Logger,
 		retention: cfg.Retention, removeTimeout: cfg.RemoveTimeout,
 		mu: mu, leases: leases, states: map[*entry]*diskState{}}
 }
@@ -322,7 +322,7 @@ func (d *diskEnforcer) measure(ctx context.Context, e *entry, cid string) {
 		// the store); a warning that appears or clears is.
 		e.rev++
 		if !stop {
-			d.host.emitLocked(e, nil)
+			d.hub.emitLocked(e, nil)
 		}
 		l, rev = e.snapshot()
 	}

@@ -17,6 +17,7 @@
 //	controller    Config          controller      reconcile.go, work.go, plan.go (reconcile, events, resync, workers, removals)
 //	disk limit    DiskConfig      diskEnforcer    disk.go
 //	drain         Config          drainer         drain.go (Manager.Drain, Manager.Draining)
+//	events        -               hub             events.go (Manager.Subscribe)
 //	fleet         FleetConfig     fleet           replicas.go
 //	network       NetworkConfig   networkKeeper   network.go (enforcement of the policies)
 //	pause, idle   PauseConfig     pauser          pause.go, use.go
@@ -38,7 +39,9 @@
 // The components share the Manager's mutex: a method named …Locked is
 // called with it held, as on the Manager. Tokens (lease and agent tokens,
 // signed URLs) is the exception: it needs only the secret (NewTokens),
-// holds no state and no lock, and nothing of the Manager.
+// holds no state and no lock, and nothing of the Manager. The hub (the
+// subscribers of lease events) has no configuration and needs nothing of
+// the Manager but its mutex and logger.
 //
 // # State machine
 //

@@ -1,6 +1,10 @@
 package lease
 
-import "context"
+import (
+	"context"
+	"log/slog"
+	"sync"
+)
 
 // SubscriberBuffer is how many events a subscriber may fall behind before
 // it is dropped.
@@ -45,6 +49,24 @@ func (s *subscriber) closeLocked() {
 	}
 }
 
+// hub is the subscribers of the Manager's lease events (Subscribe): it
+// sends each change to those whose filter matches. It shares the
+// Manager's mu, which guards its set: methods named ...Locked are called
+// with it held, subscribe takes it.
+type hub struct {
+	log  *slog.Logger
+	mu   *sync.Mutex // the Manager's
+	subs map[*subscriber]struct{}
+	// closed is set by closeLocked (Manager.Close): later subscribers
+	// get a closed channel.
+	closed bool
+}
+
+// newHub returns the hub of a Manager whose mu is mu.
+func newHub(log *slog.Logger, mu *sync.Mutex) *hub {
+	return &hub{log: log, mu: mu, subs: map[*subscriber]struct{}{}}
+}
+
 // Subscribe returns a channel of the events matching f from now on, in the
 // order they happen (including each lease's creation, a transition from
 // StateUnspecified to PENDING). The channel is closed when ctx ends, when
@@ -53,32 +75,48 @@ func (s *subscriber) closeLocked() {
 // subscriber. A channel closed while ctx is still live means events were
 // lost: List and subscribe again.
 func (m *Manager) Subscribe(ctx context.Context, f EventFilter) <-chan Event {
+	return m.hub.subscribe(ctx, f)
+}
+
+// subscribe implements Manager.Subscribe.
+func (h *hub) subscribe(ctx context.Context, f EventFilter) <-chan Event {
 	s := &subscriber{filter: f, ch: make(chan Event, SubscriberBuffer)}
-	m.mu.Lock()
-	if m.closed || ctx.Err() != nil {
+	h.mu.Lock()
+	if h.closed || ctx.Err() != nil {
 		s.closeLocked()
-		m.mu.Unlock()
+		h.mu.Unlock()
 		return s.ch
 	}
-	m.subs[s] = struct{}{}
-	m.mu.Unlock()
+	h.subs[s] = struct{}{}
+	h.mu.Unlock()
 	context.AfterFunc(ctx, func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		delete(m.subs, s)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(h.subs, s)
 		s.closeLocked()
 	})
 	return s.ch
 }
 
+// closeLocked closes every subscriber's channel and those of later ones
+// (Manager.Close). Called with mu held.
+func (h *hub) closeLocked() {
+	h.closed = true
+	subs := h.subs
+	h.subs = map[*subscriber]struct{}{}
+	for s := range subs {
+		s.closeLocked()
+	}
+}
+
 // emitLocked sends an event about e to every matching subscriber, dropping
 // those that are full. Called with mu held.
-func (m *Manager) emitLocked(e *entry, t *Transition) {
-	if len(m.subs) == 0 {
+func (h *hub) emitLocked(e *entry, t *Transition) {
+	if len(h.subs) == 0 {
 		return
 	}
 	var ev *Event
-	for s := range m.subs {
+	for s := range h.subs {
 		if !s.filter.match(&e.l) {
 			continue
 		}
@@ -92,8 +130,8 @@ func (m *Manager) emitLocked(e *entry, t *Transition) {
 		select {
 		case s.ch <- *ev:
 		default:
-			m.log.Warn("dropping slow lease event subscriber", "lease_id", e.l.ID)
-			delete(m.subs, s)
+			h.log.Warn("dropping slow lease event subscriber", "lease_id", e.l.ID)
+			delete(h.subs, s)
 			s.closeLocked()
 		}
 	}

@@ -213,11 +213,8 @@ func (c AdmissionConfig) Validate() error {
 }
 
 // admissionHost is what admission needs from the Manager; *Manager
-// implements it. Methods ending in Locked are called with the Manager's
-// mu held.
+// implements it.
 type admissionHost interface {
-	// liveCountLocked counts the live leases (manager.go).
-	liveCountLocked() int
 	// now is the lease clock (manager.go).
 	now() time.Time
 }
@@ -243,6 +240,12 @@ type admission struct {
 func newAdmission(cfg Config, host admissionHost, leases map[string]*entry, counts map[State]int) *admission {
 	return &admission{cfg: cfg.Admission, defaultImage: cfg.DefaultImage, host: host, leases: leases, counts: counts,
 		liveByOwner: map[string]int{}}
+}
+
+// liveCountLocked counts the live leases (PENDING, READY, PAUSED,
+// RELEASING). Called with the Manager's mu held.
+func (a *admission) liveCountLocked() int {
+	return a.counts[StatePending] + a.counts[StateReady] + a.counts[StatePaused] + a.counts[StateReleasing]
 }
 
 // CheckImage validates an image reference and applies
@@ -351,10 +354,10 @@ func (a *admission) trackLiveLocked(owner string, from, to State) {
 // AdmissionConfig.MaxLive leases, or MaxLivePerOwner leases of req.Owner,
 // are live, with a RetryAfterError. Called with mu held.
 func (a *admission) checkLiveLimitsLocked(req AcquireRequest) error {
-	if a.cfg.MaxLive >= 0 && a.host.liveCountLocked() >= a.cfg.MaxLive {
+	if a.cfg.MaxLive >= 0 && a.liveCountLocked() >= a.cfg.MaxLive {
 		after := a.retryHintLocked()
 		return &RetryAfterError{
-			Err:   errdefs.ResourceExhausted("%d live leases, the maximum is %d; retry after %s", a.host.liveCountLocked(), a.cfg.MaxLive, after),
+			Err:   errdefs.ResourceExhausted("%d live leases, the maximum is %d; retry after %s", a.liveCountLocked(), a.cfg.MaxLive, after),
 			After: after,
 		}
 	}

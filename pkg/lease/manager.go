@@ -223,10 +223,11 @@ type Manager struct {
 	// election of the reaper (replicas.go).
 	fleet *fleet
 
-	mu      sync.Mutex
-	leases  map[string]*entry // every record, live and ended
-	byConv  map[string]*entry // convKey(owner, conversation id) → its PENDING or READY lease
-	subs    map[*subscriber]struct{}
+	mu     sync.Mutex
+	leases map[string]*entry // every record, live and ended
+	byConv map[string]*entry // convKey(owner, conversation id) → its PENDING or READY lease
+	// hub holds the subscribers of lease events (events.go).
+	hub     *hub
 	counts  map[State]int    // current records by state
 	entered map[State]uint64 // transitions into each state since New
 	// restarter restarts sandboxes whose container exited in place
@@ -319,19 +320,19 @@ func New(cfg Config) (*Manager, error) {
 		tokens:    tokens,
 		leases:    map[string]*entry{},
 		byConv:    map[string]*entry{},
-		subs:      map[*subscriber]struct{}{},
 		counts:    map[State]int{},
 		entered:   map[State]uint64{},
 		persisted: map[string]uint64{},
 		queue:     newWorkQueue(),
 	}
+	m.hub = newHub(cfg.Logger, &m.mu)                                                          // events.go
 	m.network = &networkKeeper{cfg: cfg.Network, log: cfg.Logger, mu: &m.mu, leases: m.leases} // network.go
 	m.admit = newAdmission(cfg, m, m.leases, m.counts)                                         // limits.go
-	m.disk = newDiskEnforcer(cfg, m, &m.mu, m.leases)                                          // disk.go
+	m.disk = newDiskEnforcer(cfg, m, m.hub, &m.mu, m.leases)                                   // disk.go
+	m.vols = newVolumeKeeper(cfg.Volumes, cfg.InstanceID, cfg.RemoveTimeout, cfg.Runtime, cfg.Store, cfg.Logger, m.now, m, m.leases, &m.mu)
 	m.restarter = &restarter{cfg: cfg.Restart, host: m, log: cfg.Logger, readyTimeout: cfg.ReadyTimeout,
-		goBackground: m.goBackground, mu: &m.mu, network: m.network}
-	m.pauser = newPauser(cfg, m, m.wg.Done, m.disk.chargedLocked, &m.mu, m.leases) // pause.go
-	m.vols = newVolumeKeeper(cfg.Volumes, cfg.InstanceID, cfg.RemoveTimeout, cfg.Runtime, cfg.Store, cfg.Logger, m.now, m, &m.mu)
+		goBackground: m.goBackground, mu: &m.mu, network: m.network, vols: m.vols}
+	m.pauser = newPauser(cfg, m, m.wg.Done, m.disk.chargedLocked, m.vols, &m.mu, m.leases)        // pause.go
 	m.snaps = newSnapshotKeeper(cfg.Snapshots, cfg.InstanceID, cfg.Runtime, cfg.Logger, m.now, m) // snapshot.go
 	// The acquire path (acquire.go); its fleet and pools are set below.
 	m.acq = newAcquirer(cfg, m, m.wg.Done, m.admit, m.vols, m.snaps, &m.mu, m.leases, m.byConv, m.counts)
@@ -340,7 +341,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.fleet = fl
-	pools, err := newPoolSet(cfg, m, m.acq.validate, &m.mu) // pool.go
+	pools, err := newPoolSet(cfg, m, m.acq.validate, &m.mu, m.leases, &m.seq, &m.closed) // pool.go
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +405,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	for range m.cfg.ReapConcurrency {
 		m.goBackground(func() { m.ctrl.work(runCtx) }) // work.go
 	}
-	m.log.Info("lease manager started", "instance", m.cfg.InstanceID, "leases", len(m.leases), "live", m.liveCount())
+	m.mu.Lock()
+	leases, live := len(m.leases), m.admit.liveCountLocked()
+	m.mu.Unlock()
+	m.log.Info("lease manager started", "instance", m.cfg.InstanceID, "leases", leases, "live", live)
 	return nil
 }
 
@@ -417,11 +421,7 @@ func (m *Manager) Close() error {
 	m.mu.Lock()
 	m.closed = true
 	cancel := m.cancel
-	subs := m.subs
-	m.subs = map[*subscriber]struct{}{}
-	for s := range subs {
-		s.closeLocked()
-	}
+	m.hub.closeLocked() // events.go: closes the subscribers
 	m.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -555,7 +555,7 @@ func (m *Manager) transitionPhaseLocked(e *entry, to State, p Phase, reason stri
 	}
 	m.log.Info("lease transition", "lease_id", e.l.ID, "conversation_id", e.l.ConversationID, "container_id", e.l.ContainerID,
 		"from", from.String(), "state", to.String(), "phase", p.String(), "reason", reason)
-	m.emitLocked(e, &t)
+	m.hub.emitLocked(e, &t)
 	return nil
 }
 
@@ -627,16 +627,6 @@ func (m *Manager) persistAll(snaps []snap) {
 	}
 }
 
-func (m *Manager) liveCount() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.liveCountLocked()
-}
-
-func (m *Manager) liveCountLocked() int {
-	return m.counts[StatePending] + m.counts[StateReady] + m.counts[StatePaused] + m.counts[StateReleasing]
-}
-
 // Stats are counts for metrics.
 type Stats struct {
 	// ByState counts the records held, live and ended (not yet purged).
@@ -663,7 +653,7 @@ type Stats struct {
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := Stats{ByState: map[State]int{}, Transitions: map[State]uint64{}, Live: m.liveCountLocked(), MaxLive: m.cfg.Admission.MaxLive, Created: m.acq.created,
+	s := Stats{ByState: map[State]int{}, Transitions: map[State]uint64{}, Live: m.admit.liveCountLocked(), MaxLive: m.cfg.Admission.MaxLive, Created: m.acq.created,
 		OOMEvents: m.ctrl.oomEvents, Restarts: m.restarter.started, RestartFailures: m.restarter.failed}
 	for _, st := range States {
 		s.ByState[st] = m.counts[st]

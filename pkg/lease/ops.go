@@ -229,7 +229,7 @@ func (m *Manager) Renew(ctx context.Context, id string, ttl time.Duration) (Leas
 	e.l.ExpiresAt = now.Add(ttl)
 	e.l.UpdatedAt = now
 	e.rev++
-	m.emitLocked(e, nil)
+	m.hub.emitLocked(e, nil)
 	l, rev := e.snapshot()
 	m.mu.Unlock()
 	if err := m.persist(l, rev); err != nil {
@@ -273,9 +273,15 @@ func (m *Manager) Release(ctx context.Context, id, reason string) (Lease, error)
 	}
 	l, rev := e.snapshot()
 	m.mu.Unlock()
+	// current is the lease as it is now.
+	current := func() Lease {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return e.l.Clone()
+	}
 	_ = m.persist(l, rev) // a lost write is repaired by reconcile: RELEASING or not, the container goes
 	if err := m.ctrl.cleanup(ctx, id); err != nil {
-		return m.current(e), err
+		return current(), err
 	}
 	wait := time.NewTimer(m.cfg.ReadyTimeout + m.cfg.RemoveTimeout + 5*time.Second)
 	defer wait.Stop()
@@ -284,15 +290,9 @@ func (m *Manager) Release(ctx context.Context, id, reason string) (Lease, error)
 	case <-wait.C:
 	case <-runCtx.Done(): // shutting down
 	case <-ctx.Done():
-		return m.current(e), ctx.Err()
+		return current(), ctx.Err()
 	}
-	return m.current(e), nil
-}
-
-func (m *Manager) current(e *entry) Lease {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return e.l.Clone()
+	return current(), nil
 }
 
 // ReapFilter selects the live leases Reap releases. Set fields combine with

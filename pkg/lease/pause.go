@@ -210,9 +210,6 @@ type pauseHost interface {
 	// queues what is left to do, e.g. the removal of a lease released or
 	// failed meanwhile (work.go).
 	endOpLocked(e *entry, o *op, err error)
-	// restartSandbox starts a stopped container again once its host
-	// mounts are checked (volumes.go).
-	restartSandbox(ctx context.Context, id, cid string, mounts []runtime.Mount) (runtime.Sandbox, error)
 }
 
 // pauseBackend is the part of the Runtime the pauser calls itself.
@@ -261,16 +258,20 @@ type pauser struct {
 	network *networkKeeper
 	// drain refuses resumes while draining (drain.go). New sets it.
 	drain *drainer
+	// vols starts a hibernated sandbox's container again once its host
+	// mounts are checked (volumes.go: restartSandbox).
+	vols *volumeKeeper
 }
 
 // newPauser returns the pauser of a Manager configured by cfg (defaults
 // applied): host is the Manager, done its wg.Done, charged its
-// diskEnforcer's chargedLocked, mu and leases its own.
-func newPauser(cfg Config, host pauseHost, done func(), charged func(*entry) int64, mu *sync.Mutex, leases map[string]*entry) *pauser {
+// diskEnforcer's chargedLocked, vols its volumeKeeper, mu and leases its
+// own.
+func newPauser(cfg Config, host pauseHost, done func(), charged func(*entry) int64, vols *volumeKeeper, mu *sync.Mutex, leases map[string]*entry) *pauser {
 	fr, _ := cfg.Runtime.(runtime.Freezer)
 	return &pauser{cfg: cfg.Pause, host: host, rt: cfg.Runtime, fr: fr, log: cfg.Logger,
 		removeTimeout: cfg.RemoveTimeout, readyTimeout: cfg.ReadyTimeout, requestGrace: pauseRequestGrace,
-		done: done, chargedLocked: charged, mu: mu, leases: leases}
+		done: done, chargedLocked: charged, vols: vols, mu: mu, leases: leases}
 }
 
 // freezer returns the runtime's Freezer, or a FailedPrecondition naming the
@@ -554,7 +555,7 @@ func (p *pauser) resume(ctx context.Context, e *entry, o *op, mode PauseMode, ci
 	} else {
 		rctx, cancel := detached(ctx, p.readyTimeout+5*time.Second)
 		// volumes.go: the host mounts are checked first.
-		sb, err = p.host.restartSandbox(rctx, e.l.ID, cid, mounts)
+		sb, err = p.vols.restartSandbox(rctx, e.l.ID, cid, mounts)
 		if err == nil { // its address may have changed
 			err = p.network.enforce(rctx, e.l.ID, sb.Endpoint) // network.go
 		}

@@ -152,25 +152,19 @@ const poolCreateConcurrency = 4
 var RefillBuckets = []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}
 
 // poolHost is what the warm pools need from the Manager, which implements
-// it (the methods at the end of this file). The methods named ...Locked
-// are called with the Manager's mu held; now, AgentToken and goBackground
-// with or without it; the others without it.
+// it: now, Tokens and goBackground are called with or without the
+// Manager's mu held, removeContainers without it. The Manager's state the
+// pools read (its leases, seq, closed and draining) they share instead
+// (poolSet's fields).
 type poolHost interface {
-	// leasedLocked reports whether lease id has a record.
-	leasedLocked(id string) bool
-	// claimingLocked returns the READY leases loaded in PhaseClaiming
-	// (read under mu only).
-	claimingLocked() []*Lease
-	// closedLocked reports whether Close was called.
-	closedLocked() bool
-	// nextSeqLocked bumps and returns Manager.seq (resync races).
-	nextSeqLocked() uint64
 	// goBackground runs f on a goroutine Close waits for.
 	goBackground(f func())
 	now() time.Time
 	Tokens() *Tokens                                                 // token.go
 	removeContainers(ctx context.Context, leaseID, cid string) error // ops.go
 }
+
+var _ poolHost = (*Manager)(nil)
 
 // poolSet is the warm pools: their members, figures, the refill loop and
 // the adoption of members at reconcile. Its state is guarded by the
@@ -191,6 +185,13 @@ type poolSet struct {
 	net          NetworkConfig  // enforcement and name servers (network.go)
 	network      *networkKeeper // the network policies' enforcement (network.go)
 	drain        *drainer       // a draining orchestrator keeps no warm sandboxes (drain.go); New sets it
+
+	// Of the Manager's state, read (seq bumped) with mu held: its lease
+	// records (a pooled sandbox whose id has one is claimed), seq (bumped
+	// when a member joins: resync races), and whether Close was called.
+	leases map[string]*entry
+	seq    *uint64
+	closed *bool
 
 	// pools in configuration order; byID maps the lease id of each
 	// unclaimed pooled sandbox (ready or being created) to its pool;
@@ -330,7 +331,7 @@ func (ps *poolSet) unconfiguredClaims(ctx context.Context, byLease map[string][]
 	type probe struct{ id, endpoint string }
 	var probes []probe
 	ps.mu.Lock()
-	for _, l := range ps.host.claimingLocked() {
+	for _, l := range ps.claimingLocked() {
 		sb, ok := pick(l, byLease[l.ID]) // plan.go
 		p := probe{id: l.ID}
 		if ok && sb.State == runtime.StateRunning {
@@ -446,10 +447,13 @@ func (p *pool) targetLocked() int { return min(p.cfg.Min+p.boost, p.cfg.Max) }
 
 // newPoolSet validates cfg.Pools.Pools (checked by withDefaults already)
 // against the acquire rules (validate: the acquirer's, acquire.go) and
-// builds the pools of the Manager host, whose mu is mu. Called by New.
-func newPoolSet(cfg Config, host poolHost, validate func(AcquireRequest) (AcquireRequest, error), mu *sync.Mutex) (*poolSet, error) {
+// builds the pools of the Manager host, whose mu, leases, seq and closed
+// are given. Called by New, which sets draining.
+func newPoolSet(cfg Config, host poolHost, validate func(AcquireRequest) (AcquireRequest, error), mu *sync.Mutex,
+	leases map[string]*entry, seq *uint64, closed *bool) (*poolSet, error) {
 	ps := &poolSet{cfg: cfg.Pools, host: host, mu: mu, rt: cfg.Runtime, log: cfg.Logger,
 		instanceID: cfg.InstanceID, readyTimeout: cfg.ReadyTimeout, denyRoot: cfg.Admission.DenyRootUser, net: cfg.Network,
+		leases: leases, seq: seq, closed: closed,
 		byID: map[string]*pool{}, kickC: make(chan struct{}, 1)}
 	for _, pc := range ps.cfg.Pools {
 		req, err := validate(AcquireRequest{ConversationID: "pool", Image: pc.Image, User: pc.User, Resources: pc.Resources})
@@ -578,7 +582,7 @@ func (ps *poolSet) loop(ctx context.Context) {
 func (ps *poolSet) fill(ctx context.Context, sem chan struct{}) {
 	var trim []member
 	ps.mu.Lock()
-	if ps.host.closedLocked() {
+	if *ps.closed {
 		ps.mu.Unlock()
 		return
 	}
@@ -680,7 +684,8 @@ func (ps *poolSet) createPooled(ctx context.Context, p *pool, id string) {
 	}
 	p.fails = 0
 	p.refill.observe(took.Seconds())
-	seq := ps.host.nextSeqLocked()
+	*ps.seq++
+	seq := *ps.seq
 	p.idle = append(p.idle, member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, diskEnforcement: sb.DiskEnforcement, seq: seq, net: applied})
 	ps.mu.Unlock()
 	ps.log.Debug("pool: sandbox ready", "pool", p.cfg.Name, "lease_id", id, "container_id", sb.ID, "took", took)
@@ -701,7 +706,7 @@ func (ps *poolSet) dropMember(ctx context.Context, mb member) error {
 // unclaimed member of a pool, ready or being created: resync leaves it to
 // the pool. Called with mu held.
 func (ps *poolSet) pooledLocked(sb runtime.Sandbox) bool {
-	return sb.Labels[runtime.LabelPool] != "" && !ps.host.leasedLocked(sb.LeaseID) && ps.byID[sb.LeaseID] != nil
+	return sb.Labels[runtime.LabelPool] != "" && !ps.leasedLocked(sb.LeaseID) && ps.byID[sb.LeaseID] != nil
 }
 
 // adoptLocked adopts the containers reconcile found with a pool label
@@ -721,7 +726,7 @@ func (ps *poolSet) adoptLocked(boxes []runtime.Sandbox) map[string]bool {
 	slices.SortFunc(boxes, func(a, b runtime.Sandbox) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	for _, sb := range boxes {
 		name := sb.Labels[runtime.LabelPool]
-		if name == "" || ps.host.leasedLocked(sb.LeaseID) {
+		if name == "" || ps.leasedLocked(sb.LeaseID) {
 			continue
 		}
 		p := byName[name]
@@ -750,7 +755,7 @@ func (ps *poolSet) event(ctx context.Context, ev runtime.Event) bool {
 	}
 	ps.mu.Lock()
 	p := ps.byID[ev.LeaseID]
-	if p == nil || ps.host.leasedLocked(ev.LeaseID) {
+	if p == nil || ps.leasedLocked(ev.LeaseID) {
 		ps.mu.Unlock()
 		return false
 	}
@@ -806,30 +811,17 @@ func (ps *poolSet) snapshot() map[string][]string {
 	return out
 }
 
-// The Manager is the pools' host (poolHost); the methods below serve
-// only the pools.
-var _ poolHost = (*Manager)(nil)
-
-// leasedLocked reports whether lease id has a record. Called with m.mu held.
-func (m *Manager) leasedLocked(id string) bool { return m.leases[id] != nil }
+// leasedLocked reports whether lease id has a record. Called with mu held.
+func (ps *poolSet) leasedLocked(id string) bool { return ps.leases[id] != nil }
 
 // claimingLocked returns the READY leases loaded in PhaseClaiming.
-// Called with m.mu held; the leases are read under it only.
-func (m *Manager) claimingLocked() []*Lease {
+// Called with mu held; the leases are read under it only.
+func (ps *poolSet) claimingLocked() []*Lease {
 	var out []*Lease
-	for _, e := range m.leases {
+	for _, e := range ps.leases {
 		if e.l.State == StateReady && e.l.Phase == PhaseClaiming {
 			out = append(out, &e.l)
 		}
 	}
 	return out
-}
-
-// closedLocked reports whether Close was called. Called with m.mu held.
-func (m *Manager) closedLocked() bool { return m.closed }
-
-// nextSeqLocked bumps Manager.seq and returns it. Called with m.mu held.
-func (m *Manager) nextSeqLocked() uint64 {
-	m.seq++
-	return m.seq
 }

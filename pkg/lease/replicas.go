@@ -392,7 +392,7 @@ func (m *Manager) applyRemote(l Lease, deleted bool) {
 	if n := len(l.Transitions); n > 0 {
 		t = &l.Transitions[n-1]
 	}
-	m.emitLocked(e, t)
+	m.hub.emitLocked(e, t)
 }
 
 // refreshShared reads lease id from the shared store and applies it, so a

@@ -132,9 +132,6 @@ type restartHost interface {
 	// endOpLocked gives the lease back from the restart with its outcome
 	// and queues what is left to do, a removal (work.go).
 	endOpLocked(e *entry, o *op, err error)
-	// restartSandbox starts a stopped container again once its host
-	// mounts are checked (volumes.go).
-	restartSandbox(ctx context.Context, id, cid string, mounts []runtime.Mount) (runtime.Sandbox, error)
 }
 
 // restarter restarts the sandboxes of READY leases whose container exited
@@ -155,6 +152,9 @@ type restarter struct {
 	mu *sync.Mutex // the Manager's mu
 	// network applies a restarted sandbox's network policy (network.go).
 	network *networkKeeper
+	// vols starts the container again once its host mounts are checked
+	// (volumes.go: restartSandbox).
+	vols *volumeKeeper
 	// started counts in-place restarts started, failed those that failed.
 	started, failed uint64
 	// queued are the leases reconcile moved to PENDING for a restart,
@@ -258,7 +258,7 @@ func (r *restarter) run(ctx context.Context, j restartJob) {
 		// (more precise) timeout error win over ours.
 		rctx, cancel := detached(ctx, r.readyTimeout+5*time.Second)
 		// volumes.go: the host mounts are checked first.
-		sb, err = r.host.restartSandbox(rctx, id, j.cid, mounts)
+		sb, err = r.vols.restartSandbox(rctx, id, j.cid, mounts)
 		if err == nil { // its address may have changed
 			err = r.network.enforce(rctx, id, sb.Endpoint) // network.go
 		}

@@ -130,23 +130,21 @@ type Volumes interface {
 // Volumes returns the workspace volumes of this instance.
 func (m *Manager) Volumes() Volumes { return m.vols }
 
-// volumeLeases is what the volumeKeeper needs from the Manager, whose
+// volumeHost is what the volumeKeeper needs from the Manager, whose
 // lock (volumeKeeper.mu) guards both the leases and the keeper's busy
 // set, so that an acquire and a removal of the same volume agree.
 // *Manager implements it.
-type volumeLeases interface {
+type volumeHost interface {
 	// usableLocked is errdefs.ErrUnavailable while the Manager is not
 	// started or shut down.
 	usableLocked() error
-	// volumeUsersLocked calls fn for each lease whose sandbox mounts (or
-	// may still mount) its workspace volume: live, or ended with its
-	// container not yet removed; it stops when fn returns false.
-	volumeUsersLocked(fn func(l *Lease) bool)
 }
 
-// volumeUsersLocked implements volumeLeases. Called with m.mu held.
-func (m *Manager) volumeUsersLocked(fn func(l *Lease) bool) {
-	for _, e := range m.leases {
+// volumeUsersLocked calls fn for each lease whose sandbox mounts (or may
+// still mount) its workspace volume: live, or ended with its container not
+// yet removed; it stops when fn returns false. Called with k.mu held.
+func (k *volumeKeeper) volumeUsersLocked(fn func(l *Lease) bool) {
+	for _, e := range k.leases {
 		if e.l.Volume != "" && !(e.l.State.Ended() && e.l.Cleaned) {
 			if !fn(&e.l) {
 				return
@@ -173,8 +171,10 @@ type volumeKeeper struct {
 	mem   memVolumes
 	log   *slog.Logger
 	now   func() time.Time // the lease clock (Manager.now)
-	// leases and mu are the Manager's (volumeLeases, Manager.mu).
-	leases volumeLeases
+	// host, leases and mu are the Manager's (volumeHost, Manager.mu);
+	// leases is read with mu held.
+	host   volumeHost
+	leases map[string]*entry
 	mu     sync.Locker
 
 	// policy is cfg.HostMounts with the prefixes resolved once
@@ -189,11 +189,11 @@ type volumeKeeper struct {
 }
 
 // newVolumeKeeper returns the keeper of cfg (with defaults applied) over
-// rt and store; leases and mu are the Manager's.
+// rt and store; host is the Manager, leases and mu its own.
 func newVolumeKeeper(cfg VolumeConfig, instanceID string, removeTimeout time.Duration, rt Runtime, store Store,
-	log *slog.Logger, now func() time.Time, leases volumeLeases, mu sync.Locker) *volumeKeeper {
+	log *slog.Logger, now func() time.Time, host volumeHost, leases map[string]*entry, mu sync.Locker) *volumeKeeper {
 	k := &volumeKeeper{cfg: cfg, instanceID: instanceID, removeTimeout: removeTimeout, rt: rt, log: log, now: now,
-		leases: leases, mu: mu, busy: map[string]bool{}}
+		host: host, leases: leases, mu: mu, busy: map[string]bool{}}
 	if vs, ok := store.(VolumeStore); ok {
 		k.store = vs
 	} else {
@@ -303,11 +303,11 @@ func (k *volumeKeeper) verifyHostMounts(id string, mounts []runtime.Mount) error
 // (Runtime.Restart) once its host mounts (Lease.Mounts) passed
 // verifyHostMounts: every in-place restart and resume from hibernate goes
 // through it.
-func (m *Manager) restartSandbox(ctx context.Context, id, cid string, mounts []runtime.Mount) (runtime.Sandbox, error) {
-	if err := m.vols.verifyHostMounts(id, mounts); err != nil {
+func (k *volumeKeeper) restartSandbox(ctx context.Context, id, cid string, mounts []runtime.Mount) (runtime.Sandbox, error) {
+	if err := k.verifyHostMounts(id, mounts); err != nil {
 		return runtime.Sandbox{}, err
 	}
-	return m.rt.Restart(ctx, cid)
+	return k.rt.Restart(ctx, cid)
 }
 
 // specMounts is what the sandbox of l mounts: its workspace volume (with
@@ -404,7 +404,7 @@ func (k *volumeKeeper) volumeLimitLocked(req AcquireRequest) error {
 		return nil
 	}
 	have := maps.Clone(req.ownerVolumes)
-	k.leases.volumeUsersLocked(func(l *Lease) bool {
+	k.volumeUsersLocked(func(l *Lease) bool {
 		if l.Owner == req.Owner {
 			have[l.Volume] = true
 		}
@@ -422,7 +422,7 @@ func (k *volumeKeeper) volumeLimitLocked(req AcquireRequest) error {
 // Called with k.mu held.
 func (k *volumeKeeper) volumeLeaseLocked(name string) *Lease {
 	var found *Lease
-	k.leases.volumeUsersLocked(func(l *Lease) bool {
+	k.volumeUsersLocked(func(l *Lease) bool {
 		if l.Volume == name {
 			found = l
 			return false
@@ -545,7 +545,7 @@ func (k *volumeKeeper) removeVolume(ctx context.Context, name string, keep func(
 		return err
 	}
 	k.mu.Lock()
-	if err := k.leases.usableLocked(); err != nil {
+	if err := k.host.usableLocked(); err != nil {
 		k.mu.Unlock()
 		return err
 	}
