@@ -156,7 +156,8 @@ func (c *controller) work(ctx context.Context) {
 
 // handle is one worker's turn at lease id: a lease an operation holds is
 // left dirty for that operation's end; one with a container to remove is
-// removed (cleanup); a dirty one is observed and plan's decision applied
+// removed (cleanup) unless a failed removal's retry is not due yet (the
+// reaper queues it when it is); a dirty one is observed and plan's decision applied
 // (check), with the runtime event that made it dirty, if any.
 func (c *controller) handle(ctx context.Context, id string) {
 	c.mu.Lock()
@@ -171,8 +172,11 @@ func (c *controller) handle(ctx context.Context, id string) {
 		return
 	case e.needsClean():
 		e.dirty, e.event = false, nil
+		due := !time.Now().Before(e.retryAt) // else the reaper queues it when it is
 		c.mu.Unlock()
-		_ = c.cleanup(ctx, id)
+		if due {
+			_ = c.cleanup(ctx, id)
+		}
 		return
 	}
 	dirty, ev := e.dirty, e.event
