@@ -127,6 +127,7 @@ func TestRestartFailureFails(t *testing.T) {
 // TestRestartWaitsForRuntime: while the runtime is unavailable (an engine
 // restarting) the restart is retried, and the lease stays PENDING.
 func TestRestartWaitsForRuntime(t *testing.T) {
+	t.Parallel() // its own harness; mostly waits on the Manager's timers
 	h := newHarness(t, nil)
 	l, _ := h.acquire("c")
 	h.rt.set(func(f *fakeRuntime) { f.restartErr = errdefs.Unavailable("engine restarting") })
