@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/agent/envd"
 	pb "github.com/berth-dev/berth/proto/e2b/envd/process"
 	"github.com/berth-dev/berth/proto/e2b/envd/process/processconnect"
@@ -20,7 +19,7 @@ import (
 // address answers /health and runs a command over Connect with the
 // agent's token as the access token, and refuses a call without it.
 func TestEnvdListen(t *testing.T) {
-	bin := testenv.BuildAgent(t, t.TempDir())
+	bin := buildAgent(t)
 	addr, envdAddr := freePort(t), freePort(t)
 	cmd := exec.Command(bin, "--listen", addr, "--envd-listen", envdAddr, "--workdir", t.TempDir(), "--state-file", "")
 	cmd.Env = append(os.Environ(), "BERTH_AGENT_TOKEN=tok")

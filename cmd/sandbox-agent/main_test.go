@@ -10,12 +10,46 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/internal/testsupport/testenv"
 )
+
+// agentBin is the sandbox-agent binary the tests run: built once, on first
+// use, into a directory TestMain removes.
+var agentBin struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// buildAgent returns the sandbox-agent built from this tree (as `make
+// build` does, see testenv.Build); the first call builds it.
+func buildAgent(t *testing.T) string {
+	t.Helper()
+	agentBin.once.Do(func() {
+		agentBin.dir, agentBin.err = os.MkdirTemp("", "berth-agent-test-")
+		if agentBin.err == nil {
+			agentBin.err = testenv.Build(agentBin.dir, "./cmd/sandbox-agent")
+			agentBin.path = filepath.Join(agentBin.dir, "sandbox-agent")
+		}
+	})
+	if agentBin.err != nil {
+		t.Fatal(agentBin.err)
+	}
+	return agentBin.path
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if agentBin.dir != "" {
+		os.RemoveAll(agentBin.dir)
+	}
+	os.Exit(code)
+}
 
 func freePort(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -124,7 +158,7 @@ func childrenOf(pid int) []procStat {
 }
 
 func TestSupervisorReapsOrphans(t *testing.T) {
-	bin := testenv.BuildAgent(t, t.TempDir())
+	bin := buildAgent(t)
 	cmd, base, _ := startSupervised(t, bin)
 	sup := cmd.Process.Pid
 
@@ -163,7 +197,7 @@ func TestSupervisorReapsOrphans(t *testing.T) {
 }
 
 func TestSupervisorSIGTERM(t *testing.T) {
-	bin := testenv.BuildAgent(t, t.TempDir())
+	bin := buildAgent(t)
 	cmd, base, exited := startSupervised(t, bin)
 	sup := cmd.Process.Pid
 	body := post(t, base+"/v1/processes", `{"argv":["sleep","1000"]}`)

@@ -134,6 +134,7 @@ func TestDiskWarningClearsBelowLimit(t *testing.T) {
 }
 
 func TestDiskOverGraceStopsAndKeepsContainer(t *testing.T) {
+	t.Parallel() // its own harness; mostly waits on the Manager's timers
 	h := diskHarness(t, 300*time.Millisecond, func(c *Config) { c.Retention = 1500 * time.Millisecond })
 	l, _ := h.acquire("over")
 	under := h.acquireWith("under", runtime.Resources{DiskBytes: 100 * mib})
@@ -211,6 +212,7 @@ func TestDiskKeptContainerSurvivesRestart(t *testing.T) {
 }
 
 func TestDiskStopFailureRemovesInstead(t *testing.T) {
+	t.Parallel() // its own harness; mostly waits on the Manager's timers
 	h := diskHarness(t, 50*time.Millisecond, nil)
 	l, _ := h.acquire("c1")
 	h.rt.set(func(f *fakeRuntime) { f.stopErr = errors.New("engine says no") })
@@ -221,6 +223,7 @@ func TestDiskStopFailureRemovesInstead(t *testing.T) {
 }
 
 func TestChargeDisk(t *testing.T) {
+	t.Parallel() // its own harness; mostly waits on the Manager's timers
 	h := diskHarness(t, time.Hour, func(c *Config) { c.Disk.Interval = time.Hour })
 	l, _ := h.acquire("c1")
 	eventually(t, 2*time.Second, "first measurement", func() bool { return !h.get(l.ID).Usage.MeasuredAt.IsZero() })

@@ -338,6 +338,7 @@ func TestReplicasReleaseElsewhere(t *testing.T) {
 // Only the elected replica expires leases, every replica's included; when
 // the leader goes, the next one takes over expiry.
 func TestReplicasExpiryMovesWithLeader(t *testing.T) {
+	t.Parallel() // its own harness; mostly waits on the Manager's timers
 	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
 	a, b := startReplica(t, f, rt, el, "a"), startReplica(t, f, rt, el, "b")
 	lb, _, _, err := b.m.Acquire(context.Background(), AcquireRequest{ConversationID: "on-b", TTL: 300 * time.Millisecond})

@@ -109,6 +109,7 @@ func TestRestartBudget(t *testing.T) {
 // lease (with the error) after restartAttempts tries and removes the
 // container.
 func TestRestartFailureFails(t *testing.T) {
+	t.Parallel() // its own harness; mostly waits on the Manager's timers
 	h := newHarness(t, nil)
 	l, _ := h.acquire("c")
 	h.rt.set(func(f *fakeRuntime) { f.restartErr = errdefs.FailedPrecondition("agent does not start") })
@@ -126,6 +127,7 @@ func TestRestartFailureFails(t *testing.T) {
 // TestRestartWaitsForRuntime: while the runtime is unavailable (an engine
 // restarting) the restart is retried, and the lease stays PENDING.
 func TestRestartWaitsForRuntime(t *testing.T) {
+	t.Parallel() // its own harness; mostly waits on the Manager's timers
 	h := newHarness(t, nil)
 	l, _ := h.acquire("c")
 	h.rt.set(func(f *fakeRuntime) { f.restartErr = errdefs.Unavailable("engine restarting") })
@@ -242,6 +244,7 @@ func TestReconcileResumesRestart(t *testing.T) {
 // the check also waits for the Manager to see the stream down, well within
 // Restart.Delay.
 func TestRestartWaitsForEventStream(t *testing.T) {
+	t.Parallel() // its own harness; mostly waits on the Manager's timers
 	const delay = time.Second
 	h := newHarness(t, func(c *Config) { c.Restart.Delay = delay })
 	l, _ := h.acquire("c")

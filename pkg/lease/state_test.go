@@ -338,6 +338,7 @@ func TestParseSelector(t *testing.T) {
 }
 
 func TestBoltStore(t *testing.T) {
+	t.Parallel() // its own file; waits out bolt's lock timeout
 	path := filepath.Join(t.TempDir(), "sub", DBFileName)
 	s, err := OpenBolt(path)
 	if err != nil {

@@ -153,6 +153,7 @@ func TestPersistDefault(t *testing.T) {
 }
 
 func TestVolumeRetention(t *testing.T) {
+	t.Parallel() // its own harness; mostly waits on the Manager's timers
 	h := newHarness(t, func(c *Config) {
 		c.Volumes.Retention = 300 * time.Millisecond
 		c.Volumes.ReapInterval = 50 * time.Millisecond

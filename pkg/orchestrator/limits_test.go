@@ -270,6 +270,7 @@ func TestPerOwnerLimitAtTheEdge(t *testing.T) {
 }
 
 func TestWatchStreamsPerPrincipal(t *testing.T) {
+	t.Parallel() // its own orchestrator; mostly waits
 	s := start(t, func(c *orchestrator.Config) { c.MaxWatchesPerPrincipal = 2 })
 	conn, err := grpc.NewClient(strings.TrimPrefix(s.base, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

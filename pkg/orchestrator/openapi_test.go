@@ -31,6 +31,7 @@ import (
 // the router's "no such route" (grpc-gateway's 404 "Not Found", or
 // 405/501). An application error (lease not found, invalid body) is fine.
 func TestOpenAPI(t *testing.T) {
+	t.Parallel() // its own orchestrator; mostly waits
 	o := orchtest.Start(t, nil)
 	code, b := httpCall(t, o.Base, "POST", "/v1/leases", orchtest.OperatorToken, `{"conversationId":"openapi"}`)
 	if code != 200 {
@@ -46,6 +47,7 @@ func TestOpenAPI(t *testing.T) {
 		{"agent", o.Base + "/v1/sandboxes/" + id, tok, "PUT /v1/info", agentv1.OpenAPIv2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // the same orchestrator, read only
 			code, doc := httpCall(t, c.base, "GET", "/openapi.json", c.tok, "")
 			if code != 200 || doc != string(c.embedded) {
 				t.Fatalf("GET /openapi.json: %d, %d bytes, want 200 and the %d embedded bytes", code, len(doc), len(c.embedded))

@@ -82,6 +82,7 @@ func TestProxyResumesPaused(t *testing.T) {
 // pausing lease waits for the resume, so every exec is served; none sees
 // 409 "is PAUSED" or an upstream error from a pause that raced it.
 func TestPauseRacesProxiedExecs(t *testing.T) {
+	t.Parallel() // its own orchestrator; mostly waits
 	s := start(t, nil)
 	const leases, execers, pausers, rounds = 2, 4, 2, 60
 	ids := make([]string, leases)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestAuthMatrix(t *testing.T) {
+	t.Parallel() // its own orchestrator and proxy; mostly waits
 	e := newEnv(t, nil)
 	idA, tokA := e.acquire(t, "conv-a", "")
 	_, tokB := e.acquire(t, "conv-b", "")

@@ -94,6 +94,7 @@ func TestExecStreamIsIncremental(t *testing.T) {
 // exec stream because the open stream keeps touching it, and expires once
 // the stream is over.
 func TestStreamKeepsLeaseAlive(t *testing.T) {
+	t.Parallel() // its own orchestrator and proxy; mostly waits
 	e := newEnv(t, func(c *proxy.Config) { c.TouchInterval = 200 * time.Millisecond })
 	id, tok := e.acquire(t, "idle", `,"idleTimeout":"1s"`)
 	r := do(t, "POST", e.sandboxURL(id, "/v1/exec:stream"), "", bearerHdr(tok), `{"command":"sleep 2.5; echo done"}`)
@@ -309,6 +310,7 @@ func TestClientCancelIs499AndKillsCommand(t *testing.T) {
 }
 
 func TestAgentUnreachable(t *testing.T) {
+	t.Parallel() // its own orchestrator and proxy; mostly waits
 	// A READY lease whose agent does not answer (it died and the manager
 	// has not noticed yet): 502, JSON.
 	fr := newFakeRouter()

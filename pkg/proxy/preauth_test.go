@@ -15,6 +15,7 @@ import (
 // what it managed to write before the connection was closed: loopback
 // socket buffers take a few MiB, never the whole body.
 func TestPreAuthBodyNotRead(t *testing.T) {
+	t.Parallel() // its own orchestrator and proxy; mostly waits
 	e := newEnv(t, nil)
 	id, _ := e.acquire(t, "preauth-drain", "")
 	const size = 64 << 20

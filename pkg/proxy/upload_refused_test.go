@@ -14,6 +14,7 @@ import (
 // a raw TCP client): the agent's 4xx passes through, and the proxy's own
 // refusals (401, unknown lease) are readable too.
 func TestRefusedUploadThroughProxy(t *testing.T) {
+	t.Parallel() // its own orchestrator and proxy; mostly waits
 	e := newEnv(t, nil)
 	id, tok := e.acquire(t, "upload-refused", "")
 	// The agent drains a large refused upload; the proxy, refusing a caller

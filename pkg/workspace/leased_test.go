@@ -132,11 +132,13 @@ func getLease(t *testing.T, o *orch, id string) lease.Lease {
 
 // TestLeasedConformance runs the suite against leased workspaces that go
 // through the orchestrator's proxy (it fails if the proxy is not mounted).
+// Each transport has its own orchestrator and runs beside the other.
 func TestLeasedConformance(t *testing.T) {
 	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
-	o := startOrch(t)
 	for _, tr := range []workspace.Transport{workspace.TransportREST, workspace.TransportGRPC} {
 		t.Run(tr.String(), func(t *testing.T) {
+			t.Parallel()
+			o := startOrch(t)
 			o.requireProxy(t, tr)
 			conformance.Run(t, func(t *testing.T) workspace.Workspace {
 				cfg := workspace.LeasedConfig{
@@ -168,6 +170,7 @@ func TestLeasedDirectConformance(t *testing.T) {
 }
 
 func TestLeasedRenews(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	o := startOrch(t)
 	for _, tr := range []workspace.Transport{workspace.TransportGRPC, workspace.TransportREST} {
 		t.Run(tr.String(), func(t *testing.T) {
@@ -211,6 +214,7 @@ func TestLeasedRenews(t *testing.T) {
 }
 
 func TestLeasedCloseReleases(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	o := startOrch(t)
 	for _, tr := range []workspace.Transport{workspace.TransportGRPC, workspace.TransportREST} {
 		t.Run(tr.String(), func(t *testing.T) {
@@ -236,6 +240,7 @@ func TestLeasedCloseReleases(t *testing.T) {
 }
 
 func TestLeasedPickupAfterRestart(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	o := startOrch(t)
 	for _, tr := range []workspace.Transport{workspace.TransportGRPC, workspace.TransportREST} {
 		t.Run(tr.String(), func(t *testing.T) {
@@ -279,6 +284,7 @@ func TestLeasedPickupAfterRestart(t *testing.T) {
 }
 
 func TestLeasedLost(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	o := startOrch(t)
 	for _, tr := range []workspace.Transport{workspace.TransportGRPC, workspace.TransportREST} {
 		t.Run(tr.String(), func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 // paused, it is not lost), and its next call through the proxy resumes the
 // sandbox and is served.
 func TestLeasedSurvivesPause(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	o := startOrch(t)
 	for _, tr := range []workspace.Transport{workspace.TransportGRPC, workspace.TransportREST} {
 		t.Run(tr.String(), func(t *testing.T) {

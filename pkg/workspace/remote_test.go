@@ -166,6 +166,7 @@ func TestRemoteRESTLeasePrefixConformance(t *testing.T) {
 }
 
 func TestRESTRetries(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	a := startAgent(t)
 	p := newFrontProxy(t, a)
 	ctx := testCtx(t)
@@ -435,6 +436,7 @@ func TestRemoteRootOverrideAndRelative(t *testing.T) {
 }
 
 func TestRemoteCloseCancelsCallsInFlight(t *testing.T) {
+	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	a := startAgent(t)
 	for _, tr := range []workspace.Transport{workspace.TransportGRPC, workspace.TransportREST} {
 		t.Run(tr.String(), func(t *testing.T) {

@@ -10,35 +10,7 @@ import (
 
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/workspace"
-	"github.com/berth-dev/berth/pkg/workspace/conformance"
 )
-
-// TestWatchConformance runs the Watch subtests of the suite on every
-// implementation that needs no orchestrator (so -run Watch covers them).
-func TestWatchConformance(t *testing.T) {
-	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
-	t.Run("Local", func(t *testing.T) {
-		conformance.RunWatch(t, func(t *testing.T) workspace.Workspace {
-			ws, err := workspace.NewLocal(t.TempDir(), workspace.WithLogger(quietLog()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return ws
-		})
-	})
-	for _, tr := range []workspace.Transport{workspace.TransportGRPC, workspace.TransportREST} {
-		t.Run(tr.String(), func(t *testing.T) {
-			conformance.RunWatch(t, func(t *testing.T) workspace.Workspace {
-				a := startAgent(t)
-				target := a.addr
-				if tr == workspace.TransportREST {
-					target = a.base
-				}
-				return newRemote(t, workspace.RemoteConfig{Target: target, Token: agentToken, Transport: tr})
-			})
-		})
-	}
-}
 
 // TestWatchCloseEndsWatches: closing a workspace ends the sequences of its
 // running watches (Local: the watches stop; Remote: the connection goes).

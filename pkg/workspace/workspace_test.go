@@ -10,7 +10,6 @@ import (
 
 	"github.com/berth-dev/berth/pkg/agent"
 	"github.com/berth-dev/berth/pkg/workspace"
-	"github.com/berth-dev/berth/pkg/workspace/conformance"
 )
 
 const agentToken = "workspace-test-token"
@@ -42,17 +41,6 @@ func startAgent(t *testing.T) *testAgent {
 	return &testAgent{addr: addr, base: "http://" + addr, workDir: work}
 }
 
-func TestLocalConformance(t *testing.T) {
-	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
-	conformance.Run(t, func(t *testing.T) workspace.Workspace {
-		ws, err := workspace.NewLocal(t.TempDir(), workspace.WithLogger(quietLog()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ws
-	})
-}
-
 func newRemote(t *testing.T, cfg workspace.RemoteConfig) *workspace.Remote {
 	t.Helper()
 	if cfg.Logger == nil {
@@ -64,30 +52,6 @@ func newRemote(t *testing.T, cfg workspace.RemoteConfig) *workspace.Remote {
 	}
 	t.Cleanup(func() { ws.Close() })
 	return ws
-}
-
-func TestRemoteGRPCConformance(t *testing.T) {
-	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
-	conformance.Run(t, func(t *testing.T) workspace.Workspace {
-		a := startAgent(t)
-		ws := newRemote(t, workspace.RemoteConfig{Target: a.addr, Token: agentToken})
-		if ws.Root() != a.workDir {
-			t.Fatalf("Root() = %q, want the agent's workspace %q", ws.Root(), a.workDir)
-		}
-		return ws
-	})
-}
-
-func TestRemoteRESTConformance(t *testing.T) {
-	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
-	conformance.Run(t, func(t *testing.T) workspace.Workspace {
-		a := startAgent(t)
-		ws := newRemote(t, workspace.RemoteConfig{Target: a.base, Token: agentToken, Transport: workspace.TransportREST})
-		if ws.Root() != a.workDir {
-			t.Fatalf("Root() = %q, want the agent's workspace %q", ws.Root(), a.workDir)
-		}
-		return ws
-	})
 }
 
 func TestNewLocalErrors(t *testing.T) {

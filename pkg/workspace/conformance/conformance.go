@@ -207,10 +207,11 @@ func testExecStdin(t *testing.T, ws workspace.Workspace) {
 func testExecTimeout(t *testing.T, ws workspace.Workspace) {
 	// The background child would create "stray" after 3 s if it survived
 	// the timeout: wide by design, so a kill the load delays by more than
-	// the timeout still comes before it.
+	// the timeout still comes before it. The test waits for the child to
+	// be gone (strayGone), not for the 3 s.
 	start := time.Now()
 	res := mustExec(t, ws, workspace.Command{
-		Shell:   "(sleep 3; touch stray) & echo started; sleep 30",
+		Shell:   "(sleep 3; touch stray) & echo $! > stray.pid; echo started; sleep 30",
 		Timeout: 300 * time.Millisecond,
 	})
 	elapsed := time.Since(start)
@@ -226,23 +227,59 @@ func testExecTimeout(t *testing.T, ws workspace.Workspace) {
 	if elapsed > 10*time.Second {
 		t.Fatalf("a 300ms timeout took %s", elapsed)
 	}
-	time.Sleep(3500*time.Millisecond - time.Since(start))
+	strayGone(t, ws, start.Add(3500*time.Millisecond))
 	_, err := ws.Stat(ctxFor(t), "stray")
 	wantCategory(t, "Stat(stray) after the timeout (a process of the group survived)", err, errdefs.ErrNotFound)
+}
+
+// strayGoneTimeout bounds strayGone's wait for a killed process to go
+// (through a proxy and a container, on a loaded machine).
+const strayGoneTimeout = 10 * time.Second
+
+// strayGone waits until the stray background child of a command that was
+// stopped (its shell wrote the child's pid to stray.pid before the
+// output the test waited for) no longer runs: gone, or a zombie. After
+// that the child can no longer create "stray", so the caller's Stat is
+// final; it fails t when the child still runs strayGoneTimeout later (a
+// process of the group survived). When the shell did not get as far as
+// writing stray.pid (the stop came first), it sleeps until notBefore
+// instead: a little after the child would have created "stray".
+func strayGone(t *testing.T, ws workspace.Workspace, notBefore time.Time) {
+	t.Helper()
+	// kill -0 also finds a zombie (a child whose parent died with the
+	// group and that nothing reaped yet): /proc tells those apart where
+	// it exists.
+	res := mustExec(t, ws, workspace.Command{
+		Shell: `p=$(cat stray.pid 2>/dev/null) && [ -n "$p" ] || exit 3
+while kill -0 "$p" 2>/dev/null; do
+	case $(cat "/proc/$p/stat" 2>/dev/null) in *") Z "*) exit 0 ;; esac
+	sleep 0.02
+done`,
+		Timeout: strayGoneTimeout,
+	})
+	switch {
+	case res.TimedOut:
+		t.Fatalf("the stray child (pid %q) still runs %v after its command was stopped (a process of the group survived)",
+			strings.TrimSpace(string(download(t, ws, "stray.pid"))), strayGoneTimeout)
+	case res.ExitCode == 3:
+		time.Sleep(time.Until(notBefore))
+	case res.ExitCode != 0:
+		t.Fatalf("waiting for the stray child to go: %+v", res)
+	}
 }
 
 func testExecContextCancel(t *testing.T, ws workspace.Workspace) {
 	ctx, cancel := context.WithTimeout(ctxFor(t), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := ws.Exec(ctx, workspace.Command{Shell: "(sleep 1; touch stray) & sleep 30"})
+	_, err := ws.Exec(ctx, workspace.Command{Shell: "(sleep 1; touch stray) & echo $! > stray.pid; sleep 30"})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Exec with an expiring context: %v, want context.DeadlineExceeded", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("cancelled Exec took %s", d)
 	}
-	time.Sleep(1800 * time.Millisecond)
+	strayGone(t, ws, time.Now().Add(1800*time.Millisecond))
 	_, err = ws.Stat(ctxFor(t), "stray")
 	wantCategory(t, "Stat(stray) after the cancellation (a process of the group survived)", err, errdefs.ErrNotFound)
 }
@@ -382,7 +419,7 @@ var errStop = errors.New("consumer stopped")
 
 func testExecStreamCallbackError(t *testing.T, ws workspace.Workspace) {
 	start := time.Now()
-	_, err := ws.ExecStream(ctxFor(t), workspace.Command{Shell: "(sleep 1; touch stray) & while :; do echo tick; sleep 0.05; done"},
+	_, err := ws.ExecStream(ctxFor(t), workspace.Command{Shell: "(sleep 1; touch stray) & echo $! > stray.pid; while :; do echo tick; sleep 0.05; done"},
 		func(ev workspace.Event) error {
 			if ev.Kind == workspace.EventStdout {
 				return errStop
@@ -395,7 +432,7 @@ func testExecStreamCallbackError(t *testing.T, ws workspace.Workspace) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("stopping took %s", d)
 	}
-	time.Sleep(1800 * time.Millisecond)
+	strayGone(t, ws, time.Now().Add(1800*time.Millisecond))
 	_, err = ws.Stat(ctxFor(t), "stray")
 	wantCategory(t, "Stat(stray) after the consumer stopped (a process of the group survived)", err, errdefs.ErrNotFound)
 }
@@ -407,10 +444,7 @@ func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
 
 func testRoundTrip(t *testing.T, ws workspace.Workspace) {
 	data := make([]byte, 8<<20)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range data {
-		data[i] = byte(rng.UintN(256))
-	}
+	_, _ = rand.NewChaCha8([32]byte{1, 2}).Read(data) // random bytes, the same each run
 	sum := sha256.Sum256(data)
 	for _, tc := range []struct {
 		name string

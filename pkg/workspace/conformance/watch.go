@@ -133,6 +133,25 @@ func (s *watchStream) quiet(d time.Duration) []string {
 	}
 }
 
+// settle reads events until, after the first, none has come for quietFor,
+// or until max has passed, and returns them.
+func (s *watchStream) settle(quietFor, max time.Duration) []string {
+	var got []string
+	deadline := time.After(max)
+	var silence <-chan time.Time // armed by each event
+	for {
+		select {
+		case ev := <-s.events:
+			got = append(got, render(ev))
+			silence = time.After(quietFor)
+		case <-silence:
+			return got
+		case <-deadline:
+			return got
+		}
+	}
+}
+
 func testWatchEvents(t *testing.T, ws workspace.Workspace) {
 	sh(t, ws, "mkdir -p w/keep && printf old > w/keep/old.txt")
 	s := startWatch(t, ws, "w", workspace.WatchOptions{Recursive: true, Debounce: 20 * time.Millisecond})
@@ -182,14 +201,7 @@ func testWatchEditorSave(t *testing.T, ws workspace.Workspace) {
 	line.WriteString("for i in 1 2 3 4 5 6 7 8 9 10; do printf x >> e/main.go; done")
 	sh(t, ws, line.String())
 	// Everything is written: read until the stream has been quiet a while.
-	var got []string
-	for deadline := time.Now().Add(watchTimeout); time.Now().Before(deadline); {
-		batch := s.quiet(700 * time.Millisecond)
-		got = append(got, batch...)
-		if len(batch) == 0 && len(got) > 0 {
-			break
-		}
-	}
+	got := s.settle(700*time.Millisecond, watchTimeout)
 	const target, temp = "main.go", ".main.go.swp"
 	sawTarget, tempOpen := false, false
 	for _, ev := range got {

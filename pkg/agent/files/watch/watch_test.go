@@ -440,6 +440,7 @@ func TestWatchDirectoryBudget(t *testing.T) {
 }
 
 func TestWatchBufferOverflow(t *testing.T) {
+	t.Parallel() // its own directories and watch; tolerates a split burst
 	dir := t.TempDir()
 	w, err := Start(context.Background(), dir, Options{Debounce: 10 * time.Millisecond, Buffer: 50})
 	if err != nil {
@@ -550,6 +551,7 @@ func TestWatchCancelCleansUp(t *testing.T) {
 // some in new directories) and expects an event for every changed path
 // within a bounded time, or an overflow event.
 func TestWatchGitCheckout(t *testing.T) {
+	t.Parallel() // its own directories and watch; tolerates a split burst
 	if _, err := exec.LookPath("git"); err != nil {
 		testenv.SkipOrFail(t, "git is not installed (make deps installs it)")
 	}
