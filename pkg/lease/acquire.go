@@ -261,9 +261,6 @@ type acquireHost interface {
 	// queues what is left to do, e.g. the removal of a lease that failed
 	// or was released meanwhile (work.go).
 	endOpLocked(e *entry, o *op, err error)
-	// enqueueClean hands an expired lease's container to the removal
-	// workers (ops.go).
-	enqueueClean(e *entry)
 	// goBackground runs f on a goroutine Close waits for (manager.go).
 	goBackground(f func())
 	// Resume resumes a PAUSED lease: an acquire of its conversation
@@ -309,6 +306,7 @@ type acquirer struct {
 	fleet   *fleet
 	pools   *poolSet
 	network *networkKeeper // the network policies' enforcement (network.go)
+	queue   *workQueue     // removals of the leases it expires (work.go)
 	tokens  *Tokens        // a lease's token, and its agent's (token.go)
 	// drain refuses new leases while draining (drain.go). New sets it.
 	drain *drainer
@@ -583,7 +581,9 @@ func (a *acquirer) existing(e *entry) (Lease, bool) {
 			l, rev := e.snapshot()
 			a.mu.Unlock()
 			_ = a.host.persist(l, rev)
-			a.host.enqueueClean(e)
+			a.mu.Lock()
+			a.queue.addRemovalLocked(e) // work.go
+			a.mu.Unlock()
 			return Lease{}, false
 		}
 	}

@@ -102,16 +102,12 @@ const diskStopGrace = 2 * time.Second
 // implements it. Every method ending in Locked is called with the
 // Manager's mu held.
 type diskHost interface {
-	// homeLocked reports whether this replica measures e (replicas.go).
-	homeLocked(e *entry) bool
 	// transitionPhaseLocked moves e to a state and phase (manager.go).
 	transitionPhaseLocked(e *entry, to State, p Phase, reason string) error
 	// setPhaseLocked changes e's phase within its state (manager.go).
 	setPhaseLocked(e *entry, p Phase) error
 	// persist writes a snapshot of a lease (manager.go).
 	persist(l Lease, rev uint64) error
-	// enqueueCleanLocked hands e's container to the removal workers (ops.go).
-	enqueueCleanLocked(e *entry)
 	// goBackground runs f in a goroutine Close waits for (manager.go).
 	goBackground(f func())
 	// now is the lease clock (manager.go).
@@ -140,6 +136,11 @@ type diskEnforcer struct {
 
 	mu     *sync.Mutex       // the Manager's
 	leases map[string]*entry // the Manager's, read with mu held
+	// fleet says whether this replica measures a lease (its home,
+	// replicas.go); queue takes the removals of the leases it fails
+	// (work.go). New sets both.
+	fleet *fleet
+	queue *workQueue
 	// states is the bookkeeping of the leases measured or charged; an
 	// entry's goes with the entry (prune).
 	states map[*entry]*diskState
@@ -235,7 +236,7 @@ func (d *diskEnforcer) pass(ctx context.Context, sem chan struct{}) {
 			}
 			next = st.next
 		}
-		if !now.Before(next) && d.host.homeLocked(e) {
+		if !now.Before(next) && d.fleet.homeLocked(e) {
 			due = append(due, cand{e, next})
 		}
 	}
@@ -358,7 +359,7 @@ func (d *diskEnforcer) stopForDisk(ctx context.Context, e *entry, id, cid, reaso
 	d.log.Error("stopping sandbox past its disk limit failed; removing it", "lease_id", id, "container_id", cid, "err", err)
 	d.mu.Lock()
 	_ = d.host.setPhaseLocked(e, PhaseNone) // FAILED/kept → FAILED
-	d.host.enqueueCleanLocked(e)
+	d.queue.addRemovalLocked(e)             // work.go
 	l, rev := e.snapshot()
 	d.mu.Unlock()
 	_ = d.host.persist(l, rev)

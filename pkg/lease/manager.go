@@ -332,8 +332,8 @@ func New(cfg Config) (*Manager, error) {
 	m.vols = newVolumeKeeper(cfg.Volumes, cfg.InstanceID, cfg.RemoveTimeout, cfg.Runtime, cfg.Store, cfg.Logger, m.now, m, m.leases, &m.mu)
 	m.restarter = &restarter{cfg: cfg.Restart, host: m, log: cfg.Logger, readyTimeout: cfg.ReadyTimeout,
 		goBackground: m.goBackground, mu: &m.mu, network: m.network, vols: m.vols}
-	m.pauser = newPauser(cfg, m, m.wg.Done, m.disk.chargedLocked, m.vols, &m.mu, m.leases)        // pause.go
-	m.snaps = newSnapshotKeeper(cfg.Snapshots, cfg.InstanceID, cfg.Runtime, cfg.Logger, m.now, m) // snapshot.go
+	m.pauser = newPauser(cfg, m, m.wg.Done, m.disk.chargedLocked, m.vols, &m.mu, m.leases)               // pause.go
+	m.snaps = newSnapshotKeeper(cfg.Snapshots, cfg.InstanceID, cfg.Runtime, cfg.Logger, m.now, m.pauser) // snapshot.go
 	// The acquire path (acquire.go); its fleet and pools are set below.
 	m.acq = newAcquirer(cfg, m, m.wg.Done, m.admit, m.vols, m.snaps, &m.mu, m.leases, m.byConv, m.counts)
 	fl, err := newFleet(cfg, m, m.acq.startCreateID, &m.mu, m.leases, m.byConv) // replicas.go
@@ -348,12 +348,15 @@ func New(cfg Config) (*Manager, error) {
 	m.pools = pools
 	m.acq.fleet, m.acq.pools = fl, pools
 	m.acq.network, m.pools.network, m.pauser.network = m.network, m.network, m.network
+	m.acq.queue, m.disk.queue, m.disk.fleet = m.queue, m.queue, fl
 	m.acq.tokens = tokens
 	m.drain = newDrainer(cfg, m, m.wg.Done, &m.mu, m.leases, fl, pools) // drain.go
 	m.acq.drain, m.pauser.drain, m.pools.drain = m.drain, m.drain, m.drain
 	m.reaper = newReaper(cfg, m, m.goBackground, &m.mu, m.leases, m.pauser, m.disk, m.admit) // reaper.go
+	m.reaper.queue = m.queue
 	m.ctrl = &controller{cfg: cfg, host: m, rt: cfg.Runtime, log: cfg.Logger, mu: &m.mu, leases: m.leases, seq: &m.seq, queue: m.queue,
 		fleet: m.fleet, pools: m.pools, disk: m.disk, restarter: m.restarter, pauser: m.pauser, vols: m.vols, network: m.network} // reconcile.go
+	m.pools.removeContainers = m.ctrl.removeContainers
 	m.restarter.watchDown = &m.ctrl.watchDown
 	return m, nil
 }
@@ -390,6 +393,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	m.mu.Lock()
 	m.runCtx, m.cancel = runCtx, cancel
+	m.reaper.runCtx = runCtx
 	m.mu.Unlock()
 	m.goBackground(func() { m.fleet.runReaper(runCtx, m.reaper.loop) }) // replicas.go: FleetConfig.Elect
 	m.fleet.start(runCtx)                                               // replicas.go: a SharedStore's feed

@@ -179,7 +179,7 @@ func (m *Manager) expireIfDueLocked(e *entry, now time.Time) error {
 		return nil
 	}
 	_ = m.transitionLocked(e, StateExpired, reason)
-	m.enqueueCleanLocked(e)
+	m.queue.addRemovalLocked(e)
 	l, rev := e.snapshot()
 	m.mu.Unlock()
 	_ = m.persist(l, rev)
@@ -373,21 +373,6 @@ func (m *Manager) Reap(ctx context.Context, f ReapFilter) ([]string, error) {
 	return ids, nil
 }
 
-// enqueueCleanLocked queues e for the workers, which remove its container
-// (work.go); while an operation holds e, its end queues it. Called with mu
-// held; never blocks.
-func (m *Manager) enqueueCleanLocked(e *entry) {
-	if e.op == nil {
-		m.queue.add(e.l.ID)
-	}
-}
-
-func (m *Manager) enqueueClean(e *entry) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.enqueueCleanLocked(e)
-}
-
 // needsClean reports whether e has a container to remove now.
 func (e *entry) needsClean() bool {
 	return e.l.State == StateReleasing || (e.l.State.Ended() && !e.l.Cleaned)
@@ -423,7 +408,7 @@ func (c *controller) cleanup(ctx context.Context, id string) error {
 	vol := Lease{ID: id, Volume: e.l.Volume, Owner: e.l.Owner, ConversationID: e.l.ConversationID}
 	c.mu.Unlock()
 
-	err := c.host.removeContainers(ctx, id, cid)
+	err := c.removeContainers(ctx, id, cid)
 	if err == nil {
 		c.network.drop(ctx, id) // network.go: the sandbox is gone
 		// The lease's end is its volume's last use, recorded before the
@@ -458,21 +443,21 @@ func (c *controller) cleanup(ctx context.Context, id string) error {
 
 // removeContainers removes the lease's container, or, when its id is not
 // known, every container labelled with the lease.
-func (m *Manager) removeContainers(ctx context.Context, leaseID, cid string) error {
-	rctx, cancel := detached(ctx, m.cfg.RemoveTimeout)
+func (c *controller) removeContainers(ctx context.Context, leaseID, cid string) error {
+	rctx, cancel := detached(ctx, c.cfg.RemoveTimeout)
 	defer cancel()
 	if cid != "" {
-		if err := m.rt.Remove(rctx, cid); err != nil {
+		if err := c.rt.Remove(rctx, cid); err != nil {
 			return wrapf(err, "remove container %s of lease %s", cid, leaseID)
 		}
 		return nil
 	}
-	boxes, err := m.rt.List(rctx, runtime.Selector{runtime.LabelInstance: m.cfg.InstanceID, runtime.LabelLease: leaseID})
+	boxes, err := c.rt.List(rctx, runtime.Selector{runtime.LabelInstance: c.cfg.InstanceID, runtime.LabelLease: leaseID})
 	if err != nil {
 		return wrapf(err, "list containers of lease %s", leaseID)
 	}
 	for _, sb := range boxes {
-		if err := m.rt.Remove(rctx, sb.ID); err != nil {
+		if err := c.rt.Remove(rctx, sb.ID); err != nil {
 			return wrapf(err, "remove container %s of lease %s", sb.ID, leaseID)
 		}
 	}

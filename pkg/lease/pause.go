@@ -645,3 +645,36 @@ func (p *pauser) applyPauseFix(ctx context.Context, f pauseFix) {
 	}
 	p.log.Info("paused a paused lease's running sandbox again", "lease_id", f.id, "container_id", f.cid, "mode", string(f.mode))
 }
+
+// holdForSnapshot implements snapshotLeases (snapshot.go): the snapshot
+// holds the lease (opSnapshot), so pauses and resumes wait for it.
+func (p *pauser) holdForSnapshot(ctx context.Context, id string) (Lease, func(), error) {
+	p.mu.Lock()
+	if err := p.host.enterLocked(); err != nil {
+		p.mu.Unlock()
+		return Lease{}, nil, err
+	}
+	e, err := p.idleEntryLocked(ctx, id) // unlocks mu on error
+	if err != nil {
+		p.done()
+		return Lease{}, nil, err
+	}
+	if e.l.State != StateReady && e.l.State != StatePaused {
+		err := errNotUsable(&e.l)
+		p.mu.Unlock()
+		p.done()
+		return Lease{}, nil, err
+	}
+	// Pause and resume wait for the snapshot (work.go: opSnapshot).
+	o := beginOpLocked(e, opSnapshot)
+	l := e.l.Clone()
+	p.mu.Unlock()
+	release := func() {
+		p.mu.Lock()
+		p.host.endOpLocked(e, o, nil) // a lease released meanwhile is removed now
+		p.mu.Unlock()
+		o.finish()
+		p.done()
+	}
+	return l, release, nil
+}

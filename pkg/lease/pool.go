@@ -153,15 +153,14 @@ var RefillBuckets = []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}
 
 // poolHost is what the warm pools need from the Manager, which implements
 // it: now, Tokens and goBackground are called with or without the
-// Manager's mu held, removeContainers without it. The Manager's state the
-// pools read (its leases, seq, closed and draining) they share instead
-// (poolSet's fields).
+// Manager's mu held. The Manager's state the pools read (its leases, seq,
+// closed and draining) they share instead, and they remove containers
+// with the controller's removeContainers (poolSet's fields).
 type poolHost interface {
 	// goBackground runs f on a goroutine Close waits for.
 	goBackground(f func())
 	now() time.Time
-	Tokens() *Tokens                                                 // token.go
-	removeContainers(ctx context.Context, leaseID, cid string) error // ops.go
+	Tokens() *Tokens // token.go
 }
 
 var _ poolHost = (*Manager)(nil)
@@ -178,6 +177,9 @@ type poolSet struct {
 	mu   *sync.Mutex // the Manager's mu
 	rt   Runtime     // the Manager's (Config.Runtime)
 	log  *slog.Logger
+	// removeContainers removes a lease's containers (the controller's,
+	// ops.go). New sets it.
+	removeContainers func(ctx context.Context, leaseID, cid string) error
 	// Of the Manager's Config: what a pooled sandbox is created with.
 	instanceID   string
 	readyTimeout time.Duration
@@ -552,7 +554,7 @@ func (ps *poolSet) claimSandbox(ctx context.Context, c *claim, spec runtime.Spec
 	}
 	ps.log.Warn("claimed pooled sandbox could not be configured; creating one cold", "pool", c.pool, "lease_id", spec.LeaseID,
 		"container_id", c.m.containerID, "err", err)
-	if err := ps.host.removeContainers(ctx, spec.LeaseID, c.m.containerID); err != nil {
+	if err := ps.removeContainers(ctx, spec.LeaseID, c.m.containerID); err != nil {
 		return runtime.Sandbox{}, false, err
 	}
 	sb, err = ps.rt.Create(ctx, spec)
@@ -678,7 +680,7 @@ func (ps *poolSet) createPooled(ctx context.Context, p *pool, id string) {
 		ps.mu.Unlock()
 		if ctx.Err() == nil {
 			ps.log.Warn("pool: creating a sandbox failed", "pool", p.cfg.Name, "image", spec.Image, "err", err)
-			_ = ps.host.removeContainers(ctx, id, "")
+			_ = ps.removeContainers(ctx, id, "")
 		}
 		return
 	}
@@ -699,7 +701,7 @@ func (ps *poolSet) dropMember(ctx context.Context, mb member) error {
 	if mb.net != nil {
 		ps.network.drop(ctx, mb.id) // network.go
 	}
-	return ps.host.removeContainers(ctx, mb.id, mb.containerID)
+	return ps.removeContainers(ctx, mb.id, mb.containerID)
 }
 
 // pooledLocked reports whether container sb (listed by the runtime) is an

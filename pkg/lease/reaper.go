@@ -17,11 +17,6 @@ type reaperHost interface {
 	now() time.Time
 	// transitionLocked moves e to a state (manager.go).
 	transitionLocked(e *entry, to State, reason string) error
-	// enqueueCleanLocked queues e's container for removal (ops.go).
-	enqueueCleanLocked(e *entry)
-	// runCtxLocked is the context of the Manager's run (Start), which the
-	// idle pauses run in (below).
-	runCtxLocked() context.Context
 	// persistAll writes a batch of snapshots (manager.go).
 	persistAll(snaps []snap)
 	// purge drops ended records from the store and memory (below).
@@ -48,6 +43,11 @@ type reaper struct {
 	pauser *pauser
 	disk   *diskEnforcer
 	admit  *admission
+	queue  *workQueue // removals (work.go)
+	// runCtx is the context Start runs the Manager in, which the idle
+	// pauses run in (the loop's own ends when this replica loses the
+	// election). Start sets it; guarded by mu.
+	runCtx context.Context
 }
 
 // newReaper returns the reaper of a Manager configured by cfg (defaults
@@ -79,7 +79,7 @@ func (r *reaper) once() {
 	var purge []string
 	var pauses []func(context.Context)
 	r.mu.Lock()
-	runCtx := r.host.runCtxLocked()
+	runCtx := r.runCtx
 	for id, e := range r.leases {
 		switch {
 		case e.l.State == StateReady:
@@ -91,7 +91,7 @@ func (r *reaper) once() {
 			}
 			if reason := expiryReason(&e.l, now); reason != "" {
 				_ = r.host.transitionLocked(e, StateExpired, reason)
-				r.host.enqueueCleanLocked(e)
+				r.queue.addRemovalLocked(e)
 				l, rev := e.snapshot()
 				snaps = append(snaps, snap{l, rev})
 			} else if why := idleReason(&e.l, now); why != "" && e.op == nil {
@@ -108,7 +108,7 @@ func (r *reaper) once() {
 		case e.l.State == StatePaused:
 			if reason := r.pauser.cfg.pausedExpiryReason(&e.l, now); reason != "" && e.op == nil {
 				_ = r.host.transitionLocked(e, StateExpired, reason)
-				r.host.enqueueCleanLocked(e)
+				r.queue.addRemovalLocked(e)
 				l, rev := e.snapshot()
 				snaps = append(snaps, snap{l, rev})
 			}
@@ -117,7 +117,7 @@ func (r *reaper) once() {
 			// removed once its time is up.
 		case e.needsClean():
 			if !real.Before(e.retryAt) {
-				r.host.enqueueCleanLocked(e)
+				r.queue.addRemovalLocked(e)
 			}
 		case r.purgeable(e, now):
 			purge = append(purge, id)
@@ -138,10 +138,6 @@ func (r *reaper) once() {
 	}
 	r.host.purge(purge)
 }
-
-// runCtxLocked is the context Start runs the Manager in (nil before
-// Start). Called with m.mu held.
-func (m *Manager) runCtxLocked() context.Context { return m.runCtx }
 
 // purge drops the ended records ids (purgeable, or past
 // AdmissionConfig's limit on ended records): the store first, so a record that could not be deleted stays visible and is

@@ -36,12 +36,8 @@ type controllerHost interface {
 	// persist and persistAll write records (manager.go).
 	persist(l Lease, rev uint64) error
 	persistAll(snaps []snap)
-	// enqueueCleanLocked queues e's removal (ops.go).
-	enqueueCleanLocked(e *entry)
 	// endOpLocked gives e back from an operation (work.go).
 	endOpLocked(e *entry, o *op, err error)
-	// removeContainers removes a lease's containers (ops.go).
-	removeContainers(ctx context.Context, leaseID, cid string) error
 }
 
 // controller keeps the lease records and the runtime's containers
@@ -261,7 +257,7 @@ func (c *controller) applyLocked(e *entry, a action, t trigger, fx *effects) {
 		}
 		_ = c.host.transitionLocked(e, StateFailed, a.reason)
 		if !startup { // at startup, reconcile removes what is left itself
-			c.host.enqueueCleanLocked(e)
+			c.queue.addRemovalLocked(e)
 		}
 	case actRepause:
 		e.l.ContainerID = a.box.ID
@@ -276,7 +272,7 @@ func (c *controller) applyLocked(e *entry, a action, t trigger, fx *effects) {
 	case actClean:
 		changed = false
 		if !startup && !time.Now().Before(e.retryAt) {
-			c.host.enqueueCleanLocked(e)
+			c.queue.addRemovalLocked(e)
 		}
 	}
 	if !startup && a.kind != actFail && a.kind != actClean {

@@ -184,9 +184,6 @@ func (f *fleet) homeLocked(e *entry) bool {
 	return f.shared == nil || e.l.Instance == "" || e.l.Instance == f.instanceID
 }
 
-// homeLocked is the fleet's (diskHost). Called with mu held.
-func (m *Manager) homeLocked(e *entry) bool { return m.fleet.homeLocked(e) }
-
 // acquireShared is Acquire's path for a conversation with no live lease in
 // memory when the store is shared: it locks the conversation for a new
 // lease id, then creates the lease (startCreate) — or, when another lease

@@ -114,9 +114,9 @@ type Snapshots interface {
 // Snapshots returns the snapshots of this instance.
 func (m *Manager) Snapshots() Snapshots { return m.snaps }
 
-// snapshotLeases is what the snapshotKeeper needs from the Manager: a
-// lease held still while its sandbox is snapshotted. *Manager implements
-// it.
+// snapshotLeases is what the snapshotKeeper needs of the leases: a
+// lease held still while its sandbox is snapshotted. The pauser
+// implements it (pause.go).
 type snapshotLeases interface {
 	// holdForSnapshot waits for a pause or resume of lease id in flight,
 	// then holds the lease: pause and resume calls wait until release is
@@ -125,38 +125,6 @@ type snapshotLeases interface {
 	// ErrFailedPrecondition for one neither READY nor PAUSED, ErrUnavailable
 	// while the Manager is not started or shut down.
 	holdForSnapshot(ctx context.Context, id string) (l Lease, release func(), err error)
-}
-
-// holdForSnapshot implements snapshotLeases.
-func (m *Manager) holdForSnapshot(ctx context.Context, id string) (Lease, func(), error) {
-	m.mu.Lock()
-	if err := m.enterLocked(); err != nil {
-		m.mu.Unlock()
-		return Lease{}, nil, err
-	}
-	e, err := m.pauser.idleEntryLocked(ctx, id) // unlocks mu on error
-	if err != nil {
-		m.wg.Done()
-		return Lease{}, nil, err
-	}
-	if e.l.State != StateReady && e.l.State != StatePaused {
-		err := errNotUsable(&e.l)
-		m.mu.Unlock()
-		m.wg.Done()
-		return Lease{}, nil, err
-	}
-	// Pause and resume wait for the snapshot (work.go: opSnapshot).
-	o := beginOpLocked(e, opSnapshot)
-	l := e.l.Clone()
-	m.mu.Unlock()
-	release := func() {
-		m.mu.Lock()
-		m.endOpLocked(e, o, nil) // a lease released meanwhile is removed now
-		m.mu.Unlock()
-		o.finish()
-		m.wg.Done()
-	}
-	return l, release, nil
 }
 
 var _ Snapshots = (*snapshotKeeper)(nil)

@@ -223,6 +223,15 @@ func (q *workQueue) add(id string) {
 	q.cond.Signal()
 }
 
+// addRemovalLocked queues lease e for the workers, which remove its
+// container; while an operation holds e, its end queues it (endOpLocked).
+// Called with the Manager's mu held (it reads e.op); never blocks.
+func (q *workQueue) addRemovalLocked(e *entry) {
+	if e.op == nil {
+		q.add(e.l.ID)
+	}
+}
+
 // get waits for an id and hands it out; false once the queue is shut down.
 func (q *workQueue) get() (string, bool) {
 	q.mu.Lock()

@@ -136,7 +136,7 @@ func TestWorkQueueNeverTwiceAtOnce(t *testing.T) {
 func TestEventWhileHeldIsHandledWhenReleased(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.ResyncInterval = time.Hour })
 	l, _ := h.acquire("conv")
-	_, release, err := h.m.holdForSnapshot(context.Background(), l.ID)
+	_, release, err := h.m.pauser.holdForSnapshot(context.Background(), l.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
