@@ -266,6 +266,7 @@ type Manager struct {
 
 	pmu       sync.Mutex        // serialises store writes
 	persisted map[string]uint64 // lease id → revision last written
+	commits   groupCommit       // batches concurrent persist calls (persist.go)
 }
 
 // entry is the in-memory record of one lease plus bookkeeping that is not
@@ -582,23 +583,6 @@ func (m *Manager) setPhaseLocked(e *entry, p Phase) error {
 
 // snapshot returns what persist needs. Called with mu held.
 func (e *entry) snapshot() (Lease, uint64) { return e.l.Clone(), e.rev }
-
-// persist writes a snapshot unless a newer revision of the same lease was
-// already written (snapshots are taken under mu but written outside it, so
-// two writers can race; the revision keeps the store monotonic).
-func (m *Manager) persist(l Lease, rev uint64) error {
-	m.pmu.Lock()
-	defer m.pmu.Unlock()
-	if last, ok := m.persisted[l.ID]; ok && last >= rev {
-		return nil
-	}
-	if err := m.store.Put(l); err != nil {
-		m.log.Error("persist lease", "lease_id", l.ID, "state", l.State.String(), "err", err)
-		return err
-	}
-	m.persisted[l.ID] = rev
-	return nil
-}
 
 type snap struct {
 	l   Lease

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BenchmarkProxyExecLoad is the throughput figure of the hot path: 20
+// berth/base sandboxes (default user), 20 clients, each a keep-alive HTTP
+// client of its own bound to one sandbox, all posting {"argv":["true"]}
+// to POST /v1/sandboxes/{lease}/v1/exec through the orchestrator's proxy
+// at once, b.N execs each. It reports the execs per second of the whole
+// run and the p50 and p99 of one exec under that load (targets: >= 1,000
+// execs/s, p99 < 50 ms), and, for comparison, the same calls from ONE
+// client in turn over the 20 sandboxes (b.N in all).
+//
+//	go test -run '^$' -bench ProxyExecLoad -benchtime 100x ./e2e/
+func BenchmarkProxyExecLoad(b *testing.B) {
+	const sandboxes = 20
+	requireImage(b, baseImage)
+	dir, _ := newDataDir(b)
+	o := startOrch(b, dir)
+	type target struct{ url, token, id string }
+	targets := make([]target, sandboxes)
+	var wg sync.WaitGroup
+	errs := make(chan error, sandboxes)
+	for i := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := o.acquire(fmt.Sprintf("bench-load-%d", i), baseImage, "1800s")
+			if err != nil {
+				errs <- err
+				return
+			}
+			id := r.GetLease().GetId()
+			targets[i] = target{url: o.base + sandboxPath(id, "/v1/exec"), token: r.GetToken(), id: id}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		for _, t := range targets {
+			o.mustRelease(b, t.id)
+		}
+	})
+	clients := make([]*http.Client, sandboxes)
+	for i := range clients {
+		clients[i] = keepAliveClient()
+		defer clients[i].CloseIdleConnections()
+		for range 3 { // warm up: the connection, the proxy's and agent's caches
+			if err := restExecTrue(clients[i], targets[i].url, targets[i].token); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+
+	b.ResetTimer()
+	// One client in turn over the sandboxes.
+	one := make([]time.Duration, 0, b.N)
+	t0 := time.Now()
+	for i := range b.N {
+		t := targets[i%sandboxes]
+		s := time.Now()
+		if err := restExecTrue(clients[0], t.url, t.token); err != nil {
+			b.Fatal(err)
+		}
+		one = append(one, time.Since(s))
+	}
+	oneRate := float64(b.N) / time.Since(t0).Seconds()
+
+	// Twenty clients at once.
+	lat := make([][]time.Duration, sandboxes)
+	errs = make(chan error, sandboxes)
+	start := make(chan struct{})
+	for i := range sandboxes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			ds := make([]time.Duration, 0, b.N)
+			for range b.N {
+				s := time.Now()
+				if err := restExecTrue(clients[i], targets[i].url, targets[i].token); err != nil {
+					errs <- err
+					return
+				}
+				ds = append(ds, time.Since(s))
+			}
+			lat[i] = ds
+		}()
+	}
+	t0 = time.Now()
+	close(start)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	var all []time.Duration
+	for _, ds := range lat {
+		all = append(all, ds...)
+	}
+	rate := float64(len(all)) / elapsed.Seconds()
+	p50, p99 := percentile(all, 50), percentile(all, 99)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(rate, "execs/s")
+	b.ReportMetric(ms(p50), "p50-ms")
+	b.ReportMetric(ms(p99), "p99-ms")
+	b.ReportMetric(oneRate, "one-client-execs/s")
+	b.Logf("LOAD-BENCH %d clients x %d sandboxes, %d execs of true through the proxy (REST, keep-alive): %.0f execs/s, p50 %s p99 %s (targets: >= 1000/s, p99 < 50ms) | one client: %.0f execs/s, p50 %s p99 %s",
+		sandboxes, sandboxes, len(all), rate, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond),
+		oneRate, percentile(one, 50).Round(10*time.Microsecond), percentile(one, 99).Round(10*time.Microsecond))
+}
