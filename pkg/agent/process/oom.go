@@ -23,13 +23,36 @@ const cgroupRoot = "/sys/fs/cgroup"
 // The cgroup is found through /proc/self/cgroup; when that path does not
 // exist under /sys/fs/cgroup (inside a container, where the container's own
 // cgroup is mounted at the root) the root's file is used.
+//
+// Every command reads the count when it starts, so the file is opened once
+// and read with one pread from offset 0 (the kernel renders it afresh):
+// one system call per read instead of the five of opening, reading and
+// closing it.
 func CgroupOOMKills() OOMKillCounter {
 	self, _ := os.ReadFile("/proc/self/cgroup")
 	path := oomFile(cgroupRoot, self)
 	if path == "" {
 		return nil
 	}
-	return func() (uint64, bool) { return readOOMKill(path) }
+	f, err := os.Open(path)
+	if err != nil {
+		return func() (uint64, bool) { return readOOMKill(path) }
+	}
+	return func() (uint64, bool) { return preadOOMKill(f) }
+}
+
+// preadOOMKill reads the "oom_kill N" line of the open memory.events or
+// memory.oom_control file f with one pread at offset 0.
+func preadOOMKill(f *os.File) (uint64, bool) {
+	var buf [1024]byte
+	n, err := f.ReadAt(buf[:], 0)
+	if n == 0 {
+		return 0, false
+	}
+	if err != nil && n == len(buf) {
+		return 0, false // longer than any such file: not one
+	}
+	return parseOOMKill(buf[:n])
 }
 
 // oomFile picks the file holding the oom_kill count, given the cgroup mount
@@ -90,9 +113,21 @@ func readOOMKill(path string) (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == "oom_kill" {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	return parseOOMKill(b)
+}
+
+// parseOOMKill finds the "oom_kill N" line of a memory.events or
+// memory.oom_control file's content.
+func parseOOMKill(b []byte) (uint64, bool) {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("oom_kill ")); ok {
+			n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
 			return n, err == nil
 		}
 	}
