@@ -137,6 +137,8 @@ func New(cfg Config) (*Server, error) {
 	// the orchestrator's proxy multiplexes every client on one connection.
 	gs := grpc.NewServer(append(edge.GRPCOptions(4*edge.DefaultMaxStreams, 0),
 		grpc.InTapHandle(auth.tap),
+		// Upload chunks are decoded into pooled blocks (files.Codec).
+		grpc.ForceServerCodecV2(files.NewCodec()),
 		grpc.ChainUnaryInterceptor(rec.Unary, auth.unary, mt.unary),
 		grpc.ChainStreamInterceptor(rec.Stream, auth.stream, mt.stream),
 	)...)

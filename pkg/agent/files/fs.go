@@ -444,7 +444,7 @@ func (f *FS) moveAcross(s, d string, sfi fs.FileInfo, overwrite bool) error {
 			return osError("move: open", s, err)
 		}
 		defer src.Close()
-		t, err := f.writeTemp(context.Background(), d, filepath.Dir(d), m&modeBits, src)
+		t, err := f.writeTemp(context.Background(), d, filepath.Dir(d), m&modeBits, src, false)
 		if err != nil {
 			return err
 		}

@@ -56,6 +56,63 @@ func TestUploadDownloadLarge(t *testing.T) {
 	}
 }
 
+// smallReads hands out its reader's data at most n bytes per Read, the
+// way a socket does.
+type smallReads struct {
+	r io.Reader
+	n int
+}
+
+func (s smallReads) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p), s.n)]) }
+
+// TestUploadBlocksAndOptions checks the digest over many blocks filled by
+// short reads (the hashing goroutine's path) and over one (the inline
+// path), and NoDigest.
+func TestUploadBlocksAndOptions(t *testing.T) {
+	dir := t.TempDir()
+	f := newTestFS(t, Config{})
+	ctx := context.Background()
+	for _, size := range []int64{0, 1, uploadBlock - 1, uploadBlock, uploadBlock + 1, 5*uploadBlock + 12345} {
+		p := filepath.Join(dir, fmt.Sprintf("f%d", size))
+		res, err := f.Upload(ctx, UploadOptions{Path: p}, smallReads{prng(7, size), 40000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := prngSum(t, 7, size); res.Size != size || res.SHA256 != want {
+			t.Fatalf("size %d: result %+v, want sha256 %s", size, res, want)
+		}
+		if got := sumReader(t, openFile(t, p)); got != res.SHA256 {
+			t.Fatalf("size %d: the file has sha256 %s, the result says %s", size, got, res.SHA256)
+		}
+	}
+
+	// NoDigest: no digest, the same content.
+	p := filepath.Join(dir, "nodigest")
+	size := int64(3*uploadBlock + 7)
+	res, err := f.Upload(ctx, UploadOptions{Path: p, NoDigest: true}, prng(8, size))
+	if err != nil || res.SHA256 != "" || res.Size != size {
+		t.Fatalf("NoDigest: %+v, %v", res, err)
+	}
+	if got := sumReader(t, openFile(t, p)); got != prngSum(t, 8, size) {
+		t.Fatal("NoDigest: wrong content")
+	}
+	// ...which an expected digest overrides.
+	_, err = f.Upload(ctx, UploadOptions{Path: p, NoDigest: true, ExpectedSHA256: strings.Repeat("0", 64)}, prng(8, size))
+	if !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("NoDigest with a wrong expected digest: %v", err)
+	}
+}
+
+func openFile(t *testing.T, p string) *os.File {
+	t.Helper()
+	fh, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fh.Close() })
+	return fh
+}
+
 func sumReader(t testing.TB, r io.Reader) string {
 	t.Helper()
 	h := sha256.New()

@@ -74,7 +74,9 @@ func fileUploadStream(stream interface {
 }
 
 // uploadStream reads the chunks of an upload stream (Upload,
-// UploadArchive) as an io.Reader (and, without copying, as an io.WriterTo).
+// UploadArchive) as an io.Reader (and, without copying, as an io.WriterTo
+// and a chunkSource: every chunk is a message's own, which nothing else
+// writes to).
 type uploadStream struct {
 	// recv returns the next message's chunk and whether it was a header.
 	recv    func() (chunk []byte, header bool, err error)
@@ -94,6 +96,15 @@ func (u *uploadStream) next() ([]byte, error) {
 			return c, nil
 		}
 	}
+}
+
+// nextChunk returns what is left of the chunk Read was in, else the next.
+func (u *uploadStream) nextChunk() ([]byte, error) {
+	if c := u.pending; len(c) > 0 {
+		u.pending = nil
+		return c, nil
+	}
+	return u.next()
 }
 
 func (u *uploadStream) Read(p []byte) (int, error) {

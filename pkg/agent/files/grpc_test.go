@@ -32,7 +32,7 @@ func startGRPC(t testing.TB, fsys *FS) agentv1.FileServiceClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(NewCodec())) // as the agent's
 	agentv1.RegisterFileServiceServer(gs, NewServer(fsys))
 	go gs.Serve(ln)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

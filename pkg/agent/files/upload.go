@@ -55,6 +55,10 @@ type UploadOptions struct {
 	// ExpectedSHA256, when set, is the hex SHA-256 the content must have;
 	// on a mismatch nothing is written and the upload is InvalidArgument.
 	ExpectedSHA256 string
+	// NoDigest skips the SHA-256 of the content, for callers that do not
+	// report UploadResult.SHA256 (which is then empty). It is ignored when
+	// ExpectedSHA256 is set. Default false: the digest is computed.
+	NoDigest bool
 }
 
 // UploadResult describes a completed upload.
@@ -63,7 +67,8 @@ type UploadResult struct {
 	Path string
 	// Size is the number of bytes written.
 	Size int64
-	// SHA256 is the hex SHA-256 of the content.
+	// SHA256 is the hex SHA-256 of the content; empty with
+	// UploadOptions.NoDigest.
 	SHA256 string
 	// Created is true when no file existed at Path before the upload.
 	Created bool
@@ -71,7 +76,8 @@ type UploadResult struct {
 
 // upload writes the content of r to opts.Path. The data streams into a
 // temporary file in the target's directory (named TempPrefix + random),
-// hashed on the way, which is then given its mode and renamed into place
+// hashed on the way (on a goroutine of its own, see digester, unless
+// opts.NoDigest), which is then given its mode and renamed into place
 // (with OverwriteFail, hard-linked into place, which fails atomically if the
 // target appeared meanwhile; on file systems without hard links it falls
 // back to a check and a rename, which a concurrent writer could race).
@@ -79,8 +85,9 @@ type UploadResult struct {
 // is removed and the target left as it was.
 //
 // ctx is checked between writes; r itself must return when ctx is done if it
-// can block (gRPC streams and HTTP bodies do). If r implements io.WriterTo
-// its chunks are written without an extra copy.
+// can block (gRPC streams and HTTP bodies do). The data is written in full
+// blocks of 256 KiB (uploadBlock), except that the chunks of a gRPC stream
+// are written as they come, without a copy.
 //
 // Errors: InvalidArgument for a bad path, mode, policy or hash;
 // NotFound when the parent is missing and CreateParents is false;
@@ -126,7 +133,7 @@ func (f *FS) upload(ctx context.Context, opts UploadOptions, r io.Reader) (Uploa
 		return UploadResult{}, osError("upload: stat", p, err)
 	}
 
-	t, err := f.writeTemp(ctx, p, dir, mode, r)
+	t, err := f.writeTemp(ctx, p, dir, mode, r, want != "" || !opts.NoDigest)
 	if err != nil {
 		f.logFailure(p, err)
 		return UploadResult{}, err
@@ -180,27 +187,29 @@ type tempFile struct {
 
 // writeTemp streams r into a new temporary file in dir with mode and
 // returns it closed. On error the temporary file is gone. target names the
-// final path in error messages.
-func (f *FS) writeTemp(ctx context.Context, target, dir string, mode fs.FileMode, r io.Reader) (t tempFile, err error) {
+// final path in error messages; digest says whether to hash the content.
+func (f *FS) writeTemp(ctx context.Context, target, dir string, mode fs.FileMode, r io.Reader, digest bool) (t tempFile, err error) {
 	tf, err := os.CreateTemp(dir, TempPrefix+"*")
 	if err != nil {
 		return t, osError("upload: create temporary file in", dir, err)
 	}
+	var d *digester
+	if digest {
+		d = newDigester()
+	}
 	defer func() {
 		if err != nil {
+			d.abort()
 			tf.Close()
 			os.Remove(tf.Name())
 		}
 	}()
-
-	w := &hashWriter{ctx: ctx, f: tf, h: sha256.New(), target: target}
-	bufp := bufPool.Get().(*[]byte)
-	n, cerr := io.CopyBuffer(w, r, *bufp)
-	bufPool.Put(bufp)
+	c := &uploadCopy{ctx: ctx, f: tf, target: target, d: d}
+	n, cerr := c.copy(r)
 	if cerr != nil {
 		switch {
-		case w.err != nil:
-			return t, w.err
+		case c.err != nil:
+			return t, c.err
 		case ctx.Err() != nil:
 			return t, fmt.Errorf("upload %s: %w", target, ctx.Err())
 		}
@@ -224,30 +233,205 @@ func (f *FS) writeTemp(ctx context.Context, target, dir string, mode fs.FileMode
 	if err := ctx.Err(); err != nil {
 		return t, fmt.Errorf("upload %s: %w", target, err)
 	}
-	return tempFile{name: tf.Name(), size: n, sum: hex.EncodeToString(w.h.Sum(nil))}, nil
+	return tempFile{name: tf.Name(), size: n, sum: d.sum()}, nil
 }
 
-// hashWriter writes to a file and a hash, checking ctx before every write.
-type hashWriter struct {
+// chunkSource is a source whose chunks belong to the caller once returned
+// (the source never uses them again), so they can be written and hashed
+// without a copy, and those of a block's capacity go to the block pool
+// after (see chunkBlock). uploadStream is one.
+type chunkSource interface {
+	// nextChunk returns the next non-empty chunk, or io.EOF at the end.
+	nextChunk() ([]byte, error)
+}
+
+// uploadCopy copies an upload's data into its temporary file, handing
+// every block to the digester on the way, and checks ctx before every
+// write.
+type uploadCopy struct {
 	ctx    context.Context
 	f      *os.File
-	h      hash.Hash
 	target string
-	err    error // the writer's own failure, as opposed to the reader's
+	d      *digester // nil: no digest
+	err    error     // the writer's own failure, as opposed to the reader's
 }
 
-func (w *hashWriter) Write(p []byte) (int, error) {
-	if err := w.ctx.Err(); err != nil {
-		w.err = fmt.Errorf("upload %s: %w", w.target, err)
-		return 0, w.err
+// copy copies r to the file until r ends and returns the bytes written.
+// A chunkSource's chunks are written as they come; any other reader is
+// read in blocks of uploadBlock bytes, each filled before it is written, so
+// the file gets few, large writes whatever sizes the reads return.
+func (c *uploadCopy) copy(r io.Reader) (int64, error) {
+	var n int64
+	if cs, ok := r.(chunkSource); ok {
+		for {
+			b, err := cs.nextChunk()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					return n, nil
+				}
+				return n, err
+			}
+			if err := c.write(b, chunkBlock(b)); err != nil {
+				return n, err
+			}
+			n += int64(len(b))
+		}
 	}
-	n, err := w.f.Write(p)
-	w.h.Write(p[:n])
-	if err != nil {
-		w.err = osError("upload: write", w.target, err)
-		return n, w.err
+	bp := getBlock()
+	defer func() { putBlock(bp) }()
+	for {
+		m, rerr := fill(r, *bp)
+		if m > 0 {
+			b := (*bp)[:m]
+			if c.d != nil {
+				// The digester owns the block now and gives it back to the
+				// pool once hashed; the next one is another.
+				owned := bp
+				bp = nil
+				if err := c.write(b, owned); err != nil {
+					return n, err
+				}
+				bp = getBlock()
+			} else if err := c.write(b, nil); err != nil {
+				return n, err
+			}
+			n += int64(m)
+		}
+		if errors.Is(rerr, io.EOF) {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
 	}
-	return n, nil
+}
+
+// write hands b to the digester and writes it to the file. A non-nil
+// block is the pooled block b lies in, which write takes over: the
+// digester gives it back to the pool once it has hashed b.
+func (c *uploadCopy) write(b []byte, block *[]byte) error {
+	if err := c.ctx.Err(); err != nil {
+		putBlock(block)
+		c.err = fmt.Errorf("upload %s: %w", c.target, err)
+		return c.err
+	}
+	if c.d != nil {
+		c.d.add(b, block)
+	} else {
+		defer putBlock(block)
+	}
+	if _, err := c.f.Write(b); err != nil {
+		c.err = osError("upload: write", c.target, err)
+		return c.err
+	}
+	return nil
+}
+
+// uploadBlock is the size of the blocks an upload from a plain reader is
+// read in and written (and hashed) by, and the largest gRPC chunk Codec
+// decodes into a pooled block. Larger writes were dearer where it was
+// measured (docs/benchmarks.md, issue 25): with 1 MiB blocks the median CPU
+// of a REST upload rose from 1.7-1.9 to 2.8-3.3 s/GiB, the extra in the
+// kernel's copy into the page cache (on a virtual machine with free page
+// reporting, whose host must map fresh memory again; presumably larger
+// writes get larger folios, from such memory).
+const uploadBlock = ChunkSize
+
+var blockPool = sync.Pool{New: func() any { b := make([]byte, uploadBlock); return &b }}
+
+func getBlock() *[]byte { return blockPool.Get().(*[]byte) }
+
+// putBlock gives a block from getBlock back; nil is ignored.
+func putBlock(b *[]byte) {
+	if b != nil {
+		blockPool.Put(b)
+	}
+}
+
+// hashQueue is how many blocks may wait for the hashing goroutine before
+// the copy waits for it.
+const hashQueue = 2
+
+// digester computes an upload's SHA-256 off the copy's path: from the
+// second block on, a goroutine of its own hashes each block while the
+// copy writes it and reads the next, so that on more than one core the
+// hash adds CPU time but little wall time. The first block waits for the
+// second, so an upload of one block (most files) is hashed inline, at the
+// end, without a goroutine. The methods of a nil digester do nothing.
+type digester struct {
+	h     hash.Hash
+	first hashBlock // the first block, until the goroutine starts
+	work  chan hashBlock
+	done  chan struct{}
+}
+
+// hashBlock is a block to hash and, if pooled, the pool block to give
+// back once it is hashed.
+type hashBlock struct {
+	b    []byte
+	pool *[]byte
+}
+
+func newDigester() *digester { return &digester{h: sha256.New()} }
+
+// add queues b for hashing; it blocks while hashQueue blocks wait. The
+// caller does not write to b again; block (if not nil) goes back to the
+// pool once b is hashed.
+func (d *digester) add(b []byte, block *[]byte) {
+	if d == nil {
+		return
+	}
+	hb := hashBlock{b: b, pool: block}
+	if d.work == nil {
+		if d.first.b == nil {
+			d.first = hb
+			return
+		}
+		d.work = make(chan hashBlock, hashQueue)
+		d.done = make(chan struct{})
+		go d.run()
+		d.work <- d.first
+		d.first = hashBlock{}
+	}
+	d.work <- hb
+}
+
+func (d *digester) run() {
+	defer close(d.done)
+	for hb := range d.work {
+		d.h.Write(hb.b)
+		putBlock(hb.pool)
+	}
+}
+
+// wait hashes what is queued and stops the goroutine.
+func (d *digester) wait() {
+	if d.work != nil {
+		close(d.work)
+		<-d.done
+		d.work = nil
+	}
+	if d.first.b != nil {
+		d.h.Write(d.first.b)
+		putBlock(d.first.pool)
+		d.first = hashBlock{}
+	}
+}
+
+// abort ends a digest whose upload failed.
+func (d *digester) abort() {
+	if d != nil {
+		d.wait()
+	}
+}
+
+// sum returns the hex SHA-256 of every block added; "" from a nil digester.
+func (d *digester) sum() string {
+	if d == nil {
+		return ""
+	}
+	d.wait()
+	return hex.EncodeToString(d.h.Sum(nil))
 }
 
 // commitTemp moves the complete temporary file tmp to dst. With noReplace it
