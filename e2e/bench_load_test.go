@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,21 +24,24 @@ func BenchmarkProxyExecLoad(b *testing.B) {
 	requireImage(b, baseImage)
 	dir, _ := newDataDir(b)
 	o := startOrch(b, dir)
-	type target struct{ url, token, id string }
+	type target struct{ url, token, id, container string }
 	targets := make([]target, sandboxes)
 	var wg sync.WaitGroup
 	errs := make(chan error, sandboxes)
+	slots := make(chan struct{}, 4) // creations at once: 20 would time out on a loaded 2-core machine
 	for i := range targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			r, err := o.acquire(fmt.Sprintf("bench-load-%d", i), baseImage, "1800s")
 			if err != nil {
 				errs <- err
 				return
 			}
 			id := r.GetLease().GetId()
-			targets[i] = target{url: o.base + sandboxPath(id, "/v1/exec"), token: r.GetToken(), id: id}
+			targets[i] = target{url: o.base + sandboxPath(id, "/v1/exec"), token: r.GetToken(), id: id, container: r.GetLease().GetContainerId()}
 		}()
 	}
 	wg.Wait()
@@ -75,7 +79,13 @@ func BenchmarkProxyExecLoad(b *testing.B) {
 	}
 	oneRate := float64(b.N) / time.Since(t0).Seconds()
 
-	// Twenty clients at once.
+	// Twenty clients at once, with the CPU time each part uses.
+	var cids []string
+	for _, t := range targets {
+		cids = append(cids, t.container)
+	}
+	meter := newCPUMeter(b, cids)
+	cpu0 := meter.read()
 	lat := make([][]time.Duration, sandboxes)
 	errs = make(chan error, sandboxes)
 	start := make(chan struct{})
@@ -100,6 +110,7 @@ func BenchmarkProxyExecLoad(b *testing.B) {
 	close(start)
 	wg.Wait()
 	elapsed := time.Since(t0)
+	cpu1 := meter.read()
 	b.StopTimer()
 	close(errs)
 	for err := range errs {
@@ -116,6 +127,17 @@ func BenchmarkProxyExecLoad(b *testing.B) {
 	b.ReportMetric(ms(p50), "p50-ms")
 	b.ReportMetric(ms(p99), "p99-ms")
 	b.ReportMetric(oneRate, "one-client-execs/s")
+	var cpuLine strings.Builder
+	n := time.Duration(len(all))
+	var total time.Duration
+	for _, part := range cpuParts {
+		d := (cpu1[part] - cpu0[part]) / n
+		total += d
+		fmt.Fprintf(&cpuLine, " %s %s |", part, d.Round(time.Microsecond))
+		b.ReportMetric(float64(d)/float64(time.Microsecond), strings.ReplaceAll(part, " ", "-")+"-cpu-us/exec")
+	}
+	b.Logf("LOAD-BENCH CPU per exec (user+system, /proc and getrusage; this process = the orchestrator and the load generator):%s total %s",
+		cpuLine.String(), total.Round(time.Microsecond))
 	b.Logf("LOAD-BENCH %d clients x %d sandboxes, %d execs of true through the proxy (REST, keep-alive): %.0f execs/s, p50 %s p99 %s (targets: >= 1000/s, p99 < 50ms) | one client: %.0f execs/s, p50 %s p99 %s",
 		sandboxes, sandboxes, len(all), rate, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond),
 		oneRate, percentile(one, 50).Round(10*time.Microsecond), percentile(one, 99).Round(10*time.Microsecond))
