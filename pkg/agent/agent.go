@@ -135,11 +135,12 @@ func New(cfg Config) (*Server, error) {
 
 	// Limits as on the orchestrator; more streams per connection because
 	// the orchestrator's proxy multiplexes every client on one connection.
+	unary := []grpc.UnaryServerInterceptor{rec.Unary, auth.unary, mt.unary}
 	gs := grpc.NewServer(append(edge.GRPCOptions(4*edge.DefaultMaxStreams, 0),
 		grpc.InTapHandle(auth.tap),
 		// Upload chunks are decoded into pooled blocks (files.Codec).
 		grpc.ForceServerCodecV2(files.NewCodec()),
-		grpc.ChainUnaryInterceptor(rec.Unary, auth.unary, mt.unary),
+		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(rec.Stream, auth.stream, mt.stream),
 	)...)
 
@@ -168,7 +169,8 @@ func New(cfg Config) (*Server, error) {
 	fsys := files.New(fcfg)
 	g := git.New(git.Config{WorkDir: cfg.WorkDir, Logger: log.With("component", "git")})
 
-	agentv1.RegisterProcessServiceServer(gs, process.NewServer(runner))
+	procSrv := process.NewServer(runner)
+	agentv1.RegisterProcessServiceServer(gs, procSrv)
 	agentv1.RegisterFileServiceServer(gs, files.NewServer(fsys))
 	agentv1.RegisterGitServiceServer(gs, git.NewServer(g))
 	agentv1.RegisterTerminalServiceServer(gs, terminal.NewServer(terms))
@@ -189,8 +191,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	gw := edge.GatewayMux()
 	ctx := context.Background()
+	// Exec is called in-process (direct.go); the rest over the socket pair.
+	direct := directProcess{ProcessServiceClient: agentv1.NewProcessServiceClient(inproc.Conn), srv: procSrv, chain: chainUnary(unary...)}
+	if err := agentv1.RegisterProcessServiceHandlerClient(ctx, gw, direct); err != nil {
+		inproc.Conn.Close()
+		return nil, fmt.Errorf("agent: register gateway: %w", err)
+	}
 	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
-		agentv1.RegisterProcessServiceHandler,
 		agentv1.RegisterFileServiceHandler,
 		agentv1.RegisterGitServiceHandler,
 		agentv1.RegisterInfoServiceHandler,

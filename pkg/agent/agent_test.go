@@ -375,3 +375,31 @@ func TestCommandsAreOOMKilledBeforeTheAgent(t *testing.T) {
 		t.Fatalf("oom_score_adj of a command = %s, want 500", body)
 	}
 }
+
+// TestRESTExecRunsTheInterceptors: REST's Exec is called in-process
+// (direct.go), still through the gRPC server's interceptors: the exec is
+// timed in the metrics, and a failure keeps its gRPC code there.
+func TestRESTExecRunsTheInterceptors(t *testing.T) {
+	a := startAgent(t)
+	if code, body := a.do(t, "POST", "/v1/exec", map[string]any{"argv": []string{"true"}}); code != 200 {
+		t.Fatalf("exec: %d %s", code, body)
+	}
+	if code, body := a.do(t, "POST", "/v1/exec", map[string]any{"argv": []string{"true"}, "cwd": "/no/such/dir"}); code != 400 {
+		t.Fatalf("exec in a missing cwd: %d %s, want 400", code, body)
+	}
+	code, body := a.do(t, "GET", "/metrics", nil)
+	if code != 200 {
+		t.Fatalf("metrics: %d %s", code, body)
+	}
+	for _, want := range []string{`code="OK"`, `code="FailedPrecondition"`} {
+		found := false
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "berth_agent_exec_duration_seconds_count{") && strings.Contains(line, want) && strings.Contains(line, `"exec"`) && strings.HasSuffix(line, " 1") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no exec counted with %s in the metrics:\n%s", want, body)
+		}
+	}
+}
