@@ -189,9 +189,15 @@ func New(cfg Config) (*Proxy, error) {
 		WriteBufferSize:        32 << 10,
 	}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:        p.rewrite,
-		Transport:      p.transport,
-		FlushInterval:  -1,
+		Rewrite:   p.rewrite,
+		Transport: p.transport,
+		// 0: a response of known length (a unary REST answer) goes out
+		// in one write with its Content-Length, instead of a flush per
+		// write and chunked framing; streams (no length: exec and log
+		// streams, NDJSON, text/event-stream) are still flushed after
+		// every write (ReverseProxy does that for them whatever this
+		// says).
+		FlushInterval:  0,
 		BufferPool:     bufferPool{},
 		ErrorHandler:   p.errorHandler,
 		ModifyResponse: p.modifyResponse,
