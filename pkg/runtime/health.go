@@ -86,10 +86,13 @@ var ErrAppFailed = errdefs.Newf(errdefs.ErrFailedPrecondition, "the sandbox's ap
 
 // Readiness polling: the probe interval doubles from readyPollMin to
 // readyPollMax; the backend's liveness check runs at most every
-// readyCheckEvery so an agent that cannot start fails fast.
+// readyCheckEvery so an agent that cannot start fails fast. A probe of an
+// agent not yet listening is one refused connection, so the interval
+// stays short: at 50 ms a start (and a wake from hibernate) waited 25 ms
+// on average after the agent was up.
 const (
 	readyPollMin    = 2 * time.Millisecond
-	readyPollMax    = 50 * time.Millisecond
+	readyPollMax    = 10 * time.Millisecond
 	readyCheckEvery = 50 * time.Millisecond
 )
 
