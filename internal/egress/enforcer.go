@@ -67,6 +67,18 @@ type sandbox struct {
 	policy  *Compiled
 	// dyn maps a resolved address and port to when it expires.
 	dyn map[dynEntry]time.Time
+	// programmed: the rules for these fields (and resolverPort) are in
+	// place, as far as this enforcer knows (the repair loop checks).
+	programmed   bool
+	resolverPort int
+}
+
+// same reports whether sb was programmed with exactly these fields.
+// Called with e.mu held.
+func (sb *sandbox) same(ip netip.Addr, iface string, gw netip.Addr, subnet netip.Prefix, c *Compiled, port int) bool {
+	return sb.programmed && sb.ip == ip && sb.iface == iface && sb.gateway == gw && sb.subnet == subnet &&
+		sb.resolverPort == port && sb.policy != nil && sb.policy.Mode == c.Mode &&
+		slices.Equal(sb.policy.Allow, c.Allow) && slices.Equal(sb.policy.Deny, c.Deny)
 }
 
 // Available reports why enforcement cannot work on this host (nil when it
@@ -210,6 +222,13 @@ func (e *Enforcer) Apply(ctx context.Context, lease, endpoint string, p Policy) 
 	defer e.prog.Unlock()
 	e.mu.Lock()
 	sb := e.sandboxes[lease]
+	if sb != nil && e.byIP[ip] == sb && sb.same(ip, iface, gw, subnet, c, port) {
+		// Programmed so already (a wake from hibernate at the same
+		// address, a restart in place): iptables-restore's cost grows
+		// with every sandbox's rules, so it is not run for nothing.
+		e.mu.Unlock()
+		return nil
+	}
 	if sb == nil {
 		sb = &sandbox{lease: lease, dyn: map[dynEntry]time.Time{}}
 		e.sandboxes[lease] = sb
@@ -218,6 +237,7 @@ func (e *Enforcer) Apply(ctx context.Context, lease, endpoint string, p Policy) 
 		delete(e.byIP, sb.ip)
 	}
 	sb.ip, sb.iface, sb.gateway, sb.subnet, sb.policy = ip, iface, gw, subnet, c
+	sb.programmed, sb.resolverPort = false, port
 	e.byIP[ip] = sb
 	// Resolved addresses stay only as far as the new policy allows them:
 	// dropped at once; the next resolution opens what is allowed again.
@@ -231,6 +251,11 @@ func (e *Enforcer) Apply(ctx context.Context, lease, endpoint string, p Policy) 
 	if err := program(ctx, e.ipt, rules); err != nil {
 		return fmt.Errorf("%w: egress: lease %s: program rules: %w", errdefs.ErrInternal, lease, err)
 	}
+	e.mu.Lock()
+	if e.sandboxes[lease] == sb {
+		sb.programmed = true
+	}
+	e.mu.Unlock()
 	e.log.Debug("egress policy applied", "lease_id", lease, "address", ip, "bridge", iface, "mode", c.Mode,
 		"allow", len(c.Allow), "deny", len(c.Deny))
 	return nil
@@ -316,7 +341,21 @@ func (e *Enforcer) open(lease string, addrs []netip.Addr, v Verdict, ttl time.Du
 	e.mu.Unlock()
 	unlock := flock()
 	defer unlock()
-	return program(context.Background(), e.ipt, rules)
+	err := program(context.Background(), e.ipt, rules)
+	if err != nil {
+		e.unprogrammed(lease)
+	}
+	return err
+}
+
+// unprogrammed notes that lease's rules may not be what its policy says
+// (programming them failed), so that the next Apply programs them again.
+func (e *Enforcer) unprogrammed(lease string) {
+	e.mu.Lock()
+	if sb := e.sandboxes[lease]; sb != nil {
+		sb.programmed = false
+	}
+	e.mu.Unlock()
 }
 
 // expireLoop closes resolved addresses whose time is up.
@@ -362,6 +401,7 @@ func (e *Enforcer) expire(now time.Time) {
 	for _, r := range todo {
 		if err := program(context.Background(), e.ipt, r); err != nil {
 			e.log.Warn("egress: close expired addresses", "lease_id", r.Lease, "err", err)
+			e.unprogrammed(r.Lease)
 		}
 	}
 }
@@ -408,6 +448,7 @@ func (e *Enforcer) repair() {
 		e.log.Warn("egress: a sandbox's rules were missing; programming them again", "lease_id", r.Lease)
 		if err := program(ctx, e.ipt, r); err != nil {
 			e.log.Warn("egress: reprogram", "lease_id", r.Lease, "err", err)
+			e.unprogrammed(r.Lease)
 		}
 	}
 }

@@ -293,3 +293,49 @@ func countLines(t *testing.T, table, substr string) int {
 	}
 	return strings.Count(string(out), substr)
 }
+
+// TestEnforcerSkipsUnchangedApply: applying the policy a sandbox already
+// has, at the address it already has (a wake from hibernate), runs no
+// iptables-restore; a changed policy does, and is enforced.
+func TestEnforcerSkipsUnchangedApply(t *testing.T) {
+	egresstest.Require(t)
+	ctx := context.Background()
+	sb := egresstest.NewNetns(t, "u", 1)
+	tg := egresstest.NewNetns(t, "v", 1)
+	egresstest.Forward(t, sb, tg)
+	tg.Serve(t, 80)
+	up := egresstest.NewDNS(t)
+	e, restores := egress.NewCounting(egress.Config{InstanceID: "egtest-" + sb.Name, Upstreams: []string{up.Addr}})
+	t.Cleanup(func() { _ = e.Close() })
+	lease := "lease-skip"
+	t.Cleanup(func() { _ = e.Remove(context.Background(), lease) })
+	endpoint := net.JoinHostPort(sb.Addrs[0].String(), "7000")
+	target := net.JoinHostPort(tg.Addrs[0].String(), "80")
+
+	none := egress.Policy{Mode: egress.ModeNone}
+	if err := e.Apply(ctx, lease, endpoint, none); err != nil {
+		t.Fatal(err)
+	}
+	first := restores.Load()
+	if first == 0 {
+		t.Fatal("the first Apply ran no iptables-restore")
+	}
+	if err := e.Apply(ctx, lease, endpoint, none); err != nil {
+		t.Fatal(err)
+	}
+	if n := restores.Load(); n != first {
+		t.Fatalf("an unchanged Apply ran iptables-restore %d times", n-first)
+	}
+	if err := sb.Dial(target, short); err == nil {
+		t.Fatal("mode none: the connection was answered")
+	}
+	if err := e.Apply(ctx, lease, endpoint, egress.Policy{Mode: egress.ModeOpen}); err != nil {
+		t.Fatal(err)
+	}
+	if restores.Load() == first {
+		t.Fatal("a changed policy ran no iptables-restore")
+	}
+	if err := sb.Dial(target, short); err != nil {
+		t.Fatalf("mode open: %v", err)
+	}
+}
