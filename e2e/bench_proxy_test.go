@@ -195,7 +195,7 @@ func BenchmarkProxyExecTrue(b *testing.B) {
 		fmt.Fprintf(&line, " %s p50 %s p99 %s |", s.name, p50[s.name].Round(time.Microsecond), p99[s.name].Round(time.Microsecond))
 	}
 	fmt.Fprintf(&line, " docker/proxy p50: rest %.1f× grpc %.1f× (target ≥ 30×, stretch 40×) | default user - root p50 %s | proxy overhead p50: rest %s grpc %s (target ≤ 0.5ms) | proxy/host p50: rest %.2f× grpc %.2f× (target ≤ 3×)",
-		ratio("docker-exec", "rest-proxy"), ratio("docker-exec", "grpc-proxy"), (p50["rest-proxy"]-p50["rest-proxy-root"]).Round(time.Microsecond), restOver.Round(time.Microsecond), grpcOver.Round(time.Microsecond),
+		ratio("docker-exec", "rest-proxy"), ratio("docker-exec", "grpc-proxy"), (p50["rest-proxy"] - p50["rest-proxy-root"]).Round(time.Microsecond), restOver.Round(time.Microsecond), grpcOver.Round(time.Microsecond),
 		ratio("rest-proxy", "host"), ratio("grpc-proxy", "host"))
 	b.Log(line.String())
 }
