@@ -829,7 +829,7 @@ func (a *acquirer) create(ctx context.Context, e *entry, o *op) {
 	a.vols.noteVolumeUsed(l) // volumes.go
 	o.finish()
 	if c != nil {
-		a.pools.kick() // the refill waits for the claim's answer (takeLocked)
+		a.pools.answered() // the refill waits for the claims' answers (takeLocked)
 	}
 	if err != nil {
 		a.log.Warn("sandbox creation failed", "lease_id", id, "conversation_id", l.ConversationID, "image", spec.Image, "err", err)

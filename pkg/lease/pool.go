@@ -201,7 +201,19 @@ type poolSet struct {
 	pools []*pool
 	byID  map[string]*pool
 	kickC chan struct{}
+	// claiming counts the warm claims whose answer is not out yet;
+	// heldSince is when fill first held the refill back for them.
+	// Guarded by mu.
+	claiming  int
+	heldSince time.Time
 }
+
+// refillHold is how long the refill waits, at most, for the warm claims
+// in flight to answer before it creates their replacements: a burst of
+// claims (ten callers at once) is answered before container creations
+// take the CPU from it. Beyond it (a claim stuck in its agent's
+// Configure) the refill goes on; the loop looks again every second.
+const refillHold = 200 * time.Millisecond
 
 // profile is what an acquire must match to claim from a pool.
 type profile struct {
@@ -508,9 +520,10 @@ func (ps *poolSet) forLocked(req AcquireRequest) *pool {
 
 // takeLocked claims the oldest ready member of p for an acquire, counting
 // a hit, or counts a miss (and grows the pool) when it has none. A miss
-// wakes the refill loop at once; after a hit, create wakes it when the
-// claim has answered, so the refill's container creation does not compete
-// with the claim for the CPU. Called with mu held.
+// wakes the refill loop at once; after a hit, create calls answered when
+// the claim has answered, and the refill waits for the last claim in
+// flight (at most refillHold), so that container creations do not
+// compete with a burst of claims for the CPU. Called with mu held.
 func (ps *poolSet) takeLocked(p *pool) (member, bool) {
 	if len(p.idle) == 0 {
 		defer ps.kick()
@@ -525,7 +538,20 @@ func (ps *poolSet) takeLocked(p *pool) (member, bool) {
 	p.idle = slices.Delete(p.idle, 0, 1)
 	delete(ps.byID, mb.id)
 	p.hits++
+	ps.claiming++ // until answered
 	return mb, true
+}
+
+// answered notes that a warm claim (takeLocked's hit) has answered its
+// caller, and wakes the refill loop when it was the last one in flight.
+func (ps *poolSet) answered() {
+	ps.mu.Lock()
+	ps.claiming--
+	last := ps.claiming == 0
+	ps.mu.Unlock()
+	if last {
+		ps.kick()
+	}
 }
 
 // kick wakes the refill loop.
@@ -593,6 +619,15 @@ func (ps *poolSet) fill(ctx context.Context, sem chan struct{}) {
 	for _, p := range ps.pools {
 		total += len(p.idle) + p.creating
 	}
+	hold := false // claims in flight: no creation yet (refillHold)
+	if ps.claiming > 0 {
+		if ps.heldSince.IsZero() {
+			ps.heldSince = now
+		}
+		hold = now.Sub(ps.heldSince) < refillHold
+	} else {
+		ps.heldSince = time.Time{}
+	}
 pools:
 	for _, p := range ps.pools {
 		if p.boost > 0 && now.Sub(p.lastMiss) > ps.cfg.ShrinkAfter {
@@ -609,7 +644,7 @@ pools:
 			trim = append(trim, mb)
 			total--
 		}
-		if now.Before(p.retryAt) {
+		if hold || now.Before(p.retryAt) {
 			continue
 		}
 		for len(p.idle)+p.creating < target && (ps.cfg.MaxPooled < 0 || total < ps.cfg.MaxPooled) {

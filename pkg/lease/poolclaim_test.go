@@ -206,3 +206,72 @@ func TestPoolNetworkPolicyEnforcedAhead(t *testing.T) {
 	h.rt.kill(boxes[0].ID, 137, false)
 	eventually(t, 5*time.Second, "a dead member's rules removed", func() bool { return eg.wasRemoved(member) })
 }
+
+// A burst of warm claims is answered before the refill creates their
+// replacements: while claims are in flight the refill holds back, for at
+// most refillHold.
+func TestPoolRefillWaitsForTheBurst(t *testing.T) {
+	bc := &blockingConfigurer{fakeConfigurer: &fakeConfigurer{}, entered: make(chan string, 3), release: make(chan struct{})}
+	h := newHarness(t, func(c *Config) {
+		c.Pools.Pools = []PoolConfig{{Name: "p", Min: 3, Max: 3}}
+		c.Pools.AgentConfigurer = bc
+	})
+	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 3 })
+	creates := h.rt.creates()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, _, _, err := h.m.Acquire(context.Background(), AcquireRequest{ConversationID: "burst-" + string(rune('a'+i))}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	for range 3 {
+		select {
+		case <-bc.entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Configure was not called")
+		}
+	}
+	// The claims are in flight: a pass of the refill creates nothing
+	// (the hold begins now, whenever the loop's own pass began it).
+	h.m.mu.Lock()
+	h.m.pools.heldSince = time.Time{}
+	h.m.mu.Unlock()
+	sem := make(chan struct{}, 8)
+	h.m.pools.fill(context.Background(), sem)
+	if n := h.rt.creates() - creates; n != 0 {
+		t.Fatalf("%d refills started during the burst, want none", n)
+	}
+	close(bc.release)
+	wg.Wait()
+	eventually(t, 5*time.Second, "refilled after the burst", func() bool { return poolReady(h, "p") == 3 })
+}
+
+// The refill holds back for claims in flight at most refillHold.
+func TestPoolRefillHoldIsBounded(t *testing.T) {
+	bc := &blockingConfigurer{fakeConfigurer: &fakeConfigurer{}, entered: make(chan string, 1), release: make(chan struct{})}
+	h := newHarness(t, func(c *Config) {
+		c.Pools.Pools = []PoolConfig{{Name: "p", Min: 1, Max: 1}}
+		c.Pools.AgentConfigurer = bc
+	})
+	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 1 })
+	creates := h.rt.creates()
+	done := make(chan error, 1)
+	go func() {
+		_, _, _, err := h.m.Acquire(context.Background(), AcquireRequest{ConversationID: "stuck"})
+		done <- err
+	}()
+	<-bc.entered
+	sem := make(chan struct{}, 8)
+	h.m.pools.fill(context.Background(), sem) // starts the hold
+	time.Sleep(refillHold)                    // the hold's bound itself, not a race
+	h.m.pools.fill(context.Background(), sem)
+	eventually(t, 5*time.Second, "refill past the hold", func() bool { return h.rt.creates() > creates })
+	close(bc.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
