@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
@@ -26,6 +25,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err := spec.Validate(); err != nil {
 		return runtime.Sandbox{}, err
 	}
+	tl := newTimeline()
 	res := spec.Resources.WithDefaults(r.cfg.DefaultResources).WithDefaults(runtime.DefaultResources())
 	secret, pod := r.buildObjects(spec, res)
 	b := r.backend()
@@ -54,6 +54,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err != nil {
 		return runtime.Sandbox{}, r.apiErr(err, "create persistentvolumeclaim", claimName(pod.Name))
 	}
+	tl.mark(stepClaimCreated)
 	secrets := r.cs.CoreV1().Secrets(r.cfg.Namespace)
 	if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
 		// The lease's sandbox exists, or a Create that failed half-way
@@ -74,10 +75,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		}
 		return runtime.Sandbox{}, r.apiErr(err, "create secret", secret.Name)
 	}
+	tl.mark(stepSecretCreated)
 	if err := r.waitBound(ctx, claim); err != nil {
 		_ = r.deleteStorage(dctx, pod.Name)
 		return runtime.Sandbox{}, c.Err(err)
 	}
+	tl.mark(stepClaimBound)
 	created, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Create(dctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return runtime.Sandbox{}, b.AlreadyExists(spec.LeaseID, pod.Name, err)
@@ -86,24 +89,27 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		_ = r.deleteStorage(dctx, pod.Name)
 		return runtime.Sandbox{}, r.apiErr(err, "create pod", pod.Name)
 	}
+	tl.mark(stepPodCreated)
 	if err := ctx.Err(); err != nil {
 		return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, fmt.Errorf("kubernetes: create pod %s: %w", pod.Name, err))
 	}
-	sb, err := r.waitReady(ctx, created)
+	sb, err := r.waitReady(ctx, created, tl)
 	if err != nil {
 		return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, err)
 	}
+	r.log.Debug("kubernetes: create timeline", append([]any{"pod", pod.Name}, tl.attrs()...)...)
 	return sb, nil
 }
 
 // waitReady waits until pod's sandbox container runs with an IP and its
 // agent answers health; a Pod that cannot get there fails at once (see
-// podProblem).
-func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod) (runtime.Sandbox, error) {
+// podProblem). tl, when not nil, records the steps it sees.
+func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod, tl *timeline) (runtime.Sandbox, error) {
 	wctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	go r.watchFailureEvents(wctx, pod, stop)
-	running, err := r.waitPod(wctx, pod.Name, func(p *corev1.Pod) (bool, error) {
+	running, err := r.waitPod(wctx, pod, func(p *corev1.Pod) (bool, error) {
+		tl.observe(p)
 		if err := podProblem(p); err != nil {
 			return false, err
 		}
@@ -116,88 +122,23 @@ func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod) (runtime.Sandb
 		return runtime.Sandbox{}, err
 	}
 	sb := sandboxOf(running)
+	// The informer's copy: no request per check.
 	alive := func(ctx context.Context) error {
-		p, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		p, err := r.getPod(ctx, pod.Name)
 		if err != nil {
 			return r.apiErr(err, "get pod", pod.Name)
 		}
+		if p.UID != pod.UID {
+			return errdefs.NotFound("kubernetes: pod %s was replaced", pod.Name)
+		}
+		tl.observe(p)
 		return podProblem(p)
 	}
 	if err := r.health.WaitReady(ctx, sb.Endpoint, alive); err != nil {
 		return runtime.Sandbox{}, err
 	}
+	tl.mark(stepAgentReady)
 	return sb, nil
-}
-
-// waitPod watches Pod name, from the version it reads first, until done
-// says it is done (or fails), ctx ends or the Pod is deleted; a watch that
-// the API server closes is opened again.
-func (r *Runtime) waitPod(ctx context.Context, name string, done func(*corev1.Pod) (bool, error)) (*corev1.Pod, error) {
-	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
-	// The current state first: it may be done already.
-	p, err := pods.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, r.apiErr(err, "get pod", name)
-	}
-	if ok, err := done(p); err != nil || ok {
-		return p, err
-	}
-	rv := p.ResourceVersion
-	for {
-		w, err := pods.Watch(ctx, metav1.ListOptions{
-			FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
-			ResourceVersion: rv,
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, r.apiErr(err, "watch pod", name)
-		}
-		p, closed, err := r.consume(ctx, w, name, done)
-		w.Stop()
-		if err != nil || !closed {
-			return p, err
-		}
-		// Closed by the server (a timeout, or too old a version): read
-		// the Pod again and go on.
-		cur, err := pods.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, r.apiErr(err, "get pod", name)
-		}
-		if ok, err := done(cur); err != nil || ok {
-			return cur, err
-		}
-		rv = cur.ResourceVersion
-	}
-}
-
-// consume reads w until done, an error, ctx's end, or w closes (closed).
-func (r *Runtime) consume(ctx context.Context, w watch.Interface, name string, done func(*corev1.Pod) (bool, error)) (last *corev1.Pod, closed bool, err error) {
-	for {
-		select {
-		case <-ctx.Done():
-			return last, false, ctx.Err()
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return last, true, nil
-			}
-			switch ev.Type {
-			case watch.Deleted:
-				return nil, false, errdefs.NotFound("kubernetes: pod %s was deleted", name)
-			case watch.Error:
-				return last, true, nil
-			}
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			last = p
-			if ok, err := done(p); err != nil || ok {
-				return p, false, err
-			}
-		}
-	}
 }
 
 // podProblem returns the error of a Pod whose sandbox cannot become ready:

@@ -143,12 +143,12 @@ func (r *Runtime) reconcileLoop(ctx context.Context) {
 // (Pods without a lease are the lease manager's to reconcile, through
 // List and Remove, as on every backend.)
 func (r *Runtime) ReconcileOrphans(ctx context.Context) (int, error) {
-	pods, err := r.cs.CoreV1().Pods(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(nil)})
+	pods, err := r.listPods(ctx, selector(nil))
 	if err != nil {
 		return 0, r.apiErr(err, "list pods", "")
 	}
 	live := map[string]bool{}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		live[p.Name] = true
 	}
 	claims, err := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(nil)})

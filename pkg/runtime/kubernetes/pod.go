@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -349,6 +350,15 @@ func mainStatus(pod *corev1.Pod) *corev1.ContainerStatus {
 	return nil
 }
 
+// podEndpoint is the address of pod's agent: its IP and runtime.AgentPort;
+// "" while it has no IP.
+func podEndpoint(pod *corev1.Pod) string {
+	if pod.Status.PodIP == "" {
+		return ""
+	}
+	return net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(runtime.AgentPort))
+}
+
 // sandboxOf translates a Pod into a Sandbox. The endpoint is the Pod's IP
 // and the agent's port while its container runs.
 func sandboxOf(pod *corev1.Pod) runtime.Sandbox {
@@ -375,9 +385,7 @@ func sandboxOf(pod *corev1.Pod) runtime.Sandbox {
 		sb.State = runtime.StateExited
 	case st != nil && st.State.Running != nil && pod.DeletionTimestamp == nil:
 		sb.State = runtime.StateRunning
-		if pod.Status.PodIP != "" {
-			sb.Endpoint = pod.Status.PodIP + ":" + strconv.Itoa(runtime.AgentPort)
-		}
+		sb.Endpoint = podEndpoint(pod)
 	case pod.DeletionTimestamp != nil:
 		sb.State = runtime.StateExited
 	}
