@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -40,6 +41,10 @@ type podCache struct {
 	seenRV atomic.Uint64
 
 	mu sync.Mutex
+	// answered are the Pods (by UID) whose agent answered Create's or
+	// Restart's health check: running even while the kubelet has not
+	// reported their container running yet (see Runtime.sandbox).
+	answered map[types.UID]struct{}
 	// waiters are the channels of the waits (waitPod) on each Pod name,
 	// poked (without blocking) on every event of that name.
 	waiters map[string]map[chan struct{}]struct{}
@@ -51,7 +56,8 @@ func newPodCache(cs kubernetes.Interface, ns string) (*podCache, error) {
 		informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector(nil) }))
 	pods := factory.Core().V1().Pods()
-	c := &podCache{factory: factory, inf: pods.Informer(), lister: pods.Lister(), waiters: map[string]map[chan struct{}]struct{}{}}
+	c := &podCache{factory: factory, inf: pods.Informer(), lister: pods.Lister(),
+		answered: map[types.UID]struct{}{}, waiters: map[string]map[chan struct{}]struct{}{}}
 	poke := func(obj any) {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = t.Obj
@@ -67,7 +73,17 @@ func newPodCache(cs kubernetes.Interface, ns string) (*podCache, error) {
 	if _, err := c.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    poke,
 		UpdateFunc: func(_, obj any) { poke(obj) },
-		DeleteFunc: poke,
+		DeleteFunc: func(obj any) {
+			poke(obj)
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				c.mu.Lock()
+				delete(c.answered, p.UID)
+				c.mu.Unlock()
+			}
+		},
 	}); err != nil {
 		return nil, errdefs.Internal("kubernetes: pod informer: %v", err)
 	}
@@ -99,6 +115,21 @@ func (c *podCache) poke(name string) {
 		default:
 		}
 	}
+}
+
+// markAnswered records that Pod uid's agent answered its health check.
+func (c *podCache) markAnswered(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.answered[uid] = struct{}{}
+}
+
+// hasAnswered reports whether Pod uid's agent answered its health check.
+func (c *podCache) hasAnswered(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.answered[uid]
+	return ok
 }
 
 // subscribe returns a channel poked on each event of Pod name, and the
@@ -221,4 +252,19 @@ func (r *Runtime) managedPod(ctx context.Context, id string) (*corev1.Pod, error
 		return nil, err
 	}
 	return pod, nil
+}
+
+// sandbox translates pod into a Sandbox (sandboxOf). A Pod whose agent
+// answered this backend's health check is running, with its endpoint,
+// even before the kubelet reports its container running: the kubelet
+// writes that at its next sync of the Pod, up to a second later (its
+// PLEG's relist period), and the lease manager would take a READY lease's
+// sandbox that is not running for a dead one.
+func (r *Runtime) sandbox(pod *corev1.Pod) runtime.Sandbox {
+	sb := sandboxOf(pod)
+	if sb.State == runtime.StateCreated && pod.Status.PodIP != "" && pod.DeletionTimestamp == nil && r.pods.hasAnswered(pod.UID) {
+		sb.State = runtime.StateRunning
+		sb.Endpoint = podEndpoint(pod)
+	}
+	return sb
 }

@@ -269,3 +269,23 @@ func TestCacheWatch(t *testing.T) {
 	for range w1 {
 	}
 }
+
+// TestCacheAnswered: a Pod whose agent answered Create's health check is
+// running (with its endpoint) although the kubelet still reports its
+// container waiting; another such Pod is only created.
+func TestCacheAnswered(t *testing.T) {
+	waiting := func(name string) *corev1.Pod {
+		p := cachePod(name, true)
+		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}
+		return p
+	}
+	r, _ := startFake(t, waiting("berth-answered"), waiting("berth-waiting"))
+	r.pods.markAnswered("uid-berth-answered")
+	ctx := context.Background()
+	if sb, err := r.Get(ctx, "berth-answered"); err != nil || sb.State != runtime.StateRunning || sb.Endpoint != "10.0.0.1:7000" {
+		t.Errorf("Get of a pod whose agent answered = %+v, %v; want running at 10.0.0.1:7000", sb, err)
+	}
+	if sb, err := r.Get(ctx, "berth-waiting"); err != nil || sb.State != runtime.StateCreated || sb.Endpoint != "" {
+		t.Errorf("Get of a pod whose container waits = %+v, %v; want created, no endpoint", sb, err)
+	}
+}

@@ -101,19 +101,24 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	return sb, nil
 }
 
-// waitReady waits until pod's sandbox container runs with an IP and its
-// agent answers health; a Pod that cannot get there fails at once (see
-// podProblem). tl, when not nil, records the steps it sees.
+// waitReady waits until pod's agent answers health, and returns its
+// sandbox; a Pod that cannot get there fails at once (see podProblem). It
+// probes the agent as soon as the Pod has an IP, not once the kubelet
+// reports the container running: the kubelet writes that only at its next
+// sync of the Pod, after its PLEG's relist (every second) noticed the
+// start, while the agent listens a few milliseconds after it (a probe
+// before is refused at once, and retried within milliseconds). tl, when
+// not nil, records the steps it sees.
 func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod, tl *timeline) (runtime.Sandbox, error) {
 	wctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	go r.watchFailureEvents(wctx, pod, stop)
-	running, err := r.waitPod(wctx, pod, func(p *corev1.Pod) (bool, error) {
+	placed, err := r.waitPod(wctx, pod, func(p *corev1.Pod) (bool, error) {
 		tl.observe(p)
 		if err := podProblem(p); err != nil {
 			return false, err
 		}
-		return sandboxOf(p).Endpoint != "", nil
+		return p.Status.PodIP != "", nil
 	})
 	if cause := context.Cause(wctx); err != nil && ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause
@@ -121,7 +126,6 @@ func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod, tl *timeline) 
 	if err != nil {
 		return runtime.Sandbox{}, err
 	}
-	sb := sandboxOf(running)
 	// The informer's copy: no request per check.
 	alive := func(ctx context.Context) error {
 		p, err := r.getPod(ctx, pod.Name)
@@ -134,11 +138,19 @@ func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod, tl *timeline) 
 		tl.observe(p)
 		return podProblem(p)
 	}
-	if err := r.health.WaitReady(ctx, sb.Endpoint, alive); err != nil {
+	if err := r.health.WaitReady(wctx, podEndpoint(placed), alive); err != nil {
+		if cause := context.Cause(wctx); ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+			err = cause
+		}
 		return runtime.Sandbox{}, err
 	}
 	tl.mark(stepAgentReady)
-	return sb, nil
+	r.pods.markAnswered(pod.UID)
+	latest := placed
+	if p := r.pods.cached(r.cfg.Namespace, pod.Name); p != nil && p.UID == pod.UID {
+		latest = p
+	}
+	return r.sandbox(latest), nil
 }
 
 // podProblem returns the error of a Pod whose sandbox cannot become ready:

@@ -261,7 +261,7 @@ func (r *Runtime) Get(ctx context.Context, id string) (runtime.Sandbox, error) {
 	if err != nil {
 		return runtime.Sandbox{}, err
 	}
-	return sandboxOf(pod), nil
+	return r.sandbox(pod), nil
 }
 
 // selector is the API server's part of sel: LabelManaged=true and each key
@@ -286,7 +286,7 @@ func (r *Runtime) List(ctx context.Context, sel runtime.Selector) ([]runtime.San
 	}
 	var out []runtime.Sandbox
 	for _, p := range pods {
-		sb := sandboxOf(p)
+		sb := r.sandbox(p)
 		if runtime.IsManaged(sb.Labels) && sel.Matches(sb.Labels) {
 			out = append(out, sb)
 		}

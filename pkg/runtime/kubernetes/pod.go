@@ -169,6 +169,32 @@ func requests(res runtime.Resources) corev1.ResourceList {
 	return rl
 }
 
+// installResources returns the resources of the init container that
+// copies the agent: the sandbox's own CPU and memory limits (the copy is a
+// part of its start), and small requests (it runs before the sandbox, so
+// the Pod's request is the sandbox's). Not a limit of its own: a limit of
+// 10 millicores made the kernel's CFS quota stretch runc's start of the
+// container and the 17 MB copy to 2-3 s each (docs/kubernetes.md, Cold
+// start).
+func installResources(res runtime.Resources) corev1.ResourceRequirements {
+	rr := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{},
+	}
+	lim := limits(res)
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		l, ok := lim[name]
+		if !ok {
+			continue
+		}
+		rr.Limits[name] = l
+		if req := rr.Requests[name]; req.Cmp(l) > 0 {
+			rr.Requests[name] = l
+		}
+	}
+	return rr
+}
+
 // capabilities returns runtime.Capabilities in Kubernetes' type.
 func capabilities() []corev1.Capability {
 	var out []corev1.Capability
@@ -276,10 +302,7 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 		ImagePullPolicy: r.cfg.AgentImagePullPolicy,
 		Command:         []string{installerPath, agentInImage, runtime.AgentPath},
 		VolumeMounts:    []corev1.VolumeMount{{Name: agentVolume, MountPath: runtime.AgentDir}},
-		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-		},
+		Resources:       installResources(res),
 		SecurityContext: &corev1.SecurityContext{
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			AllowPrivilegeEscalation: &no,
