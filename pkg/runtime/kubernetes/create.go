@@ -16,14 +16,27 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
-// Create creates a sandbox's Secret (its agent token and secrets),
-// workspace claim and Pod, waits until the Pod runs and its agent answers
-// health, and returns it.
-// A Pod that already exists for the lease is ErrAlreadyExists. On failure
-// nothing is left behind.
+// Create creates a sandbox's workspace claim (or, for a persistent
+// workspace, its volume's claim when missing: volumes.go), Pod and Secret
+// (its agent token and secrets), waits until its agent answers health, and
+// returns it. A Pod that already exists for the lease is ErrAlreadyExists.
+// On failure nothing is left behind but a persistent workspace's claim.
+//
+// The Pod is created before its Secret, and Remove deletes the Secret
+// before the Pod, so that every Secret berth makes has its Pod: the lease
+// manager's reconciliation of Pods (List and Remove) removes what an
+// interrupted Create left, and the Role need not let the orchestrator list
+// Secrets (which would read them all). The container reads the Secret
+// only once the init container has copied the agent, long after the
+// Secret exists.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
 	if err := spec.Validate(); err != nil {
 		return runtime.Sandbox{}, err
+	}
+	for i, m := range spec.Mounts {
+		if m.Type == runtime.MountBind {
+			return runtime.Sandbox{}, errdefs.FailedPrecondition("kubernetes: mounts[%d]: the kubernetes runtime cannot mount host paths (%s)", i, m.Source)
+		}
 	}
 	tl := newTimeline()
 	res := spec.Resources.WithDefaults(r.cfg.DefaultResources).WithDefaults(runtime.DefaultResources())
@@ -40,47 +53,28 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	// context is checked after each.
 	dctx, dcancel := runtime.Detached(ctx)
 	defer dcancel()
-	// The workspace claim first, then the Secret: every Secret berth
-	// creates has its claim, so that ReconcileOrphans finds orphaned
-	// Secrets from the claims (the Role does not let the orchestrator list
-	// Secrets, which would read them all). A claim left by a Create of
-	// this lease that failed half-way is used again.
-	claims := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace)
-	claim, err := claims.Create(dctx, r.buildClaim(pod.ObjectMeta, res), metav1.CreateOptions{})
-	ownClaim := err == nil
-	if apierrors.IsAlreadyExists(err) {
-		claim, err = claims.Get(dctx, claimName(pod.Name), metav1.GetOptions{})
-	}
-	if err != nil {
-		return runtime.Sandbox{}, r.apiErr(err, "create persistentvolumeclaim", claimName(pod.Name))
-	}
-	tl.mark(stepClaimCreated)
-	secrets := r.cs.CoreV1().Secrets(r.cfg.Namespace)
-	if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-		// The lease's sandbox exists, or a Create that failed half-way
-		// left its Secret: only the Pod tells. A leftover is replaced
-		// (deleted and created again: the Role grants no update).
-		if _, perr := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(dctx, pod.Name, metav1.GetOptions{}); perr == nil {
-			return runtime.Sandbox{}, b.AlreadyExists(spec.LeaseID, pod.Name, err)
-		}
-		if err := r.deleteSecret(dctx, secret.Name); err != nil {
-			return runtime.Sandbox{}, err
-		}
-		if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); err != nil {
-			return runtime.Sandbox{}, r.apiErr(err, "create secret again", secret.Name)
-		}
-	} else if err != nil {
-		if ownClaim {
-			_ = r.deleteClaim(dctx, claim.Name)
-		}
-		return runtime.Sandbox{}, r.apiErr(err, "create secret", secret.Name)
-	}
-	tl.mark(stepSecretCreated)
-	if err := r.waitBound(ctx, claim); err != nil {
-		_ = r.deleteStorage(dctx, pod.Name)
+	// The volumes' claims, kept when the Create fails.
+	if err := r.ensureVolumeClaims(ctx, spec, res, tl); err != nil {
 		return runtime.Sandbox{}, c.Err(err)
 	}
-	tl.mark(stepClaimBound)
+	if workspaceMount(spec) == nil {
+		// The sandbox's own workspace claim; one left by a Create of this
+		// lease that failed half-way is used again.
+		claims := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace)
+		claim, err := claims.Create(dctx, r.buildClaim(pod.ObjectMeta, res), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			claim, err = claims.Get(dctx, claimName(pod.Name), metav1.GetOptions{})
+		}
+		if err != nil {
+			return runtime.Sandbox{}, r.apiErr(err, "create persistentvolumeclaim", claimName(pod.Name))
+		}
+		tl.mark(stepClaimCreated)
+		if err := r.waitBound(ctx, claim); err != nil {
+			_ = r.deleteClaim(dctx, claim.Name)
+			return runtime.Sandbox{}, c.Err(err)
+		}
+		tl.mark(stepClaimBound)
+	}
 	created, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Create(dctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return runtime.Sandbox{}, b.AlreadyExists(spec.LeaseID, pod.Name, err)
@@ -90,6 +84,21 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		return runtime.Sandbox{}, r.apiErr(err, "create pod", pod.Name)
 	}
 	tl.mark(stepPodCreated)
+	secrets := r.cs.CoreV1().Secrets(r.cfg.Namespace)
+	if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		// A Create of this lease that failed half-way left its Secret:
+		// it is replaced (deleted and created again: the Role grants no
+		// update) before the container reads it.
+		if err := r.deleteSecret(dctx, secret.Name); err != nil {
+			return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, err)
+		}
+		if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); err != nil {
+			return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, r.apiErr(err, "create secret again", secret.Name))
+		}
+	} else if err != nil {
+		return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, r.apiErr(err, "create secret", secret.Name))
+	}
+	tl.mark(stepSecretCreated)
 	if err := ctx.Err(); err != nil {
 		return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, fmt.Errorf("kubernetes: create pod %s: %w", pod.Name, err))
 	}
@@ -267,9 +276,20 @@ func eventErr(pod *corev1.Pod, ev *corev1.Event) error {
 	return err
 }
 
+// ownSecretMissing reports whether msg says that pod's own Secret is not
+// found.
+func ownSecretMissing(pod *corev1.Pod, msg string) bool {
+	return strings.Contains(msg, `secret "`+secretName(pod.Name)+`" not found`)
+}
+
 // waitingErr maps the reason a container waits to an error, nil for a
 // reason that passes (ContainerCreating, PodInitializing).
 func waitingErr(pod *corev1.Pod, container, image string, w *corev1.ContainerStateWaiting) error {
+	if ownSecretMissing(pod, w.Message) {
+		// Create makes the Secret right after the Pod: the kubelet, had
+		// it been that fast, retries.
+		return nil
+	}
 	switch w.Reason {
 	case "ErrImageNeverPull":
 		return errdefs.NotFound("kubernetes: image %s is not present on the node of pod %s (build it with make images and load it into the node, docs/kubernetes.md): %s",

@@ -294,14 +294,18 @@ func (r *Runtime) List(ctx context.Context, sel runtime.Selector) ([]runtime.San
 	return out, nil
 }
 
-// Remove deletes a sandbox's Pod at once (no grace: the sandbox is gone
-// when Remove returns), its Secret and its workspace claim. A missing sandbox is success, one
+// Remove deletes a sandbox's Secret, its Pod at once (no grace: the
+// sandbox is gone when Remove returns) and its own workspace claim (a
+// persistent workspace's claim stays). A missing sandbox is success, one
 // berth did not create FailedPrecondition.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
 	pod, err := r.getPod(ctx, id)
 	switch {
 	case apierrors.IsNotFound(err):
-		return r.deleteStorage(ctx, id)
+		if err := r.deleteSecret(ctx, secretName(id)); err != nil {
+			return err
+		}
+		return r.deleteClaim(ctx, claimName(id))
 	case err != nil:
 		return r.apiErr(err, "get pod", id)
 	case !runtime.IsManaged(pod.Labels):
@@ -310,20 +314,24 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	return r.remove(ctx, id)
 }
 
-// remove deletes sandbox id's Pod (force: grace 0), Secret and workspace
-// claim (its volume goes by the StorageClass's reclaim policy).
+// remove deletes sandbox id's Secret, then its Pod (force: grace 0), then
+// its own workspace claim (its volume goes by the StorageClass's reclaim
+// policy). The Secret goes first: every Secret has its Pod (see Create),
+// so that a Remove cut short leaves a Pod, which the lease manager removes
+// again; a claim left behind is ReconcileOrphans'.
 func (r *Runtime) remove(ctx context.Context, id string) error {
+	if err := r.deleteSecret(ctx, secretName(id)); err != nil {
+		return err
+	}
 	zero := int64(0)
 	err := r.cs.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return r.apiErr(err, "delete pod", id)
 	}
-	return r.deleteStorage(ctx, id)
+	return r.deleteClaim(ctx, claimName(id))
 }
 
-// deleteStorage deletes sandbox pod's Secret, then its workspace claim:
-// the claim stays while the Secret does, so that ReconcileOrphans, which
-// finds orphaned Secrets from the claims, removes it later.
+// deleteStorage deletes sandbox pod's Secret and own workspace claim.
 func (r *Runtime) deleteStorage(ctx context.Context, pod string) error {
 	if err := r.deleteSecret(ctx, secretName(pod)); err != nil {
 		return err

@@ -219,13 +219,15 @@ func TestAPIErrDeadline(t *testing.T) {
 	}
 }
 
-// The backend declares the pids limit it cannot enforce, so that the
-// conformance suite leaves out exactly those checks.
+// The backend declares the pids limit, the host mounts and the volume
+// sizes it cannot give, so that the conformance suite leaves out exactly
+// those checks.
 func TestLimitations(t *testing.T) {
 	var rt any = &Runtime{}
 	lim, ok := rt.(conformance.Limited)
-	if !ok || !slices.Equal(lim.Limitations(), []string{conformance.LimitPids}) {
-		t.Fatalf("Limitations = %v (implemented: %v), want [%s]", lim, ok, conformance.LimitPids)
+	want := []string{conformance.LimitPids, conformance.LimitHostMounts, conformance.LimitVolumeSize}
+	if !ok || !slices.Equal(lim.Limitations(), want) {
+		t.Fatalf("Limitations = %v (implemented: %v), want %v", lim, ok, want)
 	}
 }
 

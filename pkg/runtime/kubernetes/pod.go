@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net"
 	"slices"
@@ -35,7 +36,8 @@ const (
 	// workspaceVolume is the sandbox's PersistentVolumeClaim (claimName),
 	// mounted at workDir: it outlives the Pod, so the files survive a
 	// Restart and a hibernate (which replace the Pod), and goes with the
-	// sandbox (Remove).
+	// sandbox (Remove). A persistent workspace's claim (volumes.go) takes
+	// its place and outlives the sandbox too.
 	workspaceVolume = "workspace"
 	// DefaultWorkspaceSize is the size a workspace claim requests when the
 	// sandbox has no disk limit.
@@ -209,25 +211,52 @@ func capabilities() []corev1.Capability {
 // default StorageClass), the disk limit as its size (else
 // DefaultWorkspaceSize).
 func (r *Runtime) buildClaim(meta metav1.ObjectMeta, res runtime.Resources) *corev1.PersistentVolumeClaim {
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: *meta.DeepCopy(), Spec: r.claimSpec(res)}
+	pvc.Name = claimName(meta.Name)
+	delete(pvc.Annotations, diskAnnotation)
+	return pvc
+}
+
+// claimSpec is the spec of a workspace claim: ReadWriteOnce,
+// Config.StorageClass (nil: the cluster's default StorageClass), the disk
+// limit as its size (else DefaultWorkspaceSize).
+func (r *Runtime) claimSpec(res runtime.Resources) corev1.PersistentVolumeClaimSpec {
 	size := int64(DefaultWorkspaceSize)
 	if res.DiskBytes > 0 {
 		size = res.DiskBytes
 	}
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: *meta.DeepCopy(),
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
-				corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)}},
-		},
+	spec := corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)}},
 	}
-	pvc.Name = claimName(meta.Name)
-	delete(pvc.Annotations, diskAnnotation)
 	if r.cfg.StorageClass != "" {
 		sc := r.cfg.StorageClass
-		pvc.Spec.StorageClassName = &sc
+		spec.StorageClassName = &sc
 	}
-	return pvc
+	return spec
+}
+
+// workspaceMount returns spec's workspace volume (a runtime.MountVolume
+// at workDir: a persistent workspace, volumes.go), nil when it has none
+// (the workspace is then the sandbox's own claim).
+func workspaceMount(spec runtime.Spec) *runtime.Mount {
+	for i, m := range spec.Mounts {
+		if m.Type == runtime.MountVolume && m.Target == workDir {
+			return &spec.Mounts[i]
+		}
+	}
+	return nil
+}
+
+// claimOfPod returns the claim holding pod's workspace ("" when none).
+func claimOfPod(pod *corev1.Pod) string {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == workspaceVolume && v.PersistentVolumeClaim != nil {
+			return v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	return ""
 }
 
 // buildObjects returns the Secret and the Pod of spec (validated, its
@@ -314,6 +343,29 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
+	// The workspace: the sandbox's own claim, or its persistent
+	// workspace's (volumes.go); other workspace volumes at their targets.
+	workspace := corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(name)}
+	mounts := []corev1.VolumeMount{
+		{Name: agentVolume, MountPath: runtime.AgentDir, ReadOnly: true},
+		{Name: agentStateVolume, MountPath: runtime.AgentStateDir},
+		{Name: workspaceVolume, MountPath: workDir},
+	}
+	var extra []corev1.Volume
+	for i, m := range spec.Mounts {
+		switch {
+		case m.Type != runtime.MountVolume:
+			// Create refuses host paths before it builds anything.
+		case m.Target == workDir:
+			workspace = corev1.PersistentVolumeClaimVolumeSource{ClaimName: m.Source, ReadOnly: m.ReadOnly}
+			mounts[2].ReadOnly = m.ReadOnly
+		default:
+			vol := fmt.Sprintf("volume-%d", i)
+			extra = append(extra, corev1.Volume{Name: vol, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: m.Source, ReadOnly: m.ReadOnly}}})
+			mounts = append(mounts, corev1.VolumeMount{Name: vol, MountPath: m.Target, ReadOnly: m.ReadOnly})
+		}
+	}
 	main := corev1.Container{
 		Name:            containerName,
 		Image:           spec.Image,
@@ -350,10 +402,11 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 			Volumes: []corev1.Volume{
 				{Name: agentVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: agentStateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: workspaceVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(name)}}},
+				{Name: workspaceVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &workspace}},
 			},
 		},
 	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, extra...)
 	return secret, pod
 }
 
