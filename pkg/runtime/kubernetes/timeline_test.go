@@ -49,7 +49,8 @@ func (h *timelines) Handle(_ context.Context, r slog.Record) error {
 // TestCreateTimeline (BERTH_BENCH=1) creates sandboxes of berth/minimal
 // one after the other and prints, for each step of a cold start, when
 // Create saw it (p50 and max of the offsets from Create's beginning):
-// where the seconds go (docs/kubernetes.md, Cold start).
+// where the seconds go (docs/kubernetes.md, Cold start); then the same on
+// a persistent workspace, whose claim exists after the first.
 func TestCreateTimeline(t *testing.T) {
 	if os.Getenv("BERTH_BENCH") == "" {
 		t.Skip("a figure for docs/kubernetes.md (BERTH_BENCH=1)")
@@ -66,29 +67,49 @@ func TestCreateTimeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Close() })
-	const n = 7
-	var total []time.Duration
-	for i := range n {
-		spec := runtime.Spec{LeaseID: fmt.Sprintf("timeline-%d-%d", time.Now().UnixNano()%1e6, i), Image: "berth/minimal:latest",
-			AgentToken: "tok-timeline", InstanceID: "timeline-test", ReadyTimeout: time.Minute}
-		began := time.Now()
-		sb, err := rt.Create(context.Background(), spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		total = append(total, time.Since(began))
-		if err := rt.Remove(context.Background(), sb.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
 	p := func(ds []time.Duration, q float64) time.Duration {
 		s := slices.Clone(ds)
 		slices.Sort(s)
 		return s[int(q*float64(len(s)-1)+0.5)]
 	}
-	for _, step := range h.order {
-		ds := h.steps[step]
-		fmt.Printf("K8S-TIMELINE %-22s p50 %6dms max %6dms (n=%d)\n", step, p(ds, 0.5).Milliseconds(), p(ds, 1).Milliseconds(), len(ds))
+	// run creates and removes n sandboxes of spec (a fresh lease id
+	// each) and prints the steps under title.
+	run := func(title string, n int, spec runtime.Spec) {
+		h.mu.Lock()
+		h.order, h.steps = nil, map[string][]time.Duration{}
+		h.mu.Unlock()
+		var total []time.Duration
+		for i := range n {
+			spec.LeaseID = fmt.Sprintf("timeline-%d-%d", time.Now().UnixNano()%1e6, i)
+			began := time.Now()
+			sb, err := rt.Create(context.Background(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total = append(total, time.Since(began))
+			if err := rt.Remove(context.Background(), sb.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, step := range h.order {
+			ds := h.steps[step]
+			fmt.Printf("%s %-22s p50 %6dms max %6dms (n=%d)\n", title, step, p(ds, 0.5).Milliseconds(), p(ds, 1).Milliseconds(), len(ds))
+		}
+		fmt.Printf("%s %-22s p50 %6dms max %6dms (n=%d)\n", title, "Create", p(total, 0.5).Milliseconds(), p(total, 1).Milliseconds(), len(total))
 	}
-	fmt.Printf("K8S-TIMELINE %-22s p50 %6dms max %6dms (n=%d)\n", "Create", p(total, 0.5).Milliseconds(), p(total, 1).Milliseconds(), len(total))
+	spec := runtime.Spec{Image: "berth/minimal:latest", AgentToken: "tok-timeline", InstanceID: "timeline-test", ReadyTimeout: time.Minute}
+	run("K8S-TIMELINE", 7, spec)
+
+	// On a persistent workspace: its claim made by the first Create,
+	// mounted again (bound) by the others.
+	vol := fmt.Sprintf("berth-ws-timeline-%d", time.Now().UnixNano()%1e6)
+	t.Cleanup(func() {
+		if err := rt.RemoveVolume(context.Background(), vol); err != nil {
+			t.Errorf("cleanup: remove volume %s: %v", vol, err)
+		}
+	})
+	spec.Mounts = []runtime.Mount{{Type: runtime.MountVolume, Source: vol, Target: runtime.DefaultWorkDir,
+		VolumeLabels: runtime.VolumeLabels("timeline-owner", "timeline-conversation")}}
+	run("K8S-TIMELINE-FIRST-PERSIST", 1, spec)
+	run("K8S-TIMELINE-PERSISTED", 5, spec)
 }
