@@ -22,6 +22,7 @@ import (
 	"github.com/berth-dev/berth/pkg/orchestrator"
 	"github.com/berth-dev/berth/pkg/runtime/kubernetes"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
 // The Kubernetes e2e tests run with BERTH_K8S=1 against the test cluster
@@ -57,7 +58,8 @@ func k8sLoad(t *testing.T, ref string) {
 // leader Lease and the "reap all" of the cleanup are the fleet's, so that
 // other orchestrators on the cluster (a developer's, another test run's)
 // see nothing of this one. Its leases are reaped when the test ends.
-func startK8sOrch(t *testing.T) (*api, *kubernetes.Runtime, string) {
+// mutate, when given, change the orchestrator's configuration.
+func startK8sOrch(t *testing.T, mutate ...func(*orchestrator.Config)) (*api, *kubernetes.Runtime, string) {
 	t.Helper()
 	dir := k8sDir(t)
 	if out, err := exec.Command("../scripts/k8s/agent-image.sh").CombinedOutput(); err != nil {
@@ -78,6 +80,9 @@ func startK8sOrch(t *testing.T) (*api, *kubernetes.Runtime, string) {
 	// the node for its Pods: removed when the test ends, as newDataDir does
 	// on Docker (registered first, so it runs after the server stops).
 	cfg.InstanceID = "e2e-" + runID + "-" + randHex(4)
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	t.Cleanup(func() {
 		if err := egress.RemoveInstance(context.Background(), cfg.InstanceID); err != nil {
 			t.Errorf("cleanup: egress rules of instance %s: %v", cfg.InstanceID, err)
@@ -222,6 +227,8 @@ func (a *api) proxyExecCode(ctx context.Context, t *testing.T, id, token string)
 // berth/minimal on both):
 //
 //   - cold acquire (request to READY) and release, interleaved, 5 each;
+//   - re-acquire of a persisted conversation (its volume exists, the
+//     sandbox is new; workspace.persist), 3 conversations;
 //   - exec of `true` through the proxy (REST, one keep-alive client), 50
 //     calls after 5 warm-ups: p50 and p95;
 //   - 20 parallel acquires: the wall time until all are READY, and each
@@ -266,6 +273,39 @@ func TestKubernetesBench(t *testing.T) {
 	fmt.Printf("K8S-BENCH %-48s kubernetes p50 %8s max %8s | docker p50 %8s max %8s | kubernetes/docker p50 %5.2fx\n",
 		fmt.Sprintf("release (to RELEASED; n=%d):", rounds), p(rel["kubernetes"], 50), p(rel["kubernetes"], 100), p(rel["docker"], 50), p(rel["docker"], 100),
 		ms(percentile(rel["kubernetes"], 50))/ms(percentile(rel["docker"], 50)))
+
+	// Re-acquire of a persisted conversation: its volume exists (Docker's
+	// named volume, the cluster's claim, bound), the sandbox is new.
+	const reRounds = 3
+	reacq := map[string][]time.Duration{}
+	for _, b := range backends {
+		for i := range reRounds {
+			conv := fmt.Sprintf("bench-persist-%s-%d", randHex(3), i)
+			body := map[string]any{"conversationId": conv, "ttl": "600s", "workspace": map[string]any{"persist": true}}
+			var vol string
+			for j := range 2 {
+				t0 := time.Now()
+				code, _, raw := b.a.mustCall(t, http.MethodPost, "/v1/leases", body)
+				took := time.Since(t0)
+				var r orchv1.AcquireResponse
+				if code != http.StatusOK || decode(raw, &r) != nil {
+					t.Fatalf("%s: acquire %s with workspace.persist: HTTP %d: %s", b.name, conv, code, raw)
+				}
+				if j == 1 {
+					reacq[b.name] = append(reacq[b.name], took)
+				}
+				vol = r.GetLease().GetWorkspace().GetVolume()
+				b.a.mustRelease(t, r.GetLease().GetId())
+				waitUnused(t, b.a, vol)
+			}
+			if code, _, raw := b.a.mustCall(t, http.MethodDelete, "/v1/volumes/"+vol, nil); code != http.StatusOK {
+				t.Errorf("%s: remove volume %s: HTTP %d: %s", b.name, vol, code, raw)
+			}
+		}
+	}
+	fmt.Printf("K8S-BENCH %-48s kubernetes p50 %8s max %8s | docker p50 %8s max %8s | kubernetes/docker p50 %5.2fx\n",
+		fmt.Sprintf("re-acquire a persisted conversation (n=%d):", reRounds), p(reacq["kubernetes"], 50), p(reacq["kubernetes"], 100), p(reacq["docker"], 50), p(reacq["docker"], 100),
+		ms(percentile(reacq["kubernetes"], 50))/ms(percentile(reacq["docker"], 50)))
 
 	// exec true through the proxy, 50 calls on one lease of each.
 	const calls = 50

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -149,8 +150,12 @@ func (c Config) validateVolumes() error {
 	if err := c.Volumes.Validate(); err != nil {
 		return err
 	}
-	if _, err := runtime.ParseHostMountPolicy(c.AllowHostMounts); err != nil {
+	p, err := runtime.ParseHostMountPolicy(c.AllowHostMounts)
+	if err != nil {
 		return fmt.Errorf("allow host mounts: %w", err)
+	}
+	if len(p) > 0 && c.Runtime == "kubernetes" {
+		return errors.New("allow host mounts: the kubernetes runtime cannot mount host paths (a Pod under Pod Security baseline has no hostPath volume)")
 	}
 	return nil
 }

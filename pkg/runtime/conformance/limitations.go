@@ -23,6 +23,17 @@ const (
 	// pids.max (Limits) nor that a pids limit of 1 fails Create
 	// (EarlyExit).
 	LimitPids = "pids-limit"
+	// LimitHostMounts: Spec.Mounts of type MountBind are refused
+	// (FailedPrecondition). A Kubernetes Pod under Pod Security baseline
+	// has no hostPath volume. The suite then mounts no host directory
+	// (Mounts) and checks that one is refused.
+	LimitHostMounts = "host-mounts"
+	// LimitVolumeSize: the size of a workspace volume's files is not
+	// measured (InspectVolume's SizeBytes is -1, Usage does not count
+	// it). A Kubernetes claim's files are on a node or a storage system
+	// the orchestrator does not read. The suite then does not check those
+	// figures (Mounts).
+	LimitVolumeSize = "volume-size"
 )
 
 // lacks reports whether the runtime under test declared limitation l, and

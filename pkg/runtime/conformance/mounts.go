@@ -14,8 +14,9 @@ import (
 
 // testMounts checks Spec.Mounts and runtime.VolumeManager: a workspace
 // volume outlives its sandbox and a second sandbox mounting it finds the
-// files; a host directory is mounted read-only or read-write as asked;
-// Usage counts the volume; a volume in use cannot be removed; removal is
+// files; a host directory is mounted read-only or read-write as asked
+// (refused under LimitHostMounts); Usage counts the volume (not under
+// LimitVolumeSize); a volume in use cannot be removed; removal is
 // idempotent and leaves nothing.
 func (s *suite) testMounts(t *testing.T) {
 	t.Parallel()
@@ -52,16 +53,26 @@ func (s *suite) testMounts(t *testing.T) {
 		{Type: runtime.MountBind, Source: roDir, Target: "/mnt/ro", ReadOnly: true},
 		{Type: runtime.MountBind, Source: rwDir, Target: "/mnt/rw"},
 	}
+	hostMounts := !s.lacks(t, LimitHostMounts)
+	if !hostMounts {
+		if _, err := s.rt.Create(ctx, spec); !errdefs.IsFailedPrecondition(err) {
+			t.Fatalf("Create with host mounts = %v, want FailedPrecondition (the runtime declares %q)", err, LimitHostMounts)
+		}
+		spec.Mounts = spec.Mounts[:1]
+	}
 	sb := s.create(t, spec)
-	s.sh(t, sb, spec.AgentToken, "echo persisted > /workspace/f && head -c 1048576 /dev/zero > /workspace/big && echo written > /mnt/rw/out")
-	if got := s.sh(t, sb, spec.AgentToken, "cat /mnt/ro/hello"); got != "from-host\n" {
-		t.Errorf("read-only host mount: cat = %q", got)
-	}
-	if res := s.exec(t, sb, spec.AgentToken, map[string]any{"command": "echo x > /mnt/ro/new", "timeout": "10s"}); res.ExitCode == 0 {
-		t.Errorf("writing to a read-only host mount succeeded")
-	}
-	if b, err := os.ReadFile(filepath.Join(rwDir, "out")); err != nil || string(b) != "written\n" {
-		t.Errorf("read-write host mount: host file = %q, %v", b, err)
+	s.sh(t, sb, spec.AgentToken, "echo persisted > /workspace/f && head -c 1048576 /dev/zero > /workspace/big")
+	if hostMounts {
+		s.sh(t, sb, spec.AgentToken, "echo written > /mnt/rw/out")
+		if got := s.sh(t, sb, spec.AgentToken, "cat /mnt/ro/hello"); got != "from-host\n" {
+			t.Errorf("read-only host mount: cat = %q", got)
+		}
+		if res := s.exec(t, sb, spec.AgentToken, map[string]any{"command": "echo x > /mnt/ro/new", "timeout": "10s"}); res.ExitCode == 0 {
+			t.Errorf("writing to a read-only host mount succeeded")
+		}
+		if b, err := os.ReadFile(filepath.Join(rwDir, "out")); err != nil || string(b) != "written\n" {
+			t.Errorf("read-write host mount: host file = %q, %v", b, err)
+		}
 	}
 
 	vols, err := vm.ListVolumes(ctx, runtime.Selector{runtime.LabelConversation: spec.ConversationID})
@@ -75,11 +86,16 @@ func (s *suite) testMounts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("InspectVolume: %v", err)
 	}
-	if v.SizeBytes < 1<<20 || v.CreatedAt.IsZero() {
-		t.Errorf("InspectVolume = %+v, want ≥ 1 MiB and a creation time", v)
+	if v.CreatedAt.IsZero() {
+		t.Errorf("InspectVolume = %+v, want a creation time", v)
 	}
-	if u, err := s.rt.Usage(ctx, sb.ID); err != nil || u.DiskBytes < 1<<20 {
-		t.Errorf("Usage = %+v, %v; want the volume's 1 MiB counted", u, err)
+	if !s.lacks(t, LimitVolumeSize) {
+		if v.SizeBytes < 1<<20 {
+			t.Errorf("InspectVolume = %+v, want ≥ 1 MiB", v)
+		}
+		if u, err := s.rt.Usage(ctx, sb.ID); err != nil || u.DiskBytes < 1<<20 {
+			t.Errorf("Usage = %+v, %v; want the volume's 1 MiB counted", u, err)
+		}
 	}
 	if err := vm.RemoveVolume(ctx, vol); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("RemoveVolume of a mounted volume = %v, want FailedPrecondition", err)

@@ -108,23 +108,35 @@ func TestConformance(t *testing.T) {
 	}
 	loadImage(t, "berth/minimal:latest")
 	var rt *k8s.Runtime
+	// kill kills the sandbox's container through the node's containerd.
+	// Create returns once the agent answers, which may be before the
+	// kubelet has reported the container (its next sync of the Pod, up to
+	// a second later): kill waits for its id.
 	kill := func(ctx context.Context, id string) error {
-		pod, err := admin.CoreV1().Pods(rt.Namespace()).Get(ctx, id, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, st := range pod.Status.ContainerStatuses {
-			if st.Name == "sandbox" {
-				cid := strings.TrimPrefix(st.ContainerID, "containerd://")
-				out, err := exec.CommandContext(ctx, "ctr", "--address", nodeSock, "--namespace", "k8s.io",
-					"tasks", "kill", "--signal", "SIGKILL", cid).CombinedOutput()
-				if err != nil {
-					return fmt.Errorf("ctr tasks kill %s: %v: %s", cid, err, out)
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		for {
+			pod, err := admin.CoreV1().Pods(rt.Namespace()).Get(ctx, id, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, st := range pod.Status.ContainerStatuses {
+				if st.Name == "sandbox" && st.ContainerID != "" {
+					cid := strings.TrimPrefix(st.ContainerID, "containerd://")
+					out, err := exec.CommandContext(ctx, "ctr", "--address", nodeSock, "--namespace", "k8s.io",
+						"tasks", "kill", "--signal", "SIGKILL", cid).CombinedOutput()
+					if err != nil {
+						return fmt.Errorf("ctr tasks kill %s: %v: %s", cid, err, out)
+					}
+					return nil
 				}
-				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("pod %s has no sandbox container id: %w", id, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		return fmt.Errorf("pod %s has no sandbox container status", id)
 	}
 	unmanaged := func(t *testing.T, image string) (string, func() bool) {
 		no := false

@@ -11,21 +11,34 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
-// Create creates a sandbox's Secret (its agent token and secrets),
-// workspace claim and Pod, waits until the Pod runs and its agent answers
-// health, and returns it.
-// A Pod that already exists for the lease is ErrAlreadyExists. On failure
-// nothing is left behind.
+// Create creates a sandbox's workspace claim (or, for a persistent
+// workspace, its volume's claim when missing: volumes.go), Pod and Secret
+// (its agent token and secrets), waits until its agent answers health, and
+// returns it. A Pod that already exists for the lease is ErrAlreadyExists.
+// On failure nothing is left behind but a persistent workspace's claim.
+//
+// The Pod is created before its Secret, and Remove deletes the Secret
+// before the Pod, so that every Secret berth makes has its Pod: the lease
+// manager's reconciliation of Pods (List and Remove) removes what an
+// interrupted Create left, and the Role need not let the orchestrator list
+// Secrets (which would read them all). The container reads the Secret
+// only once the init container has copied the agent, long after the
+// Secret exists.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
 	if err := spec.Validate(); err != nil {
 		return runtime.Sandbox{}, err
 	}
+	for i, m := range spec.Mounts {
+		if m.Type == runtime.MountBind {
+			return runtime.Sandbox{}, errdefs.FailedPrecondition("kubernetes: mounts[%d]: the kubernetes runtime cannot mount host paths (%s)", i, m.Source)
+		}
+	}
+	tl := newTimeline()
 	res := spec.Resources.WithDefaults(r.cfg.DefaultResources).WithDefaults(runtime.DefaultResources())
 	secret, pod := r.buildObjects(spec, res)
 	b := r.backend()
@@ -40,43 +53,27 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	// context is checked after each.
 	dctx, dcancel := runtime.Detached(ctx)
 	defer dcancel()
-	// The workspace claim first, then the Secret: every Secret berth
-	// creates has its claim, so that ReconcileOrphans finds orphaned
-	// Secrets from the claims (the Role does not let the orchestrator list
-	// Secrets, which would read them all). A claim left by a Create of
-	// this lease that failed half-way is used again.
-	claims := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace)
-	claim, err := claims.Create(dctx, r.buildClaim(pod.ObjectMeta, res), metav1.CreateOptions{})
-	ownClaim := err == nil
-	if apierrors.IsAlreadyExists(err) {
-		claim, err = claims.Get(dctx, claimName(pod.Name), metav1.GetOptions{})
-	}
-	if err != nil {
-		return runtime.Sandbox{}, r.apiErr(err, "create persistentvolumeclaim", claimName(pod.Name))
-	}
-	secrets := r.cs.CoreV1().Secrets(r.cfg.Namespace)
-	if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-		// The lease's sandbox exists, or a Create that failed half-way
-		// left its Secret: only the Pod tells. A leftover is replaced
-		// (deleted and created again: the Role grants no update).
-		if _, perr := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(dctx, pod.Name, metav1.GetOptions{}); perr == nil {
-			return runtime.Sandbox{}, b.AlreadyExists(spec.LeaseID, pod.Name, err)
-		}
-		if err := r.deleteSecret(dctx, secret.Name); err != nil {
-			return runtime.Sandbox{}, err
-		}
-		if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); err != nil {
-			return runtime.Sandbox{}, r.apiErr(err, "create secret again", secret.Name)
-		}
-	} else if err != nil {
-		if ownClaim {
-			_ = r.deleteClaim(dctx, claim.Name)
-		}
-		return runtime.Sandbox{}, r.apiErr(err, "create secret", secret.Name)
-	}
-	if err := r.waitBound(ctx, claim); err != nil {
-		_ = r.deleteStorage(dctx, pod.Name)
+	// The volumes' claims, kept when the Create fails.
+	if err := r.ensureVolumeClaims(ctx, spec, res, tl); err != nil {
 		return runtime.Sandbox{}, c.Err(err)
+	}
+	if workspaceMount(spec) == nil {
+		// The sandbox's own workspace claim; one left by a Create of this
+		// lease that failed half-way is used again.
+		claims := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace)
+		claim, err := claims.Create(dctx, r.buildClaim(pod.ObjectMeta, res), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			claim, err = claims.Get(dctx, claimName(pod.Name), metav1.GetOptions{})
+		}
+		if err != nil {
+			return runtime.Sandbox{}, r.apiErr(err, "create persistentvolumeclaim", claimName(pod.Name))
+		}
+		tl.mark(stepClaimCreated)
+		if err := r.waitBound(ctx, claim); err != nil {
+			_ = r.deleteClaim(dctx, claim.Name)
+			return runtime.Sandbox{}, c.Err(err)
+		}
+		tl.mark(stepClaimBound)
 	}
 	created, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Create(dctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -86,28 +83,51 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 		_ = r.deleteStorage(dctx, pod.Name)
 		return runtime.Sandbox{}, r.apiErr(err, "create pod", pod.Name)
 	}
+	tl.mark(stepPodCreated)
+	secrets := r.cs.CoreV1().Secrets(r.cfg.Namespace)
+	if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		// A Create of this lease that failed half-way left its Secret:
+		// it is replaced (deleted and created again: the Role grants no
+		// update) before the container reads it.
+		if err := r.deleteSecret(dctx, secret.Name); err != nil {
+			return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, err)
+		}
+		if _, err := secrets.Create(dctx, secret, metav1.CreateOptions{}); err != nil {
+			return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, r.apiErr(err, "create secret again", secret.Name))
+		}
+	} else if err != nil {
+		return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, r.apiErr(err, "create secret", secret.Name))
+	}
+	tl.mark(stepSecretCreated)
 	if err := ctx.Err(); err != nil {
 		return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, fmt.Errorf("kubernetes: create pod %s: %w", pod.Name, err))
 	}
-	sb, err := r.waitReady(ctx, created)
+	sb, err := r.waitReady(ctx, created, tl)
 	if err != nil {
 		return runtime.Sandbox{}, c.Fail(pod.Name, spec.LeaseID, err)
 	}
+	r.log.Debug("kubernetes: create timeline", append([]any{"pod", pod.Name}, tl.attrs()...)...)
 	return sb, nil
 }
 
-// waitReady waits until pod's sandbox container runs with an IP and its
-// agent answers health; a Pod that cannot get there fails at once (see
-// podProblem).
-func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod) (runtime.Sandbox, error) {
+// waitReady waits until pod's agent answers health, and returns its
+// sandbox; a Pod that cannot get there fails at once (see podProblem). It
+// probes the agent as soon as the Pod has an IP, not once the kubelet
+// reports the container running: the kubelet writes that only at its next
+// sync of the Pod, after its PLEG's relist (every second) noticed the
+// start, while the agent listens a few milliseconds after it (a probe
+// before is refused at once, and retried within milliseconds). tl, when
+// not nil, records the steps it sees.
+func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod, tl *timeline) (runtime.Sandbox, error) {
 	wctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	go r.watchFailureEvents(wctx, pod, stop)
-	running, err := r.waitPod(wctx, pod.Name, func(p *corev1.Pod) (bool, error) {
+	placed, err := r.waitPod(wctx, pod, func(p *corev1.Pod) (bool, error) {
+		tl.observe(p)
 		if err := podProblem(p); err != nil {
 			return false, err
 		}
-		return sandboxOf(p).Endpoint != "", nil
+		return p.Status.PodIP != "", nil
 	})
 	if cause := context.Cause(wctx); err != nil && ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause
@@ -115,89 +135,31 @@ func (r *Runtime) waitReady(ctx context.Context, pod *corev1.Pod) (runtime.Sandb
 	if err != nil {
 		return runtime.Sandbox{}, err
 	}
-	sb := sandboxOf(running)
+	// The informer's copy: no request per check.
 	alive := func(ctx context.Context) error {
-		p, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		p, err := r.getPod(ctx, pod.Name)
 		if err != nil {
 			return r.apiErr(err, "get pod", pod.Name)
 		}
+		if p.UID != pod.UID {
+			return errdefs.NotFound("kubernetes: pod %s was replaced", pod.Name)
+		}
+		tl.observe(p)
 		return podProblem(p)
 	}
-	if err := r.health.WaitReady(ctx, sb.Endpoint, alive); err != nil {
+	if err := r.health.WaitReady(wctx, podEndpoint(placed), alive); err != nil {
+		if cause := context.Cause(wctx); ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+			err = cause
+		}
 		return runtime.Sandbox{}, err
 	}
-	return sb, nil
-}
-
-// waitPod watches Pod name, from the version it reads first, until done
-// says it is done (or fails), ctx ends or the Pod is deleted; a watch that
-// the API server closes is opened again.
-func (r *Runtime) waitPod(ctx context.Context, name string, done func(*corev1.Pod) (bool, error)) (*corev1.Pod, error) {
-	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
-	// The current state first: it may be done already.
-	p, err := pods.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, r.apiErr(err, "get pod", name)
+	tl.mark(stepAgentReady)
+	r.pods.markAnswered(pod.UID)
+	latest := placed
+	if p := r.pods.cached(r.cfg.Namespace, pod.Name); p != nil && p.UID == pod.UID {
+		latest = p
 	}
-	if ok, err := done(p); err != nil || ok {
-		return p, err
-	}
-	rv := p.ResourceVersion
-	for {
-		w, err := pods.Watch(ctx, metav1.ListOptions{
-			FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
-			ResourceVersion: rv,
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, r.apiErr(err, "watch pod", name)
-		}
-		p, closed, err := r.consume(ctx, w, name, done)
-		w.Stop()
-		if err != nil || !closed {
-			return p, err
-		}
-		// Closed by the server (a timeout, or too old a version): read
-		// the Pod again and go on.
-		cur, err := pods.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, r.apiErr(err, "get pod", name)
-		}
-		if ok, err := done(cur); err != nil || ok {
-			return cur, err
-		}
-		rv = cur.ResourceVersion
-	}
-}
-
-// consume reads w until done, an error, ctx's end, or w closes (closed).
-func (r *Runtime) consume(ctx context.Context, w watch.Interface, name string, done func(*corev1.Pod) (bool, error)) (last *corev1.Pod, closed bool, err error) {
-	for {
-		select {
-		case <-ctx.Done():
-			return last, false, ctx.Err()
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return last, true, nil
-			}
-			switch ev.Type {
-			case watch.Deleted:
-				return nil, false, errdefs.NotFound("kubernetes: pod %s was deleted", name)
-			case watch.Error:
-				return last, true, nil
-			}
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			last = p
-			if ok, err := done(p); err != nil || ok {
-				return p, false, err
-			}
-		}
-	}
+	return r.sandbox(latest), nil
 }
 
 // podProblem returns the error of a Pod whose sandbox cannot become ready:
@@ -314,9 +276,20 @@ func eventErr(pod *corev1.Pod, ev *corev1.Event) error {
 	return err
 }
 
+// ownSecretMissing reports whether msg says that pod's own Secret is not
+// found.
+func ownSecretMissing(pod *corev1.Pod, msg string) bool {
+	return strings.Contains(msg, `secret "`+secretName(pod.Name)+`" not found`)
+}
+
 // waitingErr maps the reason a container waits to an error, nil for a
 // reason that passes (ContainerCreating, PodInitializing).
 func waitingErr(pod *corev1.Pod, container, image string, w *corev1.ContainerStateWaiting) error {
+	if ownSecretMissing(pod, w.Message) {
+		// Create makes the Secret right after the Pod: the kubelet, had
+		// it been that fast, retries.
+		return nil
+	}
 	switch w.Reason {
 	case "ErrImageNeverPull":
 		return errdefs.NotFound("kubernetes: image %s is not present on the node of pod %s (build it with make images and load it into the node, docs/kubernetes.md): %s",

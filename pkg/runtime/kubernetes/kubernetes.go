@@ -115,8 +115,12 @@ type Runtime struct {
 	host   string
 	log    *slog.Logger
 	health runtime.HealthProber
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
+	// pods is the informer on the namespace's berth Pods (cache.go).
+	pods *podCache
+	// bg lives until Close (stop); wg counts its goroutines.
+	bg   context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
 	// classes caches whether a StorageClass binds claims at once (claim.go).
 	classMu sync.Mutex
 	classes map[string]bool
@@ -201,17 +205,30 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, errdefs.InvalidArgument("kubeconfig", "%v", err)
 	}
+	return start(ctx, cfg, cs, rc)
+}
+
+// start returns the Runtime of cfg (defaults applied) over cs and starts
+// its Pod informer and the reconciliation of orphans.
+func start(ctx context.Context, cfg Config, cs kubernetes.Interface, rc *rest.Config) (*Runtime, error) {
+	pods, err := newPodCache(cs, cfg.Namespace)
+	if err != nil {
+		return nil, err
+	}
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Runtime{cfg: cfg, cs: cs, rest: rc, host: rc.Host, log: cfg.Logger, health: runtime.NewHealthProber(), stop: stop, classes: map[string]bool{}}
+	r := &Runtime{cfg: cfg, cs: cs, rest: rc, host: rc.Host, log: cfg.Logger, health: runtime.NewHealthProber(),
+		pods: pods, bg: bg, stop: stop, classes: map[string]bool{}}
+	pods.start(bg.Done())
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.reconcileLoop(bg) }()
 	return r, nil
 }
 
-// Close stops the background reconciliation.
+// Close stops the Pod informer and the background reconciliation.
 func (r *Runtime) Close() error {
 	r.stop()
 	r.wg.Wait()
+	r.pods.shutdown()
 	r.health.Close()
 	return nil
 }
@@ -238,26 +255,13 @@ func (r *Runtime) Ping(ctx context.Context) error {
 	return r.apiErr(err, "list pods", "")
 }
 
-// pod returns sandbox id's Pod; NotFound also for a Pod berth did not
-// create.
-func (r *Runtime) pod(ctx context.Context, id string) (*corev1.Pod, error) {
-	pod, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
-	if err != nil {
-		return nil, r.apiErr(err, "get pod", id)
-	}
-	if err := runtime.CheckManaged("kubernetes", id, pod.Labels); err != nil {
-		return nil, err
-	}
-	return pod, nil
-}
-
-// Get returns one sandbox.
+// Get returns one sandbox, from the Pod informer (cache.go).
 func (r *Runtime) Get(ctx context.Context, id string) (runtime.Sandbox, error) {
-	pod, err := r.pod(ctx, id)
+	pod, err := r.managedPod(ctx, id)
 	if err != nil {
 		return runtime.Sandbox{}, err
 	}
-	return sandboxOf(pod), nil
+	return r.sandbox(pod), nil
 }
 
 // selector is the API server's part of sel: LabelManaged=true and each key
@@ -273,15 +277,16 @@ func selector(sel runtime.Selector) string {
 	return labels.SelectorFromSet(set).String()
 }
 
-// List returns the sandboxes matching sel.
+// List returns the sandboxes matching sel, from the Pod informer
+// (cache.go).
 func (r *Runtime) List(ctx context.Context, sel runtime.Selector) ([]runtime.Sandbox, error) {
-	list, err := r.cs.CoreV1().Pods(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(sel)})
+	pods, err := r.listPods(ctx, selector(sel))
 	if err != nil {
 		return nil, r.apiErr(err, "list pods", "")
 	}
 	var out []runtime.Sandbox
-	for i := range list.Items {
-		sb := sandboxOf(&list.Items[i])
+	for _, p := range pods {
+		sb := r.sandbox(p)
 		if runtime.IsManaged(sb.Labels) && sel.Matches(sb.Labels) {
 			out = append(out, sb)
 		}
@@ -289,14 +294,18 @@ func (r *Runtime) List(ctx context.Context, sel runtime.Selector) ([]runtime.San
 	return out, nil
 }
 
-// Remove deletes a sandbox's Pod at once (no grace: the sandbox is gone
-// when Remove returns), its Secret and its workspace claim. A missing sandbox is success, one
+// Remove deletes a sandbox's Secret, its Pod at once (no grace: the
+// sandbox is gone when Remove returns) and its own workspace claim (a
+// persistent workspace's claim stays). A missing sandbox is success, one
 // berth did not create FailedPrecondition.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
-	pod, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
+	pod, err := r.getPod(ctx, id)
 	switch {
 	case apierrors.IsNotFound(err):
-		return r.deleteStorage(ctx, id)
+		if err := r.deleteSecret(ctx, secretName(id)); err != nil {
+			return err
+		}
+		return r.deleteClaim(ctx, claimName(id))
 	case err != nil:
 		return r.apiErr(err, "get pod", id)
 	case !runtime.IsManaged(pod.Labels):
@@ -305,20 +314,24 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	return r.remove(ctx, id)
 }
 
-// remove deletes sandbox id's Pod (force: grace 0), Secret and workspace
-// claim (its volume goes by the StorageClass's reclaim policy).
+// remove deletes sandbox id's Secret, then its Pod (force: grace 0), then
+// its own workspace claim (its volume goes by the StorageClass's reclaim
+// policy). The Secret goes first: every Secret has its Pod (see Create),
+// so that a Remove cut short leaves a Pod, which the lease manager removes
+// again; a claim left behind is ReconcileOrphans'.
 func (r *Runtime) remove(ctx context.Context, id string) error {
+	if err := r.deleteSecret(ctx, secretName(id)); err != nil {
+		return err
+	}
 	zero := int64(0)
 	err := r.cs.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return r.apiErr(err, "delete pod", id)
 	}
-	return r.deleteStorage(ctx, id)
+	return r.deleteClaim(ctx, claimName(id))
 }
 
-// deleteStorage deletes sandbox pod's Secret, then its workspace claim:
-// the claim stays while the Secret does, so that ReconcileOrphans, which
-// finds orphaned Secrets from the claims, removes it later.
+// deleteStorage deletes sandbox pod's Secret and own workspace claim.
 func (r *Runtime) deleteStorage(ctx context.Context, pod string) error {
 	if err := r.deleteSecret(ctx, secretName(pod)); err != nil {
 		return err
@@ -349,7 +362,7 @@ func (r *Runtime) deleteSecret(ctx context.Context, name string) error {
 // long Stop waits for that. A stopped Pod cannot start again: Restart
 // replaces it.
 func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) error {
-	pod, err := r.pod(ctx, id)
+	pod, err := r.managedPod(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -362,7 +375,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) erro
 	}
 	wctx, cancel := context.WithTimeout(ctx, grace+stopGrace*time.Second+5*time.Second)
 	defer cancel()
-	_, err = r.waitPod(wctx, id, func(p *corev1.Pod) (bool, error) {
+	_, err = r.waitPod(wctx, pod, func(p *corev1.Pod) (bool, error) {
 		return sandboxOf(p).State == runtime.StateExited, nil
 	})
 	if err != nil {
@@ -374,7 +387,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) erro
 // Usage reports no disk figure: the kubelet measures and enforces a
 // sandbox's disk limit itself (ephemeral-storage, DiskEnforcementEngine).
 func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
-	if _, err := r.pod(ctx, id); err != nil {
+	if _, err := r.managedPod(ctx, id); err != nil {
 		return runtime.Usage{}, err
 	}
 	return runtime.Usage{MeasuredAt: time.Now()}, nil

@@ -118,8 +118,19 @@ func TestBuildObjects(t *testing.T) {
 	if *pod.Spec.AutomountServiceAccountToken || pod.Spec.RestartPolicy != corev1.RestartPolicyNever || pod.Spec.ServiceAccountName != "sandbox-sa" {
 		t.Errorf("pod spec: automount %v restart %s service account %q", *pod.Spec.AutomountServiceAccountToken, pod.Spec.RestartPolicy, pod.Spec.ServiceAccountName)
 	}
-	if init := pod.Spec.InitContainers[0]; init.Image != "agent:1" || !*init.SecurityContext.RunAsNonRoot || !*init.SecurityContext.ReadOnlyRootFilesystem {
+	init := pod.Spec.InitContainers[0]
+	if init.Image != "agent:1" || !*init.SecurityContext.RunAsNonRoot || !*init.SecurityContext.ReadOnlyRootFilesystem {
 		t.Errorf("init container = %+v", init)
+	}
+	// The copy runs within the sandbox's CPU and memory limits, not a
+	// tiny quota of its own; its requests stay small.
+	if l, r := init.Resources.Limits, init.Resources.Requests; l.Cpu().MilliValue() != 500 || l.Memory().Value() != 256<<20 ||
+		r.Cpu().MilliValue() != 10 || r.Memory().Value() != 32<<20 {
+		t.Errorf("init container resources = %+v", init.Resources)
+	}
+	if small := installResources(runtime.Resources{NanoCPUs: 5_000_000, MemoryBytes: 16 << 20}); small.Requests.Cpu().MilliValue() != 5 ||
+		small.Requests.Memory().Value() != 16<<20 {
+		t.Errorf("init requests above tiny limits: %+v", small)
 	}
 }
 
@@ -208,13 +219,15 @@ func TestAPIErrDeadline(t *testing.T) {
 	}
 }
 
-// The backend declares the pids limit it cannot enforce, so that the
-// conformance suite leaves out exactly those checks.
+// The backend declares the pids limit, the host mounts and the volume
+// sizes it cannot give, so that the conformance suite leaves out exactly
+// those checks.
 func TestLimitations(t *testing.T) {
 	var rt any = &Runtime{}
 	lim, ok := rt.(conformance.Limited)
-	if !ok || !slices.Equal(lim.Limitations(), []string{conformance.LimitPids}) {
-		t.Fatalf("Limitations = %v (implemented: %v), want [%s]", lim, ok, conformance.LimitPids)
+	want := []string{conformance.LimitPids, conformance.LimitHostMounts, conformance.LimitVolumeSize}
+	if !ok || !slices.Equal(lim.Limitations(), want) {
+		t.Fatalf("Limitations = %v (implemented: %v), want %v", lim, ok, want)
 	}
 }
 

@@ -7,6 +7,11 @@ package kubernetes
 //   - "pids-limit": Resources.PidsLimit is not applied per sandbox. A Pod
 //     has no field for it: the kubelet's podPidsLimit is one value for
 //     every Pod on a node, so the node's setting bounds each sandbox.
+//   - "host-mounts": a Spec's host mounts are refused. A Pod under Pod
+//     Security baseline has no hostPath volume.
+//   - "volume-size": the size of a workspace volume's files is not
+//     measured: a claim's files are on a node or a storage system the
+//     orchestrator does not read.
 func (r *Runtime) Limitations() []string {
-	return []string{"pids-limit"}
+	return []string{"pids-limit", "host-mounts", "volume-size"}
 }

@@ -134,21 +134,23 @@ func (r *Runtime) reconcileLoop(ctx context.Context) {
 	}
 }
 
-// ReconcileOrphans removes the Secrets and workspace claims berth created
-// for sandboxes whose Pod is gone (a Create or Remove cut short, an
-// orchestrator killed) once they are older than Config.OrphanAge, and
-// returns how many it removed. Orphaned Secrets are found from the claims
-// (Create makes the claim before the Secret, Remove deletes the Secret
-// before the claim): the orchestrator may not list Secrets.
+// ReconcileOrphans removes the workspace claims berth created for
+// sandboxes whose Pod is gone (a Create or Remove cut short, an
+// orchestrator killed), and their Secrets, once they are older than
+// Config.OrphanAge, and returns how many objects it removed. Every Secret
+// has its Pod (Create makes it after the Pod, Remove deletes it before),
+// so the Pods' reconciliation removes the others; the orchestrator may
+// not list Secrets. Persistent workspaces' claims (no LabelSandbox) are
+// never orphans: the volume retention and the volumes API remove them.
 // (Pods without a lease are the lease manager's to reconcile, through
 // List and Remove, as on every backend.)
 func (r *Runtime) ReconcileOrphans(ctx context.Context) (int, error) {
-	pods, err := r.cs.CoreV1().Pods(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(nil)})
+	pods, err := r.listPods(ctx, selector(nil))
 	if err != nil {
 		return 0, r.apiErr(err, "list pods", "")
 	}
 	live := map[string]bool{}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		live[p.Name] = true
 	}
 	claims, err := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector(nil)})

@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,7 +36,8 @@ const (
 	// workspaceVolume is the sandbox's PersistentVolumeClaim (claimName),
 	// mounted at workDir: it outlives the Pod, so the files survive a
 	// Restart and a hibernate (which replace the Pod), and goes with the
-	// sandbox (Remove).
+	// sandbox (Remove). A persistent workspace's claim (volumes.go) takes
+	// its place and outlives the sandbox too.
 	workspaceVolume = "workspace"
 	// DefaultWorkspaceSize is the size a workspace claim requests when the
 	// sandbox has no disk limit.
@@ -168,6 +171,32 @@ func requests(res runtime.Resources) corev1.ResourceList {
 	return rl
 }
 
+// installResources returns the resources of the init container that
+// copies the agent: the sandbox's own CPU and memory limits (the copy is a
+// part of its start), and small requests (it runs before the sandbox, so
+// the Pod's request is the sandbox's). Not a limit of its own: a limit of
+// 10 millicores made the kernel's CFS quota stretch runc's start of the
+// container and the 17 MB copy to 2-3 s each (docs/kubernetes.md, Cold
+// start).
+func installResources(res runtime.Resources) corev1.ResourceRequirements {
+	rr := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{},
+	}
+	lim := limits(res)
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		l, ok := lim[name]
+		if !ok {
+			continue
+		}
+		rr.Limits[name] = l
+		if req := rr.Requests[name]; req.Cmp(l) > 0 {
+			rr.Requests[name] = l
+		}
+	}
+	return rr
+}
+
 // capabilities returns runtime.Capabilities in Kubernetes' type.
 func capabilities() []corev1.Capability {
 	var out []corev1.Capability
@@ -182,25 +211,52 @@ func capabilities() []corev1.Capability {
 // default StorageClass), the disk limit as its size (else
 // DefaultWorkspaceSize).
 func (r *Runtime) buildClaim(meta metav1.ObjectMeta, res runtime.Resources) *corev1.PersistentVolumeClaim {
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: *meta.DeepCopy(), Spec: r.claimSpec(res)}
+	pvc.Name = claimName(meta.Name)
+	delete(pvc.Annotations, diskAnnotation)
+	return pvc
+}
+
+// claimSpec is the spec of a workspace claim: ReadWriteOnce,
+// Config.StorageClass (nil: the cluster's default StorageClass), the disk
+// limit as its size (else DefaultWorkspaceSize).
+func (r *Runtime) claimSpec(res runtime.Resources) corev1.PersistentVolumeClaimSpec {
 	size := int64(DefaultWorkspaceSize)
 	if res.DiskBytes > 0 {
 		size = res.DiskBytes
 	}
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: *meta.DeepCopy(),
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
-				corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)}},
-		},
+	spec := corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)}},
 	}
-	pvc.Name = claimName(meta.Name)
-	delete(pvc.Annotations, diskAnnotation)
 	if r.cfg.StorageClass != "" {
 		sc := r.cfg.StorageClass
-		pvc.Spec.StorageClassName = &sc
+		spec.StorageClassName = &sc
 	}
-	return pvc
+	return spec
+}
+
+// workspaceMount returns spec's workspace volume (a runtime.MountVolume
+// at workDir: a persistent workspace, volumes.go), nil when it has none
+// (the workspace is then the sandbox's own claim).
+func workspaceMount(spec runtime.Spec) *runtime.Mount {
+	for i, m := range spec.Mounts {
+		if m.Type == runtime.MountVolume && m.Target == workDir {
+			return &spec.Mounts[i]
+		}
+	}
+	return nil
+}
+
+// claimOfPod returns the claim holding pod's workspace ("" when none).
+func claimOfPod(pod *corev1.Pod) string {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == workspaceVolume && v.PersistentVolumeClaim != nil {
+			return v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	return ""
 }
 
 // buildObjects returns the Secret and the Pod of spec (validated, its
@@ -275,10 +331,7 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 		ImagePullPolicy: r.cfg.AgentImagePullPolicy,
 		Command:         []string{installerPath, agentInImage, runtime.AgentPath},
 		VolumeMounts:    []corev1.VolumeMount{{Name: agentVolume, MountPath: runtime.AgentDir}},
-		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-		},
+		Resources:       installResources(res),
 		SecurityContext: &corev1.SecurityContext{
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			AllowPrivilegeEscalation: &no,
@@ -289,6 +342,29 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 			ReadOnlyRootFilesystem:   &yes,
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
+	}
+	// The workspace: the sandbox's own claim, or its persistent
+	// workspace's (volumes.go); other workspace volumes at their targets.
+	workspace := corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(name)}
+	mounts := []corev1.VolumeMount{
+		{Name: agentVolume, MountPath: runtime.AgentDir, ReadOnly: true},
+		{Name: agentStateVolume, MountPath: runtime.AgentStateDir},
+		{Name: workspaceVolume, MountPath: workDir},
+	}
+	var extra []corev1.Volume
+	for i, m := range spec.Mounts {
+		switch {
+		case m.Type != runtime.MountVolume:
+			// Create refuses host paths before it builds anything.
+		case m.Target == workDir:
+			workspace = corev1.PersistentVolumeClaimVolumeSource{ClaimName: m.Source, ReadOnly: m.ReadOnly}
+			mounts[2].ReadOnly = m.ReadOnly
+		default:
+			vol := fmt.Sprintf("volume-%d", i)
+			extra = append(extra, corev1.Volume{Name: vol, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: m.Source, ReadOnly: m.ReadOnly}}})
+			mounts = append(mounts, corev1.VolumeMount{Name: vol, MountPath: m.Target, ReadOnly: m.ReadOnly})
+		}
 	}
 	main := corev1.Container{
 		Name:            containerName,
@@ -326,10 +402,11 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 			Volumes: []corev1.Volume{
 				{Name: agentVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: agentStateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: workspaceVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(name)}}},
+				{Name: workspaceVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &workspace}},
 			},
 		},
 	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, extra...)
 	return secret, pod
 }
 
@@ -347,6 +424,15 @@ func mainStatus(pod *corev1.Pod) *corev1.ContainerStatus {
 		}
 	}
 	return nil
+}
+
+// podEndpoint is the address of pod's agent: its IP and runtime.AgentPort;
+// "" while it has no IP.
+func podEndpoint(pod *corev1.Pod) string {
+	if pod.Status.PodIP == "" {
+		return ""
+	}
+	return net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(runtime.AgentPort))
 }
 
 // sandboxOf translates a Pod into a Sandbox. The endpoint is the Pod's IP
@@ -375,9 +461,7 @@ func sandboxOf(pod *corev1.Pod) runtime.Sandbox {
 		sb.State = runtime.StateExited
 	case st != nil && st.State.Running != nil && pod.DeletionTimestamp == nil:
 		sb.State = runtime.StateRunning
-		if pod.Status.PodIP != "" {
-			sb.Endpoint = pod.Status.PodIP + ":" + strconv.Itoa(runtime.AgentPort)
-		}
+		sb.Endpoint = podEndpoint(pod)
 	case pod.DeletionTimestamp != nil:
 		sb.State = runtime.StateExited
 	}

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,15 +23,15 @@ import (
 func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ReadyTimeout)
 	defer cancel()
-	pod, err := r.pod(ctx, id)
+	pod, err := r.managedPod(ctx, id)
 	if err != nil {
 		return runtime.Sandbox{}, err
 	}
 	if sandboxOf(pod).State != runtime.StateExited {
-		return r.waitReady(ctx, pod)
+		return r.waitReady(ctx, pod, nil)
 	}
 	next := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, Labels: pod.Labels, Annotations: pod.Annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, Labels: maps.Clone(pod.Labels), Annotations: maps.Clone(pod.Annotations)},
 		Spec:       *pod.Spec.DeepCopy(),
 	}
 	next.Spec.ActiveDeadlineSeconds = nil
@@ -55,7 +56,7 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 	if err != nil {
 		return runtime.Sandbox{}, r.apiErr(err, "create pod again", id)
 	}
-	sb, err := r.waitReady(ctx, created)
+	sb, err := r.waitReady(ctx, created, nil)
 	if err != nil {
 		return runtime.Sandbox{}, r.backend().TimeoutErr(context.WithoutCancel(ctx), ctx, r.cfg.ReadyTimeout, fmt.Errorf("kubernetes: restart pod %s: %w", id, err))
 	}

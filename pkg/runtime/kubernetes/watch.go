@@ -5,8 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
@@ -18,22 +16,31 @@ const watchBuffer = 64
 
 // Watch delivers the sandboxes' deaths (a container that terminated, with
 // its exit code; an OOM kill also as EventOOM) and removals (the Pod
-// deleted) from an informer on the namespace's berth Pods — the API
-// server's watch, not polling. The channel closes when ctx ends.
+// deleted) from the backend's one informer on the namespace's berth Pods
+// (cache.go) — the API server's watch, not polling; each Watch is a
+// handler of that informer, not a watch of its own. The channel closes
+// when ctx ends.
 func (r *Runtime) Watch(ctx context.Context) (<-chan runtime.Event, error) {
+	if !r.pods.waitSynced(ctx) {
+		if err := r.Ping(context.WithoutCancel(ctx)); err != nil {
+			return nil, err
+		}
+		return nil, errdefs.Unavailable("kubernetes: watch pods: the informer did not sync: %v", ctx.Err())
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	factory := informers.NewSharedInformerFactoryWithOptions(r.cs, 0,
-		informers.WithNamespace(r.cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector(nil) }))
-	inf := factory.Core().V1().Pods().Informer()
-	raw := make(chan runtime.Event, watchBuffer)
+	// The Runtime's Close ends every Watch.
+	stopAfter := context.AfterFunc(r.bg, cancel)
+	out := make(chan runtime.Event, watchBuffer)
+	// The informer gives each handler its own goroutine and unbounded
+	// queue: a slow subscriber holds back neither the cache nor the other
+	// subscribers.
 	send := func(ev runtime.Event) {
 		select {
-		case raw <- ev:
+		case out <- ev:
 		case <-ctx.Done():
 		}
 	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := r.pods.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
 			old, ok1 := oldObj.(*corev1.Pod)
 			cur, ok2 := newObj.(*corev1.Pod)
@@ -57,35 +64,19 @@ func (r *Runtime) Watch(ctx context.Context) (<-chan runtime.Event, error) {
 		},
 	})
 	if err != nil {
+		stopAfter()
 		cancel()
-		return nil, errdefs.Internal("kubernetes: watch pods: %v", err)
+		return nil, errdefs.Unavailable("kubernetes: watch pods: %v", err)
 	}
-	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		cancel()
-		factory.Shutdown()
-		if err := r.Ping(context.WithoutCancel(ctx)); err != nil {
-			return nil, err
-		}
-		return nil, errdefs.Unavailable("kubernetes: watch pods: the informer did not sync")
-	}
-	out := make(chan runtime.Event, watchBuffer)
+	r.wg.Add(1)
 	go func() {
-		defer close(out)
-		defer factory.Shutdown()
-		defer cancel()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev := <-raw:
-				select {
-				case out <- ev:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
+		defer r.wg.Done()
+		defer stopAfter()
+		<-ctx.Done()
+		// Once the handler has stopped (its pending calls return at
+		// once: ctx has ended), nothing sends on out.
+		_ = cache.ShutDownEventHandler(r.pods.inf, reg)
+		close(out)
 	}()
 	return out, nil
 }
