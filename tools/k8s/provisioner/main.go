@@ -6,8 +6,10 @@
 // the provisioner removes the directory and the volume (reclaim policy
 // Delete). One node, one process on that node: this is what a real
 // cluster's CSI driver and external-provisioner do, reduced to a test
-// cluster's needs. It polls (every -every) rather than watching, and logs
-// to stderr.
+// cluster's needs. It watches claims and volumes (informers: a claim is
+// provisioned as soon as it is created, not at the next poll) and looks
+// again every -every for what an event may have missed; it logs to
+// stderr.
 //
 //	provisioner -kubeconfig FILE -class berth-local -dir /var/lib/berth-k8s/volumes
 package main
@@ -27,7 +29,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -38,7 +44,7 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file (an identity that may manage PersistentVolumes)")
 	class := flag.String("class", "berth-local", "the StorageClass whose claims this provisioner serves")
 	dir := flag.String("dir", "/var/lib/berth-k8s/volumes", "the node directory holding the volumes")
-	every := flag.Duration("every", 300*time.Millisecond, "how often to look for new claims and released volumes")
+	every := flag.Duration("every", 5*time.Second, "how often to look again for new claims and released volumes (their events trigger a look at once)")
 	flag.Parse()
 	rc, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -53,33 +59,56 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	p := &provisioner{cs: cs, class: *class, dir: *dir}
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	claimInf, volInf := factory.Core().V1().PersistentVolumeClaims(), factory.Core().V1().PersistentVolumes()
+	kick := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	for _, inf := range []cache.SharedIndexInformer{claimInf.Informer(), volInf.Informer()} {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: poke,
+		}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), claimInf.Informer().HasSynced, volInf.Informer().HasSynced) {
+		return
+	}
+	p := &provisioner{cs: cs, class: *class, dir: *dir, claims: claimInf.Lister(), volumes: volInf.Lister()}
 	for ctx.Err() == nil {
 		if err := p.sync(ctx); err != nil && ctx.Err() == nil {
 			log.Printf("sync: %v", err)
 		}
 		select {
 		case <-ctx.Done():
+		case <-kick:
 		case <-time.After(*every):
 		}
 	}
 }
 
 type provisioner struct {
-	cs    kubernetes.Interface
-	class string
-	dir   string
+	cs      kubernetes.Interface
+	class   string
+	dir     string
+	claims  corelisters.PersistentVolumeClaimLister
+	volumes corelisters.PersistentVolumeLister
 }
 
 // sync provisions a volume for each pending claim of the class and deletes
 // the released volumes it made.
 func (p *provisioner) sync(ctx context.Context) error {
-	claims, err := p.cs.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
+	claims, err := p.claims.List(labels.Everything())
 	if err != nil {
 		return err
 	}
-	for i := range claims.Items {
-		c := &claims.Items[i]
+	for _, c := range claims {
 		if c.Spec.StorageClassName == nil || *c.Spec.StorageClassName != p.class ||
 			c.Spec.VolumeName != "" || c.Status.Phase != corev1.ClaimPending || c.DeletionTimestamp != nil {
 			continue
@@ -88,15 +117,15 @@ func (p *provisioner) sync(ctx context.Context) error {
 			log.Printf("provision %s/%s: %v", c.Namespace, c.Name, err)
 		}
 	}
-	vols, err := p.cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{LabelSelector: provisionedBy + "=" + p.class})
+	vols, err := p.volumes.List(labels.SelectorFromSet(labels.Set{provisionedBy: p.class}))
 	if err != nil {
 		return err
 	}
-	for _, v := range vols.Items {
+	for _, v := range vols {
 		if v.Status.Phase != corev1.VolumeReleased && v.Status.Phase != corev1.VolumeFailed {
 			continue
 		}
-		if err := p.delete(ctx, &v); err != nil {
+		if err := p.delete(ctx, v); err != nil {
 			log.Printf("delete %s: %v", v.Name, err)
 		}
 	}
