@@ -306,7 +306,7 @@ func (c *uploadCopy) copy(r io.Reader) (int64, error) {
 	}
 }
 
-// write hands b to the digester and writes it to the file. A non-nil
+// write writes b to the file, then hands it to the digester. A non-nil
 // block is the pooled block b lies in, which write takes over: the
 // digester gives it back to the pool once it has hashed b.
 func (c *uploadCopy) write(b []byte, block *[]byte) error {
@@ -315,14 +315,19 @@ func (c *uploadCopy) write(b []byte, block *[]byte) error {
 		c.err = fmt.Errorf("upload %s: %w", c.target, err)
 		return c.err
 	}
+	// The file first, then the digester: the digester gives the block
+	// back to the pool once it has hashed it, and the block must not be
+	// reused while the write still reads it. The hash of this block still
+	// runs beside the read and write of the next.
+	if _, err := c.f.Write(b); err != nil {
+		putBlock(block)
+		c.err = osError("upload: write", c.target, err)
+		return c.err
+	}
 	if c.d != nil {
 		c.d.add(b, block)
 	} else {
-		defer putBlock(block)
-	}
-	if _, err := c.f.Write(b); err != nil {
-		c.err = osError("upload: write", c.target, err)
-		return c.err
+		putBlock(block)
 	}
 	return nil
 }
