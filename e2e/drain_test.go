@@ -26,7 +26,7 @@ func TestStopAndDrain(t *testing.T) {
 	b := p.mustAcquire(t, "c-drain-b", baseImage, "600s")
 	for _, r := range []*orchv1.AcquireResponse{a, b} {
 		cid := r.GetLease().GetContainerId()
-		t.Cleanup(func() { _, _ = dockerCLI(context.Background(), "rm", "-f", cid) })
+		t.Cleanup(func() { _, _ = dockerCLI(context.Background(), "rm", "-f", "-v", cid) })
 	}
 	idA, tokA, cidA := a.GetLease().GetId(), a.GetToken(), a.GetLease().GetContainerId()
 	cidB := b.GetLease().GetContainerId()

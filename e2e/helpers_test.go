@@ -125,6 +125,12 @@ func testMain(m *testing.M) int {
 			code = 1
 		}
 	}
+	// A sandbox's own state volume goes with its container; one left
+	// without a container is a leak too (named by its conversation, which
+	// names the test).
+	if n := removeRunVolumes(); n > 0 && code == 0 {
+		code = 1
+	}
 	// The orchestrator's default injection keeps the agent in a volume per
 	// agent build; remove the ones no container uses any more.
 	if out, err := dockerCLI(context.Background(), "volume", "ls", "-q", "--filter", "label=dev.berth.agent.sha256"); err == nil {
@@ -298,6 +304,29 @@ func removeRunLeftovers() int {
 			_, _ = dockerCLI(ctx, "rm", "-f", "-v", id)
 			n++
 		}
+	}
+	return n
+}
+
+// removeRunVolumes removes the volumes of this run's orchestrators that no
+// container uses, reporting each, and returns how many there were.
+func removeRunVolumes() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := dockerCLI(ctx, "volume", "ls", "-q", "--filter", "dangling=true", "--filter", "label="+runtime.LabelManaged+"=true")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, v := range strings.Fields(out) {
+		desc, err := dockerCLI(ctx, "volume", "inspect", "--format",
+			`{{index .Labels "`+runtime.LabelInstance+`"}} conversation={{index .Labels "`+runtime.LabelConversation+`"}} lease={{index .Labels "`+runtime.LabelLease+`"}}`, v)
+		if err != nil || !strings.HasPrefix(desc, "e2e-"+runID+"-") {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "e2e: removing volume %s left behind without its container: instance %s\n", v, strings.TrimSpace(desc))
+		_, _ = dockerCLI(ctx, "volume", "rm", v)
+		n++
 	}
 	return n
 }

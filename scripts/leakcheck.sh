@@ -73,7 +73,9 @@ if command -v docker >/dev/null 2>&1 && docker version --format '{{.Server.Versi
 	fi
 	if out=$(docker volume ls -q --filter label=dev.berth.managed); then
 		while read -r v; do
-			[[ -n $v && $v != "$keep_volume" ]] && leak "docker volume $v"
+			[[ -n $v && $v != "$keep_volume" ]] || continue
+			# Which instance and lease it came from tells the test that left it.
+			leak "docker volume $v $(docker volume inspect --format 'created={{.CreatedAt}} instance={{index .Labels "dev.berth.instance"}} lease={{index .Labels "dev.berth.lease"}} conversation={{index .Labels "dev.berth.conversation"}}' "$v" 2>/dev/null)"
 		done <<<"$out"
 	else
 		warn "Docker volumes"

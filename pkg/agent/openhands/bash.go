@@ -327,13 +327,17 @@ func (s *store) last(c *command) *event {
 
 // collector turns a running command's stream events into BashOutput
 // events: it coalesces output per stream and flushes it when ChunkBytes
-// are waiting or FlushInterval after the first waiting byte.
+// are waiting or, when live, FlushInterval after the first waiting byte.
+// A command that is not live (execute_bash_command, whose caller waits for
+// the end) keeps its output for the last event, as the agent-server does:
+// the answer is that event, so a timed flush would take output out of it.
 type collector struct {
-	st  *store
-	c   *command
-	mu  sync.Mutex
-	out [2][]byte // stdout, stderr waiting
-	tm  *time.Timer
+	st   *store
+	c    *command
+	live bool
+	mu   sync.Mutex
+	out  [2][]byte // stdout, stderr waiting
+	tm   *time.Timer
 }
 
 func (k *collector) add(stream int, data []byte) {
@@ -344,7 +348,7 @@ func (k *collector) add(stream int, data []byte) {
 		k.flushLocked()
 		return
 	}
-	if k.tm == nil {
+	if k.live && k.tm == nil {
 		k.tm = time.AfterFunc(FlushInterval, func() {
 			k.mu.Lock()
 			defer k.mu.Unlock()
@@ -431,11 +435,12 @@ func exitCode(st process.ExitStatus) int {
 }
 
 // run starts cmdLine and returns once it started (or could not); its
-// output then flows into the store until it ends. ctx bounds the command's
-// life (the handler's lifetime), not the start.
-func (h *Handler) run(ctx context.Context, cmdLine, cwd string, timeout int) (*command, error) {
+// output then flows into the store until it ends, in events flushed every
+// FlushInterval when live. ctx bounds the command's life (the handler's
+// lifetime), not the start.
+func (h *Handler) run(ctx context.Context, cmdLine, cwd string, timeout int, live bool) (*command, error) {
 	c := h.store.add(cmdLine, cwd, timeout)
-	k := &collector{st: h.store, c: c}
+	k := &collector{st: h.store, c: c, live: live}
 	started := make(chan error, 1)
 	go func() {
 		res, err := h.runner.Stream(ctx, process.Spec{

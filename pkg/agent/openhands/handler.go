@@ -205,7 +205,7 @@ func (h *Handler) startBash(w http.ResponseWriter, r *http.Request, wait bool) {
 	if req.Cwd != nil && *req.Cwd != "" {
 		cwd = *req.Cwd
 	}
-	c, err := h.run(h.ctx, *req.Command, cwd, timeout)
+	c, err := h.run(h.ctx, *req.Command, cwd, timeout, !wait)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -294,6 +294,20 @@ func TestStoreEvictsFinishedCommands(t *testing.T) {
 	}
 }
 
+// TestExecuteAnswersAllOutput: execute_bash_command answers the last
+// BashOutput, so output written before a pause longer than FlushInterval
+// must still be in it (the agent-server only splits output above its chunk
+// size). A timed flush used to leave the answer without the first line.
+func TestExecuteAnswersAllOutput(t *testing.T) {
+	srv, _ := newTestServer(t, nil)
+	var last testOutput
+	cmd := fmt.Sprintf("echo one; sleep %.2f; echo two", (3 * FlushInterval).Seconds())
+	postJSON(t, srv.URL+"/api/bash/execute_bash_command", map[string]any{"command": cmd}, http.StatusOK, &last)
+	if last.ExitCode == nil || *last.ExitCode != 0 || last.Stdout == nil || *last.Stdout != "one\ntwo\n" {
+		t.Fatalf("execute_bash_command: %+v (stdout %v)", last, last.Stdout)
+	}
+}
+
 func TestExecuteBatchAndClear(t *testing.T) {
 	srv, _ := newTestServer(t, nil)
 	var last testOutput
