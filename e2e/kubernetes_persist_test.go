@@ -9,7 +9,6 @@ import (
 
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/orchestrator"
-	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
 // TestKubernetesPersist: on the Kubernetes backend a persistent workspace
@@ -36,21 +35,8 @@ func TestKubernetesPersist(t *testing.T) {
 	vol := l.GetWorkspace().GetVolume()
 	pexec(t, a, l.GetId(), tok, "echo kept across leases > /workspace/note.txt")
 
-	// In use: listed with its lease, and not removable.
-	code, _, b := a.mustCall(t, http.MethodGet, "/v1/volumes?conversationId="+conv, nil)
-	var list orchv1.ListVolumesResponse
-	if code != http.StatusOK || decode(b, &list) != nil || len(list.GetVolumes()) != 1 || list.GetVolumes()[0].GetName() != vol ||
-		list.GetVolumes()[0].GetLeaseId() != l.GetId() {
-		t.Fatalf("GET /v1/volumes?conversationId=%s: HTTP %d: %s", conv, code, b)
-	}
-	code, _, b = a.mustCall(t, http.MethodDelete, "/v1/volumes/"+vol, nil)
-	if e := parseErr(t, b); code != http.StatusBadRequest || !strings.Contains(e.Message, "in use") {
-		t.Fatalf("DELETE of a volume in use: HTTP %d: %s; want 400 FAILED_PRECONDITION", code, b)
-	}
-	client := persistClients[0].Token
-	if code, _, b := a.mustCall(t, http.MethodGet, "/v1/volumes", nil, client); code != http.StatusOK || strings.Contains(string(b), vol) {
-		t.Errorf("another owner's client list: HTTP %d: %s; want 200 without %s", code, b, vol)
-	}
+	// In use: listed with its lease, not removable, not another owner's.
+	client := checkVolumeInUse(t, a, conv, vol, l.GetId())
 	if code, _, b := a.mustCall(t, http.MethodGet, "/v1/volumes/"+vol, nil, client); code != http.StatusNotFound {
 		t.Errorf("another owner's client inspect: HTTP %d: %s; want 404", code, b)
 	}

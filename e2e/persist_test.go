@@ -178,22 +178,9 @@ func persistScenario(t *testing.T, tgt persistTarget) {
 	vol := l.GetWorkspace().GetVolume()
 	pexec(t, a, l.GetId(), tok, "echo kept across leases > /workspace/note.txt && id -u > /workspace/uid")
 
-	// In use: listed with its lease, and not removable.
-	code, _, b := a.mustCall(t, http.MethodGet, "/v1/volumes?conversationId="+conv, nil)
-	var list orchv1.ListVolumesResponse
-	if code != http.StatusOK || decode(b, &list) != nil || len(list.GetVolumes()) != 1 || list.GetVolumes()[0].GetName() != vol ||
-		list.GetVolumes()[0].GetLeaseId() != l.GetId() {
-		t.Fatalf("GET /v1/volumes?conversationId=%s: HTTP %d: %s", conv, code, b)
-	}
-	code, _, b = a.mustCall(t, http.MethodDelete, "/v1/volumes/"+vol, nil)
-	if e := parseErr(t, b); code != http.StatusBadRequest || !strings.Contains(e.Message, "in use") {
-		t.Fatalf("DELETE of a volume in use: HTTP %d: %s; want 400 FAILED_PRECONDITION", code, b)
-	}
-	// Another owner's client sees nothing of it; a lease token may not ask.
-	client := persistClients[0].Token
-	if code, _, b := a.mustCall(t, http.MethodGet, "/v1/volumes", nil, client); code != http.StatusOK || strings.Contains(string(b), vol) {
-		t.Errorf("client list: HTTP %d: %s; want 200 without %s", code, b, vol)
-	}
+	// In use: listed with its lease, not removable, and not in another
+	// owner's list; a lease token may not ask.
+	client := checkVolumeInUse(t, a, conv, vol, l.GetId())
 	for _, m := range []string{http.MethodGet, http.MethodDelete} {
 		if code, _, b := a.mustCall(t, m, "/v1/volumes/"+vol, nil, client); code != http.StatusNotFound {
 			t.Errorf("client %s of another owner's volume: HTTP %d: %s; want 404", m, code, b)
@@ -269,7 +256,7 @@ func persistScenario(t *testing.T, tgt persistTarget) {
 		}
 	}
 	body := map[string]any{"conversationId": "persist-host-" + randHex(4), "mounts": []map[string]any{{"hostPath": tgt.hostRW, "target": "/mnt/project"}}}
-	code, _, b = a.mustCall(t, http.MethodPost, "/v1/leases", body)
+	code, _, b := a.mustCall(t, http.MethodPost, "/v1/leases", body)
 	if code != http.StatusOK {
 		t.Fatalf("acquire with an allowed host mount: HTTP %d: %s", code, b)
 	}
@@ -336,4 +323,27 @@ func TestPersistDiskLimitDocker(t *testing.T) {
 	if v, err := tgt.vm.InspectVolume(context.Background(), vol); err != nil || v.SizeBytes < 6<<20 {
 		t.Errorf("volume after the failure: %+v, %v; want its 6 MiB kept", v, err)
 	}
+}
+
+// checkVolumeInUse checks that volume vol of conversation conv, in use by
+// lease leaseID, is listed with that lease, refused by DELETE (in use),
+// and left out of the list of another owner's client, whose token it
+// returns.
+func checkVolumeInUse(t *testing.T, a *api, conv, vol, leaseID string) string {
+	t.Helper()
+	code, _, b := a.mustCall(t, http.MethodGet, "/v1/volumes?conversationId="+conv, nil)
+	var list orchv1.ListVolumesResponse
+	if code != http.StatusOK || decode(b, &list) != nil || len(list.GetVolumes()) != 1 || list.GetVolumes()[0].GetName() != vol ||
+		list.GetVolumes()[0].GetLeaseId() != leaseID {
+		t.Fatalf("GET /v1/volumes?conversationId=%s: HTTP %d: %s", conv, code, b)
+	}
+	code, _, b = a.mustCall(t, http.MethodDelete, "/v1/volumes/"+vol, nil)
+	if e := parseErr(t, b); code != http.StatusBadRequest || !strings.Contains(e.Message, "in use") {
+		t.Fatalf("DELETE of a volume in use: HTTP %d: %s; want 400 FAILED_PRECONDITION", code, b)
+	}
+	client := persistClients[0].Token
+	if code, _, b := a.mustCall(t, http.MethodGet, "/v1/volumes", nil, client); code != http.StatusOK || strings.Contains(string(b), vol) {
+		t.Errorf("another owner's client list: HTTP %d: %s; want 200 without %s", code, b, vol)
+	}
+	return client
 }
