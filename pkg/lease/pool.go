@@ -59,6 +59,11 @@ type PoolsConfig struct {
 	// ShrinkAfter is how long after its last miss a pool that grew
 	// beyond its Min shrinks back to it. Default 5m (poolShrinkDefault).
 	ShrinkAfter time.Duration
+	// ClaimGrace is, with a SharedStore, how long a member may stay
+	// claimed without a lease record before the elected replica removes
+	// it: its claimer died between the claim and the record
+	// (poolshared.go). Default 30s (poolClaimGraceDefault).
+	ClaimGrace time.Duration
 	// AgentConfigurer configures the agent of a claimed pooled sandbox
 	// with the lease's env and secrets. Default nil: only acquires with
 	// no env and no secrets claim from a pool.
@@ -66,9 +71,10 @@ type PoolsConfig struct {
 }
 
 // DefaultPoolsConfig returns the pools' defaults: no pools, MaxPooled 0
-// (the sum of the pools' Max, filled in by withDefaults), ShrinkAfter 5m.
+// (the sum of the pools' Max, filled in by withDefaults), ShrinkAfter 5m,
+// ClaimGrace 30s.
 func DefaultPoolsConfig() PoolsConfig {
-	return PoolsConfig{ShrinkAfter: poolShrinkDefault}
+	return PoolsConfig{ShrinkAfter: poolShrinkDefault, ClaimGrace: poolClaimGraceDefault}
 }
 
 // withDefaults fills c's zero fields from DefaultPoolsConfig (MaxPooled 0
@@ -78,6 +84,12 @@ func (c PoolsConfig) withDefaults() (PoolsConfig, error) {
 	d := DefaultPoolsConfig()
 	if c.ShrinkAfter == 0 {
 		c.ShrinkAfter = d.ShrinkAfter
+	}
+	if c.ClaimGrace == 0 {
+		c.ClaimGrace = d.ClaimGrace
+	}
+	if c.ClaimGrace < 0 {
+		return c, errdefs.InvalidArgument("pools.claim_grace", "%s is negative", c.ClaimGrace)
 	}
 	seen := map[string]bool{}
 	total := 0

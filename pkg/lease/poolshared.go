@@ -30,7 +30,7 @@ import (
 // Refill, shrink and the removal of dead members run on the elected
 // replica only (FleetConfig.Elect); the others keep their view of the
 // members but create and remove none. A member claimed but without a
-// lease record after poolClaimGrace (its claimer died between the claim
+// lease record after PoolsConfig.ClaimGrace (its claimer died between the claim
 // and the record: kill -9) is removed by the elected replica, never handed
 // out again; a replica that restarts removes at once the members it had
 // claimed without a record.
@@ -45,11 +45,10 @@ type MemberClaimer interface {
 	ClaimMember(ctx context.Context, sandboxID, claimant string) error
 }
 
-// poolClaimGrace is how long a member may stay claimed without a lease
-// record before the elected replica removes it (its claimer died). The
-// claim's record is written within the agent's Configure, milliseconds
-// after the claim.
-var poolClaimGrace = 30 * time.Second
+// poolClaimGraceDefault is PoolsConfig.ClaimGrace's default. A claim's
+// record is written within the agent's Configure, milliseconds after the
+// claim.
+const poolClaimGraceDefault = 30 * time.Second
 
 // sharedClaimAttempts bounds the members one acquire tries to claim
 // before it counts a miss (each lost one was claimed by another replica).
@@ -151,7 +150,7 @@ func (ps *poolSet) releaseClaim(c *claim) {
 // lease record, oldest first (members this replica created after the list
 // was taken are kept). On the elected replica it also removes the members
 // that exited and those claimed without a lease record for longer than
-// poolClaimGrace. Called by the pool loop without mu.
+// PoolsConfig.ClaimGrace. Called by the pool loop without mu.
 func (ps *poolSet) syncShared(ctx context.Context) {
 	ps.mu.Lock()
 	seq := *ps.seq
@@ -193,7 +192,7 @@ func (ps *poolSet) syncShared(ctx context.Context) {
 				first, ok := ps.claimedSeen[id]
 				if !ok {
 					ps.claimedSeen[id] = now
-				} else if leading && now.Sub(first) > poolClaimGrace {
+				} else if leading && now.Sub(first) > ps.cfg.ClaimGrace {
 					stale = append(stale, sb)
 				}
 			case sb.State == runtime.StateRunning:
@@ -243,7 +242,7 @@ func (ps *poolSet) syncShared(ctx context.Context) {
 }
 
 // removeStaleClaim removes member sb, claimed for longer than
-// poolClaimGrace without a lease record in memory, once the shared store
+// PoolsConfig.ClaimGrace without a lease record in memory, once the shared store
 // confirms it has none: its claimer died between the claim and the record.
 func (ps *poolSet) removeStaleClaim(ctx context.Context, sb runtime.Sandbox) {
 	_, err := ps.fleet.shared.Get(sb.LeaseID)

@@ -11,14 +11,13 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
-// startPoolReplica is startReplica with warm pools pools, configured by
-// cf.
-func startPoolReplica(t *testing.T, f *memFleet, rt *fakeRuntime, el *election, name string, cf AgentConfigurer, pools ...PoolConfig) *replica {
+// startPoolReplica is startReplica with warm pools pcfg.
+func startPoolReplica(t *testing.T, f *memFleet, rt *fakeRuntime, el *election, name string, pcfg PoolsConfig) *replica {
 	t.Helper()
 	cfg := Config{InstanceID: name, Secret: testSecret, Store: f.view(name), Runtime: rt,
 		ReapInterval: 20 * time.Millisecond, Restart: RestartConfig{Delay: 10 * time.Millisecond},
 		Fleet: FleetConfig{Elect: el.elect(name), ActivityFlushInterval: 10 * time.Millisecond},
-		Pools: PoolsConfig{Pools: pools, AgentConfigurer: cf}}
+		Pools: pcfg}
 	m, cancel := startManager(t, cfg)
 	r := &replica{m: m, cancel: cancel}
 	t.Cleanup(r.stop)
@@ -73,9 +72,9 @@ func checkNoLeak(t *testing.T, rt *fakeRuntime, r *replica) {
 func TestSharedPoolConcurrentClaims(t *testing.T) {
 	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
 	cf := &fakeConfigurer{}
-	pc := PoolConfig{Name: "p", Min: 6, Max: 6}
-	a := startPoolReplica(t, f, rt, el, "a", cf, pc)
-	b := startPoolReplica(t, f, rt, el, "b", cf, pc)
+	pc := PoolsConfig{Pools: []PoolConfig{{Name: "p", Min: 6, Max: 6}}, AgentConfigurer: cf}
+	a := startPoolReplica(t, f, rt, el, "a", pc)
+	b := startPoolReplica(t, f, rt, el, "b", pc)
 	eventually(t, 5*time.Second, "both replicas see 6 ready members", func() bool {
 		return readyOn(a, "p") == 6 && readyOn(b, "p") == 6
 	})
@@ -156,9 +155,9 @@ func TestSharedPoolConcurrentClaims(t *testing.T) {
 func TestSharedPoolSameConversation(t *testing.T) {
 	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
 	cf := &fakeConfigurer{}
-	pc := PoolConfig{Name: "p", Min: 4, Max: 4}
-	a := startPoolReplica(t, f, rt, el, "a", cf, pc)
-	b := startPoolReplica(t, f, rt, el, "b", cf, pc)
+	pc := PoolsConfig{Pools: []PoolConfig{{Name: "p", Min: 4, Max: 4}}, AgentConfigurer: cf}
+	a := startPoolReplica(t, f, rt, el, "a", pc)
+	b := startPoolReplica(t, f, rt, el, "b", pc)
 	eventually(t, 5*time.Second, "both replicas see 4 members", func() bool { return readyOn(a, "p") == 4 && readyOn(b, "p") == 4 })
 	for round := range 4 {
 		conv := fmt.Sprintf("same-%d", round)
@@ -193,16 +192,13 @@ func TestSharedPoolSameConversation(t *testing.T) {
 
 // A member claimed by a replica that died before it recorded the lease
 // (kill -9 mid-claim) is never handed out again, and the elected replica
-// removes it once poolClaimGrace has passed; the pool refills.
+// removes it once PoolsConfig.ClaimGrace has passed; the pool refills.
 func TestSharedPoolStaleClaimRemoved(t *testing.T) {
-	old := poolClaimGrace
-	poolClaimGrace = 200 * time.Millisecond
-	t.Cleanup(func() { poolClaimGrace = old })
 	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
 	cf := &fakeConfigurer{}
-	pc := PoolConfig{Name: "p", Min: 2, Max: 2}
-	a := startPoolReplica(t, f, rt, el, "a", cf, pc)
-	b := startPoolReplica(t, f, rt, el, "b", cf, pc)
+	pc := PoolsConfig{Pools: []PoolConfig{{Name: "p", Min: 2, Max: 2}}, AgentConfigurer: cf, ClaimGrace: 200 * time.Millisecond}
+	a := startPoolReplica(t, f, rt, el, "a", pc)
+	b := startPoolReplica(t, f, rt, el, "b", pc)
 	eventually(t, 5*time.Second, "both replicas see 2 members", func() bool { return readyOn(a, "p") == 2 && readyOn(b, "p") == 2 })
 	victim := sharedMembers(rt, "p")[0]
 	// The claim of a replica "dead" that never wrote its record.
@@ -241,9 +237,9 @@ func TestSharedPoolStaleClaimRemoved(t *testing.T) {
 func TestSharedPoolRefillMovesWithLeader(t *testing.T) {
 	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
 	cf := &fakeConfigurer{}
-	pc := PoolConfig{Name: "p", Min: 2, Max: 2}
-	a := startPoolReplica(t, f, rt, el, "a", cf, pc)
-	b := startPoolReplica(t, f, rt, el, "b", cf, pc)
+	pc := PoolsConfig{Pools: []PoolConfig{{Name: "p", Min: 2, Max: 2}}, AgentConfigurer: cf}
+	a := startPoolReplica(t, f, rt, el, "a", pc)
+	b := startPoolReplica(t, f, rt, el, "b", pc)
 	eventually(t, 5*time.Second, "both see 2 members", func() bool { return readyOn(a, "p") == 2 && readyOn(b, "p") == 2 })
 	a.stop()
 	el.set("b")
