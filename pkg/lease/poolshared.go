@@ -172,6 +172,7 @@ func (ps *poolSet) syncShared(ctx context.Context) {
 	leading := ps.leading()
 	now := time.Now()
 	var stale, dead []runtime.Sandbox
+	var forget []string // endpoints of members that left the view
 	seen := map[string]bool{}
 	ps.mu.Lock()
 	for i, p := range ps.pools {
@@ -213,8 +214,9 @@ func (ps *poolSet) syncShared(ctx context.Context) {
 				delete(old, mb.id)
 			}
 		}
-		for id := range old { // gone, claimed elsewhere, or a lease's
+		for id, mb := range old { // gone, claimed elsewhere, or a lease's
 			delete(ps.byID, id)
+			forget = append(forget, mb.endpoint)
 		}
 		for _, mb := range idle {
 			ps.byID[mb.id] = p
@@ -232,6 +234,11 @@ func (ps *poolSet) syncShared(ctx context.Context) {
 		}
 	}
 	ps.mu.Unlock()
+	if pr, ok := ps.cfg.AgentConfigurer.(AgentPreparer); ok {
+		for _, ep := range forget {
+			pr.Forget(ep) // what this replica prepared for a member another one took
+		}
+	}
 	for _, sb := range dead {
 		ps.log.Info("pool: removing a member that exited", "pool", sb.Labels[runtime.LabelPool], "lease_id", sb.LeaseID, "container_id", sb.ID)
 		_ = ps.removeContainers(ctx, sb.LeaseID, sb.ID)
