@@ -542,9 +542,16 @@ func (a *acquirer) acquire(ctx context.Context, req AcquireRequest) (l Lease, to
 			err = a.drain.refusalLocked("acquire")
 			a.mu.Unlock()
 		case a.fleet.shared != nil: // no live lease here; maybe on another replica (replicas.go)
+			// A warm member, claimed in the runtime (poolshared.go), unless
+			// the live limits refuse the acquire anyway (startCreateID
+			// checks them again): a refused acquire wastes no member.
+			claimable := a.admit.checkLiveLimitsLocked(req) == nil
 			a.mu.Unlock()
 			var retry bool
-			c := a.pools.claimShared(ctx, req) // poolshared.go: a warm member, claimed in the runtime
+			var c *claim
+			if claimable {
+				c = a.pools.claimShared(ctx, req)
+			}
 			if l, retry, err = a.fleet.acquireShared(ctx, req, c); retry && err == nil {
 				continue // the conversation is another lease's: join it
 			}
