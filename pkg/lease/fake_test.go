@@ -438,3 +438,19 @@ func (f *fakeRuntime) ClaimMember(ctx context.Context, id, claimant string) erro
 	}
 	return nil
 }
+
+// MarkMemberReady implements MemberClaimer.
+func (f *fakeRuntime) MarkMemberReady(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.boxes[id]
+	switch {
+	case !ok:
+		return errdefs.NotFound("container %s", id)
+	case sb.Labels[runtime.LabelPoolClaim] != "":
+		return errdefs.Conflict("container %s is claimed by %s", id, sb.Labels[runtime.LabelPoolClaim])
+	}
+	sb.Labels = maps.Clone(sb.Labels)
+	sb.Labels[runtime.LabelPoolReady] = "true"
+	return nil
+}

@@ -740,6 +740,15 @@ func (ps *poolSet) createPooled(ctx context.Context, p *pool, id string) {
 		}
 	}
 
+	if err == nil && ps.sharedLocked() && ps.claimer != nil {
+		// The fleet's other replicas hand it out once marked (poolshared.go).
+		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if merr := ps.claimer.MarkMemberReady(mctx, sb.ID); merr != nil {
+			ps.log.Warn("pool: marking a member ready failed; only this replica hands it out", "pool", p.cfg.Name, "lease_id", id, "err", merr)
+		}
+		cancel()
+	}
+
 	ps.mu.Lock()
 	p.creating--
 	if err != nil {

@@ -14,7 +14,9 @@ import (
 // SharedStore; docs/pools.md "Several replicas, one fleet").
 //
 // Every replica sees the pools' members in the runtime (List: on
-// Kubernetes the Pod informer, no API call) and may hand out any of them;
+// Kubernetes the Pod informer, no API call) once the elected replica that
+// created them marked them ready (runtime.LabelPoolReady: their agent
+// answered), and may hand out any of them;
 // membership is still not persisted: the sandboxes are the record. A
 // claim is a compare-and-swap on the member in the runtime
 // (MemberClaimer.ClaimMember: on Kubernetes a patch of the Pod with its
@@ -40,9 +42,13 @@ import (
 // orchestrator instance claimant atomically (of concurrent claims of one
 // member exactly one succeeds; a member claimed already is refused with
 // errdefs.ErrConflict), setting runtime.LabelPoolClaim and moving
-// runtime.LabelInstance to claimant. kubernetes.Runtime implements it.
+// runtime.LabelInstance to claimant. MarkMemberReady marks a member the
+// replica created ready to be handed out (runtime.LabelPoolReady) once its
+// agent answered, with the same compare-and-swap. kubernetes.Runtime
+// implements it.
 type MemberClaimer interface {
 	ClaimMember(ctx context.Context, sandboxID, claimant string) error
+	MarkMemberReady(ctx context.Context, sandboxID string) error
 }
 
 // poolClaimGraceDefault is PoolsConfig.ClaimGrace's default. A claim's
@@ -196,7 +202,9 @@ func (ps *poolSet) syncShared(ctx context.Context) {
 				} else if leading && now.Sub(first) > ps.cfg.ClaimGrace {
 					stale = append(stale, sb)
 				}
-			case sb.State == runtime.StateRunning:
+			case ps.byID[id] == p && !inView(old, id):
+				// Being created here: createPooled adds it once ready.
+			case sb.State == runtime.StateRunning && (sb.Labels[runtime.LabelPoolReady] == "true" || inView(old, id)):
 				mb, ok := old[id]
 				if !ok {
 					mb = member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, diskEnforcement: sb.DiskEnforcement}
@@ -246,6 +254,12 @@ func (ps *poolSet) syncShared(ctx context.Context) {
 	for _, sb := range stale {
 		ps.removeStaleClaim(ctx, sb)
 	}
+}
+
+// inView reports whether member id is in view (a pool's idle members by id).
+func inView(view map[string]member, id string) bool {
+	_, ok := view[id]
+	return ok
 }
 
 // removeStaleClaim removes member sb, claimed for longer than
