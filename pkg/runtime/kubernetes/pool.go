@@ -53,16 +53,20 @@ func (r *Runtime) ClaimMember(ctx context.Context, id, claimant string) error {
 // MarkMemberReady marks warm pool member id ready to be handed out
 // (runtime.LabelPoolReady; lease.MemberClaimer), with the same
 // compare-and-swap as ClaimMember: a member claimed already is
-// errdefs.ErrConflict.
+// errdefs.ErrConflict. It returns once the informer shows the mark.
 func (r *Runtime) MarkMemberReady(ctx context.Context, id string) error {
-	_, err := r.patchMember(ctx, id, func(labels map[string]string) error {
+	marked, err := r.patchMember(ctx, id, func(labels map[string]string) error {
 		if c := labels[runtime.LabelPoolClaim]; c != "" {
 			return errdefs.Conflict("kubernetes: pool member %s is claimed by %s already", id, c)
 		}
 		labels[runtime.LabelPoolReady] = "true"
 		return nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	r.awaitLabel(ctx, marked, runtime.LabelPoolReady, "true")
+	return nil
 }
 
 // patchMember changes berth's labels of warm pool member id by change
