@@ -152,11 +152,13 @@ func (ps *poolSet) releaseClaim(c *claim) {
 }
 
 // syncShared makes this replica's view of the members the runtime's: the
-// running, unclaimed sandboxes of each pool's current profile with no
-// lease record, oldest first (members this replica created after the list
-// was taken are kept). On the elected replica it also removes the members
-// that exited and those claimed without a lease record for longer than
-// PoolsConfig.ClaimGrace. Called by the pool loop without mu.
+// running, unclaimed sandboxes of each pool's current profile marked
+// ready, with no lease record, oldest first (members this replica created
+// after the list was taken are kept). On the elected replica it also
+// removes the members that exited, those claimed without a lease record
+// for longer than PoolsConfig.ClaimGrace, and those never marked ready
+// within the ready timeout and that grace (their creator died while
+// creating them). Called by the pool loop without mu.
 func (ps *poolSet) syncShared(ctx context.Context) {
 	ps.mu.Lock()
 	seq := *ps.seq
@@ -178,6 +180,7 @@ func (ps *poolSet) syncShared(ctx context.Context) {
 	leading := ps.leading()
 	now := time.Now()
 	var stale, dead []runtime.Sandbox
+	var unready []member
 	var forget []string // endpoints of members that left the view
 	seen := map[string]bool{}
 	ps.mu.Lock()
@@ -204,6 +207,16 @@ func (ps *poolSet) syncShared(ctx context.Context) {
 				}
 			case ps.byID[id] == p && !inView(old, id):
 				// Being created here: createPooled adds it once ready.
+			case sb.Labels[runtime.LabelPoolReady] != "true" && !inView(old, id) && sb.State != runtime.StateExited:
+				// Not marked ready: being created by another replica, or
+				// its creator died before it marked it. Past the ready
+				// timeout and the claim grace it is the latter.
+				first, ok := ps.claimedSeen[id]
+				if !ok {
+					ps.claimedSeen[id] = now
+				} else if leading && now.Sub(first) > ps.readyTimeout+ps.cfg.ClaimGrace {
+					unready = append(unready, member{id: id, containerID: sb.ID, endpoint: sb.Endpoint})
+				}
 			case sb.State == runtime.StateRunning && (sb.Labels[runtime.LabelPoolReady] == "true" || inView(old, id)):
 				mb, ok := old[id]
 				if !ok {
@@ -253,6 +266,12 @@ func (ps *poolSet) syncShared(ctx context.Context) {
 	}
 	for _, sb := range stale {
 		ps.removeStaleClaim(ctx, sb)
+	}
+	for _, mb := range unready {
+		ps.log.Warn("pool: removing a member never marked ready (its creator died while creating it)", "lease_id", mb.id, "container_id", mb.containerID)
+		if err := ps.trimShared(ctx, mb); err != nil {
+			ps.log.Warn("pool: removing an unready member failed; looking again later", "lease_id", mb.id, "err", err)
+		}
 	}
 }
 

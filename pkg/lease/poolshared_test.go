@@ -11,13 +11,17 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
-// startPoolReplica is startReplica with warm pools pcfg.
-func startPoolReplica(t *testing.T, f *memFleet, rt *fakeRuntime, el *election, name string, pcfg PoolsConfig) *replica {
+// startPoolReplica is startReplica with warm pools pcfg, its Config
+// changed by tweak.
+func startPoolReplica(t *testing.T, f *memFleet, rt *fakeRuntime, el *election, name string, pcfg PoolsConfig, tweak ...func(*Config)) *replica {
 	t.Helper()
 	cfg := Config{InstanceID: name, Secret: testSecret, Store: f.view(name), Runtime: rt,
 		ReapInterval: 20 * time.Millisecond, Restart: RestartConfig{Delay: 10 * time.Millisecond},
 		Fleet: FleetConfig{Elect: el.elect(name), ActivityFlushInterval: 10 * time.Millisecond},
 		Pools: pcfg}
+	for _, f := range tweak {
+		f(&cfg)
+	}
 	m, cancel := startManager(t, cfg)
 	r := &replica{m: m, cancel: cancel}
 	t.Cleanup(r.stop)
@@ -277,3 +281,33 @@ func TestSharedPoolNeedsClaimer(t *testing.T) {
 
 // plainRuntime hides the fake runtime's ClaimMember.
 type plainRuntime struct{ Runtime }
+
+// A member not marked ready (its creator has not seen its agent answer, or
+// died before) is handed out by no replica; the elected replica removes it
+// once the ready timeout and the claim grace have passed.
+func TestSharedPoolUnreadyMember(t *testing.T) {
+	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
+	cf := &fakeConfigurer{}
+	pc := PoolsConfig{Pools: []PoolConfig{{Name: "p", Min: 1, Max: 1}}, AgentConfigurer: cf, ClaimGrace: 100 * time.Millisecond}
+	short := func(c *Config) { c.ReadyTimeout = 300 * time.Millisecond }
+	a := startPoolReplica(t, f, rt, el, "a", pc, short)
+	b := startPoolReplica(t, f, rt, el, "b", pc, short)
+	eventually(t, 5*time.Second, "both replicas see the member", func() bool { return readyOn(a, "p") == 1 && readyOn(b, "p") == 1 })
+	marked := sharedMembers(rt, "p")[0]
+	// A member of a creator that died before marking it (same profile).
+	unready := rt.add(runtime.Sandbox{LeaseID: "unready-1", InstanceID: "gone", State: runtime.StateRunning, Labels: map[string]string{
+		runtime.LabelManaged: "true", runtime.LabelLease: "unready-1", runtime.LabelInstance: "gone",
+		runtime.LabelPool: "p", runtime.LabelPoolProfile: marked.Labels[runtime.LabelPoolProfile]}})
+	for i := range 2 {
+		l, _, _, err := b.m.Acquire(context.Background(), AcquireRequest{ConversationID: fmt.Sprintf("c%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.ContainerID == unready.ID {
+			t.Fatalf("the unready member was handed out: %+v", l)
+		}
+	}
+	eventually(t, 5*time.Second, "the elected replica removed the unready member", func() bool { return !rt.exists(unready.ID) })
+	eventually(t, 5*time.Second, "the pool refilled", func() bool { return readyOn(a, "p") == 1 && readyOn(b, "p") == 1 })
+	checkNoLeak(t, rt, a)
+}
