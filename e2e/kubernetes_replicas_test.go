@@ -31,10 +31,11 @@ type fleetReplica struct {
 	env                 []string
 }
 
-// k8sFleet starts n replicas (r1, r2, ...) of a new fleet and returns them
-// with an admin view of the namespace's Pods. Every lease of the fleet is
-// reaped when the test ends.
-func k8sFleet(t *testing.T, n int) ([]*fleetReplica, *kubernetes.Runtime, string) {
+// k8sFleet starts n replicas (r1, r2, ...) of a new fleet, with extra
+// environment variables extra, and returns them with an admin view of the
+// namespace's Pods. Every lease of the fleet is reaped when the test ends,
+// and its warm pools' members are removed once the replicas are gone.
+func k8sFleet(t *testing.T, n int, extra ...string) ([]*fleetReplica, *kubernetes.Runtime, string) {
 	t.Helper()
 	dir := k8sDir(t)
 	if out, err := exec.Command("../scripts/k8s/agent-image.sh").CombinedOutput(); err != nil {
@@ -55,6 +56,27 @@ func k8sFleet(t *testing.T, n int) ([]*fleetReplica, *kubernetes.Runtime, string
 	// Lease (ended records would otherwise wait for a leader to purge them).
 	t.Cleanup(func() { k8sForgetFleet(t, dir, fleet) })
 	var reps []*fleetReplica
+	// Before that, once the replicas are gone: the warm pools' members
+	// (whichever replica created or claimed them).
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, r := range reps {
+			sbs, err := rt.List(ctx, runtime.Selector{runtime.LabelInstance: r.name})
+			if err != nil {
+				t.Errorf("cleanup: list the pods of %s: %v", r.name, err)
+				continue
+			}
+			for _, sb := range sbs {
+				if sb.Labels[runtime.LabelPool] == "" || sb.Labels[runtime.LabelPoolClaim] != "" {
+					continue // a lease's: reaped above (one left is a leak)
+				}
+				if err := rt.Remove(ctx, sb.ID); err != nil {
+					t.Errorf("cleanup: remove pool member %s: %v", sb.ID, err)
+				}
+			}
+		}
+	})
 	for i := range n {
 		name := fleet + "-r" + string(rune('1'+i))
 		r := &fleetReplica{name: name, dataDir: t.TempDir(), addr: freeAddr(t), env: []string{
@@ -62,6 +84,7 @@ func k8sFleet(t *testing.T, n int) ([]*fleetReplica, *kubernetes.Runtime, string
 			"BERTH_K8S_NODE=localhost", "BERTH_K8S_PULL_POLICY=Never", "BERTH_DEFAULT_IMAGE=" + minimalImage,
 			"BERTH_INSTANCE_ID=" + name, "BERTH_FLEET=" + fleet, "BERTH_LEADER_LEASE_DURATION=4s",
 		}}
+		r.env = append(r.env, extra...)
 		// The kubernetes runtime programs no host egress rules; should a
 		// regression make it, they go with the test.
 		t.Cleanup(func() {

@@ -542,9 +542,17 @@ func (a *acquirer) acquire(ctx context.Context, req AcquireRequest) (l Lease, to
 			err = a.drain.refusalLocked("acquire")
 			a.mu.Unlock()
 		case a.fleet.shared != nil: // no live lease here; maybe on another replica (replicas.go)
+			// A warm member, claimed in the runtime (poolshared.go), unless
+			// the live limits refuse the acquire anyway (startCreateID
+			// checks them again): a refused acquire wastes no member.
+			claimable := a.admit.checkLiveLimitsLocked(req) == nil
 			a.mu.Unlock()
 			var retry bool
-			if l, retry, err = a.fleet.acquireShared(ctx, req); retry && err == nil {
+			var c *claim
+			if claimable {
+				c = a.pools.claimShared(ctx, req)
+			}
+			if l, retry, err = a.fleet.acquireShared(ctx, req, c); retry && err == nil {
 				continue // the conversation is another lease's: join it
 			}
 			created = err == nil
@@ -599,29 +607,31 @@ func (a *acquirer) existing(e *entry) (Lease, bool) {
 // the store), starts the sandbox's creation in the background and waits for
 // it. Called with a.mu held; it releases a.mu.
 func (a *acquirer) startCreate(ctx context.Context, req AcquireRequest) (Lease, error) {
-	return a.startCreateID(ctx, req, "")
+	return a.startCreateID(ctx, req, "", nil)
 }
 
 // startCreateID is startCreate for the lease id id ("": a new one, or a
 // warm pool's). With a SharedStore the id is the one the conversation's
-// lock names, and no pool is claimed from (a claim brings its own id).
-// Called with a.mu held; it releases a.mu.
-func (a *acquirer) startCreateID(ctx context.Context, req AcquireRequest, id string) (Lease, error) {
-	if err := a.admit.checkLiveLimitsLocked(req); err != nil { // limits.go
+// lock names: a new one, or that of the warm member c the fleet's replica
+// claimed already (poolshared.go), which it takes (or gives up when the
+// acquire fails here). Called with a.mu held; it releases a.mu.
+func (a *acquirer) startCreateID(ctx context.Context, req AcquireRequest, id string, c *claim) (Lease, error) {
+	refuse := func(err error) (Lease, error) {
 		a.mu.Unlock()
+		a.pools.releaseClaim(c) // poolshared.go
 		return Lease{}, err
+	}
+	if err := a.admit.checkLiveLimitsLocked(req); err != nil { // limits.go
+		return refuse(err)
 	}
 	if err := a.vols.volumeFreeLocked(req); err != nil { // volumes.go
-		a.mu.Unlock()
-		return Lease{}, err
+		return refuse(err)
 	}
 	if err := a.vols.volumeLimitLocked(req); err != nil { // volumes.go
-		a.mu.Unlock()
-		return Lease{}, err
+		return refuse(err)
 	}
 	// A warm pool's sandbox, when one matches (pool.go).
-	var c *claim
-	if p := a.pools.forLocked(req); p != nil && id == "" && !req.Persist && len(req.Mounts) == 0 && req.App == nil && req.WorkDir == "" { // pooled sandboxes mount nothing, run no app and keep the image's directory
+	if p := a.pools.forLocked(req); c == nil && p != nil && id == "" && !req.Persist && len(req.Mounts) == 0 && req.App == nil && req.WorkDir == "" { // pooled sandboxes mount nothing, run no app and keep the image's directory
 		if mb, ok := a.pools.takeLocked(p); ok {
 			c = &claim{pool: p.cfg.Name, m: mb}
 		}

@@ -39,6 +39,8 @@ type fakeRuntime struct {
 	usageCalls  int
 	stopped     []string
 	stopErr     error
+	claimCalls  int
+	claimHook   func(id string) // called by ClaimMember, with mu held, after a successful claim
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -409,4 +411,46 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 func jsonOf(v any) (string, error) {
 	b, err := json.Marshal(v)
 	return string(b), err
+}
+
+// ClaimMember implements MemberClaimer: a compare-and-swap on the
+// sandbox's labels under f.mu, as the kubernetes runtime's patch with a
+// resourceVersion precondition.
+func (f *fakeRuntime) ClaimMember(ctx context.Context, id, claimant string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.claimCalls++
+	sb, ok := f.boxes[id]
+	switch {
+	case !ok:
+		return errdefs.NotFound("container %s", id)
+	case sb.Labels[runtime.LabelPool] == "":
+		return errdefs.FailedPrecondition("container %s is no pool member", id)
+	case sb.Labels[runtime.LabelPoolClaim] != "":
+		return errdefs.Conflict("container %s is claimed by %s", id, sb.Labels[runtime.LabelPoolClaim])
+	}
+	sb.Labels = maps.Clone(sb.Labels)
+	sb.Labels[runtime.LabelPoolClaim] = claimant
+	sb.Labels[runtime.LabelInstance] = claimant
+	sb.InstanceID = claimant
+	if f.claimHook != nil {
+		f.claimHook(id)
+	}
+	return nil
+}
+
+// MarkMemberReady implements MemberClaimer.
+func (f *fakeRuntime) MarkMemberReady(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.boxes[id]
+	switch {
+	case !ok:
+		return errdefs.NotFound("container %s", id)
+	case sb.Labels[runtime.LabelPoolClaim] != "":
+		return errdefs.Conflict("container %s is claimed by %s", id, sb.Labels[runtime.LabelPoolClaim])
+	}
+	sb.Labels = maps.Clone(sb.Labels)
+	sb.Labels[runtime.LabelPoolReady] = "true"
+	return nil
 }

@@ -348,6 +348,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.pools = pools
 	m.acq.fleet, m.acq.pools = fl, pools
+	pools.fleet, fl.releaseClaim = fl, pools.releaseClaim // poolshared.go
 	m.acq.network, m.pools.network, m.pauser.network = m.network, m.network, m.network
 	m.acq.queue, m.disk.queue, m.disk.fleet = m.queue, m.queue, fl
 	m.acq.tokens = tokens

@@ -59,6 +59,11 @@ type PoolsConfig struct {
 	// ShrinkAfter is how long after its last miss a pool that grew
 	// beyond its Min shrinks back to it. Default 5m (poolShrinkDefault).
 	ShrinkAfter time.Duration
+	// ClaimGrace is, with a SharedStore, how long a member may stay
+	// claimed without a lease record before the elected replica removes
+	// it: its claimer died between the claim and the record
+	// (poolshared.go). Default 30s (poolClaimGraceDefault).
+	ClaimGrace time.Duration
 	// AgentConfigurer configures the agent of a claimed pooled sandbox
 	// with the lease's env and secrets. Default nil: only acquires with
 	// no env and no secrets claim from a pool.
@@ -66,9 +71,10 @@ type PoolsConfig struct {
 }
 
 // DefaultPoolsConfig returns the pools' defaults: no pools, MaxPooled 0
-// (the sum of the pools' Max, filled in by withDefaults), ShrinkAfter 5m.
+// (the sum of the pools' Max, filled in by withDefaults), ShrinkAfter 5m,
+// ClaimGrace 30s.
 func DefaultPoolsConfig() PoolsConfig {
-	return PoolsConfig{ShrinkAfter: poolShrinkDefault}
+	return PoolsConfig{ShrinkAfter: poolShrinkDefault, ClaimGrace: poolClaimGraceDefault}
 }
 
 // withDefaults fills c's zero fields from DefaultPoolsConfig (MaxPooled 0
@@ -78,6 +84,12 @@ func (c PoolsConfig) withDefaults() (PoolsConfig, error) {
 	d := DefaultPoolsConfig()
 	if c.ShrinkAfter == 0 {
 		c.ShrinkAfter = d.ShrinkAfter
+	}
+	if c.ClaimGrace == 0 {
+		c.ClaimGrace = d.ClaimGrace
+	}
+	if c.ClaimGrace < 0 {
+		return c, errdefs.InvalidArgument("pools.claim_grace", "%s is negative", c.ClaimGrace)
 	}
 	seen := map[string]bool{}
 	total := 0
@@ -206,6 +218,16 @@ type poolSet struct {
 	// Guarded by mu.
 	claiming  int
 	heldSince time.Time
+
+	// A fleet's pools (poolshared.go): fleet is the Manager's (New sets
+	// it), claimer its Runtime's MemberClaimer (nil when it has none).
+	// held are the members this replica is claiming, left out of its
+	// view; claimedSeen when each claimed member without a lease record
+	// was first seen. Guarded by mu.
+	fleet       *fleet
+	claimer     MemberClaimer
+	held        map[string]bool
+	claimedSeen map[string]time.Time
 }
 
 // refillHold is how long the refill waits, at most, for the warm claims
@@ -468,7 +490,8 @@ func newPoolSet(cfg Config, host poolHost, validate func(AcquireRequest) (Acquir
 	ps := &poolSet{cfg: cfg.Pools, host: host, mu: mu, rt: cfg.Runtime, log: cfg.Logger,
 		instanceID: cfg.InstanceID, readyTimeout: cfg.ReadyTimeout, denyRoot: cfg.Admission.DenyRootUser, net: cfg.Network,
 		leases: leases, seq: seq, closed: closed,
-		byID: map[string]*pool{}, kickC: make(chan struct{}, 1)}
+		byID: map[string]*pool{}, kickC: make(chan struct{}, 1), held: map[string]bool{}, claimedSeen: map[string]time.Time{}}
+	ps.claimer, _ = cfg.Runtime.(MemberClaimer)
 	for _, pc := range ps.cfg.Pools {
 		req, err := validate(AcquireRequest{ConversationID: "pool", Image: pc.Image, User: pc.User, Resources: pc.Resources})
 		if err != nil {
@@ -594,7 +617,12 @@ func (ps *poolSet) loop(ctx context.Context) {
 	defer t.Stop()
 	sem := make(chan struct{}, poolCreateConcurrency)
 	for {
-		ps.fill(ctx, sem)
+		if ps.sharedLocked() && len(ps.pools) > 0 {
+			ps.syncShared(ctx) // poolshared.go: the fleet's members
+		}
+		if ps.leading() { // a fleet's pools are filled by its elected replica
+			ps.fill(ctx, sem)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -635,6 +663,9 @@ pools:
 		}
 		target := p.targetLocked()
 		if ps.drain.drainingLocked() { // drain.go: a draining orchestrator keeps no warm sandboxes
+			if ps.sharedLocked() {
+				continue // a fleet's members are the other replicas' too: no creation, no trim
+			}
 			target = 0
 		}
 		for len(p.idle) > target {
@@ -665,7 +696,11 @@ pools:
 	}
 	ps.mu.Unlock()
 	for _, mb := range trim {
-		if err := ps.dropMember(ctx, mb); err != nil {
+		drop := ps.dropMember
+		if ps.sharedLocked() {
+			drop = ps.trimShared // poolshared.go: claimed first
+		}
+		if err := drop(ctx, mb); err != nil {
 			ps.log.Warn("pool: removing a surplus sandbox failed; resync retries", "container_id", mb.containerID, "err", err)
 		}
 	}
@@ -703,6 +738,15 @@ func (ps *poolSet) createPooled(ctx context.Context, p *pool, id string) {
 			}
 			cancel()
 		}
+	}
+
+	if err == nil && ps.sharedLocked() && ps.claimer != nil {
+		// The fleet's other replicas hand it out once marked (poolshared.go).
+		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if merr := ps.claimer.MarkMemberReady(mctx, sb.ID); merr != nil {
+			ps.log.Warn("pool: marking a member ready failed; only this replica hands it out", "pool", p.cfg.Name, "lease_id", id, "err", merr)
+		}
+		cancel()
 	}
 
 	ps.mu.Lock()
@@ -743,6 +787,11 @@ func (ps *poolSet) dropMember(ctx context.Context, mb member) error {
 // unclaimed member of a pool, ready or being created: resync leaves it to
 // the pool. Called with mu held.
 func (ps *poolSet) pooledLocked(sb runtime.Sandbox) bool {
+	if ps.sharedLocked() {
+		// A fleet's: the pools' view and the elected replica decide
+		// (poolshared.go), whichever replica created it.
+		return sb.Labels[runtime.LabelPool] != "" && !ps.leasedLocked(sb.LeaseID)
+	}
 	return sb.Labels[runtime.LabelPool] != "" && !ps.leasedLocked(sb.LeaseID) && ps.byID[sb.LeaseID] != nil
 }
 
@@ -752,6 +801,9 @@ func (ps *poolSet) pooledLocked(sb runtime.Sandbox) bool {
 // returns the ids adopted; reconcile removes the others. Called with mu
 // held.
 func (ps *poolSet) adoptLocked(boxes []runtime.Sandbox) map[string]bool {
+	if ps.sharedLocked() {
+		return ps.adoptSharedLocked(boxes) // poolshared.go
+	}
 	adopted := map[string]bool{}
 	byName := map[string]*pool{}
 	for _, p := range ps.pools {
@@ -806,7 +858,9 @@ func (ps *poolSet) event(ctx context.Context, ev runtime.Event) bool {
 	delete(ps.byID, mb.id)
 	ps.mu.Unlock()
 	ps.log.Warn("pool: a ready sandbox "+string(ev.Kind)+"; replacing it", "pool", p.cfg.Name, "container_id", ev.ID, "exit_code", ev.ExitCode)
-	_ = ps.dropMember(ctx, mb)
+	if ps.leading() { // a fleet's elected replica removes it (poolshared.go)
+		_ = ps.dropMember(ctx, mb)
+	}
 	ps.kick()
 	return true
 }
@@ -815,6 +869,9 @@ func (ps *poolSet) event(ctx context.Context, ev runtime.Event) bool {
 // runtime's list byID (taken at Manager.seq seq), or not running, and
 // returns those to remove (dropMember, without mu). Called with mu held.
 func (ps *poolSet) resyncLocked(byID map[string]runtime.Sandbox, seq uint64) []member {
+	if ps.sharedLocked() {
+		return nil // the fleet's members are not this instance's: syncShared (poolshared.go)
+	}
 	var gone []member
 	for _, p := range ps.pools {
 		p.idle = slices.DeleteFunc(p.idle, func(mb member) bool {

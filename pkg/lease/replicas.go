@@ -117,7 +117,10 @@ type fleet struct {
 	log    *slog.Logger
 	// startCreateID creates lease id for req (the acquirer's, acquire.go).
 	// Takes mu, which the caller holds: it returns with mu released.
-	startCreateID func(ctx context.Context, req AcquireRequest, id string) (Lease, error)
+	startCreateID func(ctx context.Context, req AcquireRequest, id string, c *claim) (Lease, error)
+	// releaseClaim gives up a warm claim no lease took (the pools',
+	// poolshared.go). New sets it.
+	releaseClaim func(c *claim)
 	// instanceID is Config.InstanceID (homeLocked); readyTimeout
 	// Config.ReadyTimeout (awaitRemotePending); reapInterval
 	// Config.ReapInterval (flushActivityLoop).
@@ -134,14 +137,15 @@ type fleet struct {
 
 // newFleet returns the fleet part of a Manager: cfg has its defaults
 // applied; startCreateID is its acquirer's; mu, leases and byConv are the
-// Manager's. Warm pools are refused with a SharedStore.
-func newFleet(cfg Config, host fleetHost, startCreateID func(ctx context.Context, req AcquireRequest, id string) (Lease, error),
+// Manager's. Warm pools with a SharedStore need a Runtime that is a
+// MemberClaimer (poolshared.go).
+func newFleet(cfg Config, host fleetHost, startCreateID func(ctx context.Context, req AcquireRequest, id string, c *claim) (Lease, error),
 	mu *sync.Mutex, leases, byConv map[string]*entry) (*fleet, error) {
 	f := &fleet{cfg: cfg.Fleet, host: host, log: cfg.Logger, startCreateID: startCreateID, instanceID: cfg.InstanceID,
 		readyTimeout: cfg.ReadyTimeout, reapInterval: cfg.ReapInterval, mu: mu, leases: leases, byConv: byConv}
 	if ss, ok := cfg.Store.(SharedStore); ok {
-		if len(cfg.Pools.Pools) > 0 {
-			return nil, errdefs.InvalidArgument("pools", "warm pools are not supported with a lease store shared by several replicas (a claim brings its own lease id, which the conversation lock cannot name)")
+		if _, ok := cfg.Runtime.(MemberClaimer); !ok && len(cfg.Pools.Pools) > 0 {
+			return nil, errdefs.InvalidArgument("pools", "warm pools with a lease store shared by several replicas need a runtime whose pool members can be claimed atomically (the kubernetes runtime)")
 		}
 		f.shared = ss
 	}
@@ -190,16 +194,24 @@ func (f *fleet) homeLocked(e *entry) bool {
 // holds the lock, waits for that lease to appear in memory (another
 // replica's, through Subscribe) and reports retry, so that Acquire looks
 // again and joins it. A lock left by a lease that ended, or whose record
-// never appears, is taken over. Called without mu.
-func (f *fleet) acquireShared(ctx context.Context, req AcquireRequest) (l Lease, retry bool, err error) {
+// never appears, is taken over. c, when not nil, is a warm pool's member
+// this replica claimed for the acquire (poolshared.go): the lock names its
+// pre-allocated lease id, and a claim no lease takes is given up
+// (releaseClaim). Called without mu.
+func (f *fleet) acquireShared(ctx context.Context, req AcquireRequest, c *claim) (l Lease, retry bool, err error) {
 	id := newID(f.host.now())
+	if c != nil {
+		id = c.m.id
+	}
 	holder, err := f.shared.LockConversation(ctx, req.Owner, req.ConversationID, id)
 	if err != nil {
+		f.releaseClaim(c)
 		return Lease{}, false, wrapf(err, "acquire: lock conversation %q", req.ConversationID)
 	}
 	if holder != id {
 		took, err := f.awaitHolder(ctx, req, holder, id)
 		if err != nil || !took {
+			f.releaseClaim(c)
 			return Lease{}, !took, err
 		}
 	}
@@ -207,6 +219,7 @@ func (f *fleet) acquireShared(ctx context.Context, req AcquireRequest) (l Lease,
 	if err := f.host.usableLocked(); err != nil {
 		f.mu.Unlock()
 		f.unlockConversation(req.Owner, req.ConversationID, id)
+		f.releaseClaim(c)
 		return Lease{}, false, err
 	}
 	if e := f.byConv[convKey(req.Owner, req.ConversationID)]; e != nil {
@@ -214,9 +227,10 @@ func (f *fleet) acquireShared(ctx context.Context, req AcquireRequest) (l Lease,
 		// from a replica that took the lock before it was ours): join it.
 		f.mu.Unlock()
 		f.unlockConversation(req.Owner, req.ConversationID, id)
+		f.releaseClaim(c)
 		return Lease{}, true, nil
 	}
-	l, err = f.startCreateID(ctx, req, id) // releases mu
+	l, err = f.startCreateID(ctx, req, id, c) // releases mu; takes c
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		// Nothing was created, or the lease FAILED: free the conversation.
 		if _, gerr := f.host.Get(ctx, id); gerr != nil {

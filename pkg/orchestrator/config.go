@@ -198,6 +198,11 @@ type Config struct {
 	// together (they do not count against Admission.MaxLive until claimed).
 	// Default 0: the sum of the pools' Max; negative: no bound.
 	MaxPooled int
+	// PoolClaimGrace is how long a warm pool's member may stay claimed
+	// without a lease record before the elected replica of a fleet
+	// removes it (its claimer died mid-claim; docs/pools.md). Default 0:
+	// lease.PoolsConfig's, 30s.
+	PoolClaimGrace Duration
 	// Volumes configures workspace volumes (see docs/workspaces.md):
 	// Volumes.PersistWorkspaces makes every acquire keep /workspace on its
 	// conversation's volume, as if it set workspace.persist (default
@@ -358,7 +363,8 @@ type Pool struct {
 // configuration, whose agent configurer is ac. Its defaults and rules are
 // lease.PoolsConfig's (MaxPooled 0 is the sum of the pools' Max there).
 func (c Config) leasePools(ac lease.AgentConfigurer) lease.PoolsConfig {
-	out := lease.PoolsConfig{Pools: make([]lease.PoolConfig, 0, len(c.Pools)), MaxPooled: c.MaxPooled, AgentConfigurer: ac}
+	out := lease.PoolsConfig{Pools: make([]lease.PoolConfig, 0, len(c.Pools)), MaxPooled: c.MaxPooled, AgentConfigurer: ac,
+		ClaimGrace: time.Duration(c.PoolClaimGrace)}
 	for _, p := range c.Pools {
 		out.Pools = append(out.Pools, lease.PoolConfig{Name: p.Name, Image: p.Image, User: p.User, Min: p.Min, Max: p.Max,
 			Resources: runtime.Resources{NanoCPUs: int64(p.CPUs * 1e9), MemoryBytes: p.MemoryBytes, PidsLimit: p.Pids, DiskBytes: p.DiskBytes}})

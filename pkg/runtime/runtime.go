@@ -26,6 +26,18 @@ const (
 	// LabelPoolProfile is a digest of the profile (image, user,
 	// resources) a pooled sandbox was created with (Spec.PoolProfile).
 	LabelPoolProfile = "dev.berth.pool-profile"
+	// LabelPoolClaim is set on a warm pool's sandbox by the claim that
+	// took it (ClaimMember, lease.MemberClaimer: on a backend whose pools several
+	// orchestrators share): the claiming orchestrator's instance id. A
+	// member that carries it is never handed out again.
+	LabelPoolClaim = "dev.berth.pool-claim"
+	// LabelPoolReady ("true") is set on a warm pool's sandbox, on a
+	// backend whose pools several orchestrators share, by the orchestrator
+	// that created it once its agent answered (MarkMemberReady,
+	// lease.MemberClaimer): the others hand out only members that carry
+	// it (a container the engine reports running may have an agent not
+	// listening yet).
+	LabelPoolReady = "dev.berth.pool-ready"
 )
 
 // AgentPort is the TCP port the agent listens on inside every sandbox.

@@ -179,5 +179,7 @@ docker image inspect berth/k8s-agent:latest >/dev/null 2>&1 && docker rmi berth/
 
 # ---- the cluster's directories ---------------------------------------------------
 rm -rf "$K8S_VAR" "$K8S_RUN"
-find "$K8S_DIR" -mindepth 1 -maxdepth 1 ! -name bin -exec rm -rf {} + 2>/dev/null
+# -H: .berth/k8s may be a symlink (a worktree sharing the main checkout's
+# binaries), whose contents go too.
+find -H "$K8S_DIR" -mindepth 1 -maxdepth 1 ! -name bin -exec rm -rf {} + 2>/dev/null
 log "down: nothing of the test cluster is left (binaries kept in $BIN)"

@@ -152,6 +152,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) runtime.Runtime, images Ima
 		t.Run("PauseResume", s.testPauseResume)
 		t.Run("StatsLogs", s.testStatsLogs) // stats.go
 		t.Run("Mounts", s.testMounts)
+		t.Run("Pool", s.testPool) // pool.go
 		t.Run("Snapshot", s.testSnapshot)
 		t.Run("WatchDied", s.testWatch)
 		t.Run("RestartInPlace", s.testRestart)

@@ -14,6 +14,12 @@ import (
 func (s *suite) testPauseResume(t *testing.T) {
 	t.Parallel()
 	fr, ok := s.rt.(runtime.Freezer)
+	if s.lacks(t, LimitFreeze) {
+		if ok {
+			t.Fatalf("%T declares %q but implements runtime.Freezer", s.rt, LimitFreeze)
+		}
+		return
+	}
 	if !ok {
 		t.Skipf("%T does not implement runtime.Freezer (no pause/resume)", s.rt)
 	}

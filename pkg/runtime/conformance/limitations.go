@@ -34,6 +34,12 @@ const (
 	// the orchestrator does not read. The suite then does not check those
 	// figures (Mounts).
 	LimitVolumeSize = "volume-size"
+	// LimitFreeze: a sandbox cannot be frozen in place (the runtime is no
+	// runtime.Freezer; pause in mode freeze is refused, hibernate works).
+	// The kubelet has no pause: a Pod's containers cannot be frozen
+	// through the Kubernetes API. The suite then checks that the runtime
+	// indeed implements no Freezer (PauseResume).
+	LimitFreeze = "freeze"
 )
 
 // lacks reports whether the runtime under test declared limitation l, and

@@ -219,13 +219,13 @@ func TestAPIErrDeadline(t *testing.T) {
 	}
 }
 
-// The backend declares the pids limit, the host mounts and the volume
-// sizes it cannot give, so that the conformance suite leaves out exactly
-// those checks.
+// The backend declares the pids limit, the host mounts, the volume sizes
+// and the freeze it cannot give, so that the conformance suite leaves out
+// exactly those checks.
 func TestLimitations(t *testing.T) {
 	var rt any = &Runtime{}
 	lim, ok := rt.(conformance.Limited)
-	want := []string{conformance.LimitPids, conformance.LimitHostMounts, conformance.LimitVolumeSize}
+	want := []string{conformance.LimitPids, conformance.LimitHostMounts, conformance.LimitVolumeSize, conformance.LimitFreeze}
 	if !ok || !slices.Equal(lim.Limitations(), want) {
 		t.Fatalf("Limitations = %v (implemented: %v), want %v", lim, ok, want)
 	}

@@ -12,6 +12,10 @@ package kubernetes
 //   - "volume-size": the size of a workspace volume's files is not
 //     measured: a claim's files are on a node or a storage system the
 //     orchestrator does not read.
+//   - "freeze": a sandbox cannot be frozen in place (the Runtime is no
+//     runtime.Freezer): the kubelet has no pause, a Pod's containers
+//     cannot be frozen through the Kubernetes API. Pause in mode
+//     hibernate (Stop, then Restart on the same claim) works.
 func (r *Runtime) Limitations() []string {
-	return []string{"pids-limit", "host-mounts", "volume-size"}
+	return []string{"pids-limit", "host-mounts", "volume-size", "freeze"}
 }
