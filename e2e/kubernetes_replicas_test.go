@@ -101,12 +101,39 @@ func k8sFleet(t *testing.T, n int, extra ...string) ([]*fleetReplica, *kubernete
 				if code != http.StatusOK {
 					t.Errorf("cleanup: reap all on %s: HTTP %d: %s", r.name, code, b)
 				}
+				// The replica that answered stays up until the leases'
+				// Pods are gone: a replica restarted by a test is stopped
+				// before this cleanup runs (its stop was registered later),
+				// so the removal of its leases' Pods may fall to this one.
+				if !eventually(2*time.Minute, 200*time.Millisecond, func() bool { return len(leasePods(rt, reps)) == 0 }) {
+					t.Errorf("cleanup: leases' pods of fleet %s still there after reap all on %s: %v", fleet, r.name, leasePods(rt, reps))
+				}
 				return
 			}
 		}
 		t.Errorf("cleanup: no replica of fleet %s answered to reap its leases", fleet)
 	})
 	return reps, rt, fleet
+}
+
+// leasePods lists the ids of the fleet's Pods that belong to a lease (all
+// but unclaimed warm pool members), or an error's text when listing fails.
+func leasePods(rt *kubernetes.Runtime, reps []*fleetReplica) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ids []string
+	for _, r := range reps {
+		sbs, err := rt.List(ctx, runtime.Selector{runtime.LabelInstance: r.name})
+		if err != nil {
+			return []string{"list: " + err.Error()}
+		}
+		for _, sb := range sbs {
+			if sb.Labels[runtime.LabelPool] == "" || sb.Labels[runtime.LabelPoolClaim] != "" {
+				ids = append(ids, sb.ID)
+			}
+		}
+	}
+	return ids
 }
 
 // restart starts the replica again under the same instance id and data
