@@ -135,8 +135,8 @@ bench: deps build images ## benchmarks; each prints ratios measured in one run
 	@out=$$(BERTH_BENCH=1 $(GO) test -count=1 -timeout 20m -run '^TestIdleMemoryBench$$' -v ./e2e/ 2>&1); rc=$$?; echo "$$out" | grep -E 'MEMORY-BENCH|^(--- FAIL|FAIL|ok)'; exit $$rc
 	@echo "== containerd vs docker backend: cold create and exec round trip"
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./pkg/runtime/containerd/
-	@echo "== kubernetes vs docker backend (test cluster, berth/minimal, REST): cold acquire and release, re-acquire of a persisted conversation, exec true through the proxy, 20 parallel acquires (reuses a running test cluster, else starts one and takes it down after)"
-	@out=$$(BERTH_BENCH=1 scripts/k8s/test.sh $(GO) test -count=1 -timeout 20m -run '^TestKubernetesBench$$' -v ./e2e/ 2>&1); rc=$$?; echo "$$out" | grep -E 'K8S-BENCH|^(--- FAIL|FAIL|ok)|^==> k8s: (reusing|no test cluster|test cluster up|taking down)|^k8s: error'; exit $$rc
+	@echo "== kubernetes vs docker backend (test cluster, berth/minimal, REST): cold acquire and release, re-acquire of a persisted conversation, exec true through the proxy, 20 parallel acquires, warm claims from a pool (reuses a running test cluster, else starts one and takes it down after)"
+	@out=$$(BERTH_BENCH=1 scripts/k8s/test.sh $(GO) test -count=1 -timeout 20m -run '^TestKubernetes(Warm)?Bench$$' -v ./e2e/ 2>&1); rc=$$?; echo "$$out" | grep -E 'K8S-BENCH|^(--- FAIL|FAIL|ok)|^==> k8s: (reusing|no test cluster|test cluster up|taking down)|^k8s: error'; exit $$rc
 
 ui-xterm: ## bundle the dashboard's browser terminal (xterm.js from Debian's node-xterm, libjs-xterm) into pkg/orchestrator/ui/xterm (gitignored; skipped when they are missing)
 	scripts/ui-xterm.sh
