@@ -48,7 +48,9 @@ func TestKubernetesWarmBench(t *testing.T) {
 			b.a.mustRelease(t, r.GetLease().GetId())
 		}
 	}
-	p := func(name string, q float64) time.Duration { return percentile(took[name], q).Round(100 * time.Microsecond) }
+	p := func(name string, q float64) time.Duration {
+		return percentile(took[name], q).Round(100 * time.Microsecond)
+	}
 	fmt.Printf("K8S-BENCH %-48s kubernetes p50 %8s p99 %8s | docker p50 %8s p99 %8s | kubernetes/docker p50 %5.2fx (target: kubernetes p50 < 100ms)\n",
 		fmt.Sprintf("warm claim (REST acquire from a pool; n=%d):", claims), p("kubernetes", 50), p("kubernetes", 99), p("docker", 50), p("docker", 99),
 		ms(percentile(took["kubernetes"], 50))/ms(percentile(took["docker"], 50)))
