@@ -61,6 +61,11 @@ type Config struct {
 	// KubernetesAgentImage is the image whose init container copies the
 	// agent into each sandbox Pod. Default "berth/k8s-agent:latest".
 	KubernetesAgentImage string
+	// KubernetesAgentClaim names a claim holding the agent that sandbox
+	// Pods mount read-only instead of running the agent image's init
+	// container (kubernetes.Config.AgentClaim). Default "": the init
+	// container.
+	KubernetesAgentClaim string
 	// KubernetesPullPolicy is the pull policy of the agent image and the
 	// sandboxes' images: IfNotPresent, Always or Never (images loaded
 	// into the nodes by hand). Default "" (IfNotPresent).

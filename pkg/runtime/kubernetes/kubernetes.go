@@ -57,6 +57,17 @@ type Config struct {
 	// into each sandbox (scripts/k8s/agent-image.sh). Default
 	// DefaultAgentImage.
 	AgentImage string
+	// AgentClaim, when set, names a PersistentVolumeClaim in Namespace
+	// holding the static agent at its root as runtime.AgentFile (mode
+	// 0755, owned by root): every sandbox Pod mounts it read-only at
+	// runtime.AgentDir instead of copying the agent from AgentImage with
+	// an init container, which saves a cold start that container's
+	// start, its run and the kubelet's relist that sees it exit (about
+	// 1 s; docs/kubernetes.md "Cold start"). The claim must be mountable
+	// read-only by every Pod at once: ReadOnlyMany, or a one-node
+	// cluster's ReadWriteOnce (make k8s-up's berth-agent,
+	// scripts/k8s/agent-claim.sh). Default "": the init container.
+	AgentClaim string
 	// StorageClass is the StorageClass of the sandboxes' workspace claims
 	// (one PersistentVolumeClaim per sandbox, mounted at /workspace).
 	// Default "": the cluster's default StorageClass. Its volumes must be
@@ -167,6 +178,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.AgentImage == "" {
 		cfg.AgentImage = DefaultAgentImage
 	}
+	if cfg.AgentClaim != "" {
+		if errs := validation.IsDNS1123Subdomain(cfg.AgentClaim); len(errs) > 0 {
+			return nil, errdefs.InvalidArgument("agent claim", "%q: %s", cfg.AgentClaim, errs[0])
+		}
+	}
 	if cfg.AgentImagePullPolicy == "" {
 		cfg.AgentImagePullPolicy = corev1.PullIfNotPresent
 	}
@@ -252,7 +268,19 @@ func (r *Runtime) Ping(ctx context.Context) error {
 	if err != nil && !errors.Is(category(err), errdefs.ErrPermissionDenied) && !errors.Is(category(err), errdefs.ErrUnauthenticated) {
 		return fmt.Errorf("%w: kubernetes: API server at %s: %w", errdefs.ErrUnavailable, r.host, err)
 	}
-	return r.apiErr(err, "list pods", "")
+	if err != nil {
+		return r.apiErr(err, "list pods", "")
+	}
+	if c := r.cfg.AgentClaim; c != "" {
+		// Without it every Pod would wait for its volume, never ready.
+		if _, err := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace).Get(ctx, c, metav1.GetOptions{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return errdefs.FailedPrecondition("kubernetes: the agent claim %s is not in namespace %s (create it with the agent at its root: docs/kubernetes.md)", c, r.cfg.Namespace)
+			}
+			return r.apiErr(err, "get the agent claim", c)
+		}
+	}
+	return nil
 }
 
 // Get returns one sandbox, from the Pod informer (cache.go).

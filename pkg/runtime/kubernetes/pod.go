@@ -343,6 +343,9 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
+	// The agent: copied into an emptyDir by the init container, or, with
+	// Config.AgentClaim, mounted from that claim with no init container.
+	agentSource := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
 	// The workspace: the sandbox's own claim, or its persistent
 	// workspace's (volumes.go); other workspace volumes at their targets.
 	workspace := corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(name)}
@@ -400,13 +403,18 @@ func (r *Runtime) buildObjects(spec runtime.Spec, res runtime.Resources) (*corev
 			InitContainers: []corev1.Container{install},
 			Containers:     []corev1.Container{main},
 			Volumes: []corev1.Volume{
-				{Name: agentVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: agentVolume, VolumeSource: agentSource},
 				{Name: agentStateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: workspaceVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &workspace}},
 			},
 		},
 	}
 	pod.Spec.Volumes = append(pod.Spec.Volumes, extra...)
+	if r.cfg.AgentClaim != "" {
+		pod.Spec.InitContainers = nil
+		pod.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+			ClaimName: r.cfg.AgentClaim, ReadOnly: true}}
+	}
 	return secret, pod
 }
 

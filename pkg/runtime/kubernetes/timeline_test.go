@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/berth-dev/berth/internal/testsupport/k8sclaim"
 	"github.com/berth-dev/berth/pkg/runtime"
 	k8s "github.com/berth-dev/berth/pkg/runtime/kubernetes"
 )
@@ -66,7 +67,8 @@ func TestCreateTimeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rt.Close() })
+	first := rt // run uses rt, which the last run replaces
+	t.Cleanup(func() { first.Close() })
 	p := func(ds []time.Duration, q float64) time.Duration {
 		s := slices.Clone(ds)
 		slices.Sort(s)
@@ -112,4 +114,21 @@ func TestCreateTimeline(t *testing.T) {
 		VolumeLabels: runtime.VolumeLabels("timeline-owner", "timeline-conversation")}}
 	run("K8S-TIMELINE-FIRST-PERSIST", 1, spec)
 	run("K8S-TIMELINE-PERSISTED", 5, spec)
+
+	// The agent mounted from a claim (Config.AgentClaim): no init
+	// container. The same Creates as the first run, by a runtime of its own.
+	cs, _ := needCluster(t)
+	claim := k8sclaim.Agent(t, cs, rt.Namespace())
+	rt, err = k8s.New(context.Background(), k8s.Config{
+		Kubeconfig: filepath.Join(dir, "berth.kubeconfig"), NodeName: nodeName, AgentClaim: claim,
+		AgentImagePullPolicy: corev1.PullNever, ImagePullPolicy: corev1.PullNever,
+		Logger: slog.New(h),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withClaim := rt
+	t.Cleanup(func() { withClaim.Close() })
+	spec.Mounts = nil
+	run("K8S-TIMELINE-AGENT-CLAIM", 7, spec)
 }

@@ -137,7 +137,7 @@ func kubernetesConfig(cfg orchestrator.Config, log *slog.Logger) (kubernetes.Con
 	}
 	return kubernetes.Config{
 		Kubeconfig: cfg.Kubeconfig, Namespace: cfg.KubernetesNamespace, NodeName: cfg.KubernetesNode,
-		AgentImage: cfg.KubernetesAgentImage, AgentImagePullPolicy: pull, ImagePullPolicy: pull,
+		AgentImage: cfg.KubernetesAgentImage, AgentClaim: cfg.KubernetesAgentClaim, AgentImagePullPolicy: pull, ImagePullPolicy: pull,
 		StorageClass: cfg.KubernetesStorageClass, ServiceAccount: cfg.KubernetesSandboxServiceAccount,
 		NetworkPolicy: true, DNSNamespace: cfg.KubernetesDNSNamespace, DNSPodLabels: dnsLabels,
 		DefaultResources: cfg.DefaultResources(),
