@@ -35,8 +35,12 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 	if st := ins.State; st != nil && st.Paused {
 		return runtime.Sandbox{}, errdefs.FailedPrecondition("docker: cannot restart container %s: it is paused", id)
 	}
+	var started time.Duration // the engine's start, for the debug log
 	if st := ins.State; st == nil || !st.Running {
-		if err := r.containerStart(ctx, ins.ID); err != nil {
+		t0 := time.Now()
+		err := r.containerStart(ctx, ins.ID)
+		started = time.Since(t0)
+		if err != nil {
 			mapped := r.mapErr(err, "start container", id)
 			if errors.Is(mapped, errdefs.ErrInternal) {
 				return runtime.Sandbox{}, fmt.Errorf("%w: docker: container %s cannot start again: %w", errdefs.ErrFailedPrecondition, id, err)
@@ -51,11 +55,13 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 	if err != nil {
 		return runtime.Sandbox{}, err
 	}
+	t0 := time.Now()
 	if err := r.waitReady(ctx, ins.ID, sb.Endpoint); err != nil {
 		return runtime.Sandbox{}, r.backend().TimeoutErr(parent, ctx, timeout, err)
 	}
 	sb.State = runtime.StateRunning
-	r.log.Debug("sandbox restarted", "container_id", ins.ID, "lease_id", sb.LeaseID, "endpoint", sb.Endpoint, "duration", time.Since(began))
+	r.log.Debug("sandbox restarted", "container_id", ins.ID, "lease_id", sb.LeaseID, "endpoint", sb.Endpoint,
+		"start", started, "ready", time.Since(t0), "duration", time.Since(began))
 	return sb, nil
 }
 
