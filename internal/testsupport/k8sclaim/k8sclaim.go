@@ -71,5 +71,18 @@ func Agent(t *testing.T, cs kubernetes.Interface, ns string) string {
 	t.Cleanup(func() {
 		_ = cs.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	return name
+	// Bound before any Pod mounts it: a Pod created earlier waits for the
+	// binder's next pass (up to its 15 s resync).
+	w, err := cs.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if c, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok && c.Status.Phase == corev1.ClaimBound {
+			return name
+		}
+	}
+	t.Fatalf("agent claim %s/%s not bound: %v", ns, name, ctx.Err())
+	return ""
 }
