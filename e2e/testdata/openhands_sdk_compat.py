@@ -112,6 +112,13 @@ class Commands(unittest.TestCase):
         self.assertEqual((code, out), (0, "1\n2\n3\n"))
         self.assertGreater(polls, 2)
 
+    def test_execute_answers_all_output(self):
+        # execute_bash_command answers the command's last BashOutput, as the
+        # agent-server does: output written before a pause is in it too.
+        out = call_json("POST", "/api/bash/execute_bash_command",
+                        payload={"command": "echo one; sleep 0.3; echo two; exit 4", "timeout": 30})
+        self.assertEqual((out.get("kind"), out.get("exit_code"), out.get("stdout")), ("BashOutput", 4, "one\ntwo\n"))
+
     def test_empty_search_is_a_list(self):
         page = call_json("GET", "/api/bash/bash_events/search",
                          params={"command_id__eq": uuid.uuid4().hex, "kind__eq": "BashOutput"})
