@@ -199,6 +199,20 @@ func (f *fakeRuntime) Watch(ctx context.Context) (<-chan runtime.Event, error) {
 	return ch, nil
 }
 
+// watching reports whether a watch is open.
+func (f *fakeRuntime) watching() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.watchers) > 0
+}
+
+// watchFails reports whether Watch is set to fail.
+func (f *fakeRuntime) watchFails() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.watchErr != nil
+}
+
 func (f *fakeRuntime) closeWatcher(ch chan runtime.Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -342,6 +356,12 @@ func (h *harness) start() {
 	cfg.Store, cfg.Runtime = st, h.rt
 	m, cancel := startManager(h.t, cfg)
 	h.m, h.store, h.cancel = m, st, cancel
+	// The event watch starts in the background: events emitted before it
+	// subscribes are lost (a resync finds a died container, nothing finds an
+	// oom event), so a test's events wait for it.
+	if !h.rt.watchFails() {
+		eventually(h.t, 10*time.Second, "the manager watches the runtime's events", h.rt.watching)
+	}
 }
 
 // startManager creates a Manager from cfg and starts it; cancel stops its
