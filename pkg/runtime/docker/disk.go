@@ -2,6 +2,8 @@ package docker
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,32 +112,73 @@ func diskEnforcement(bytes int64, engine bool) string {
 	}
 }
 
-// Usage returns the size of the sandbox's writable layer as the engine
-// computes it (ContainerInspect with size: the engine walks the layer's
-// files, so it costs in proportion to how many were written), plus the
-// size of the volumes it mounts read-write (a persistent workspace; the
-// agent volume is read-only, host bind mounts are the operator's and not
+// Usage returns the size of the sandbox's writable layer, plus the size of
+// the volumes it mounts read-write (a persistent workspace; the agent
+// volume is read-only, host bind mounts are the operator's and not
 // counted). With InjectCopy the agent binary berth copied into the layer
 // is not counted.
+//
+// Where the layer's upper directory (the engine's GraphDriver UpperDir:
+// overlay2, fuse-overlayfs) is readable on this host, Usage sums its files
+// itself (upperDirSize), as the engine's overlay2 driver does; elsewhere
+// (an engine on another host, another driver) it asks the engine
+// (ContainerInspect with size). The engine's fuse-overlayfs driver has no
+// such shortcut: it compares the whole mounted root filesystem with the
+// image's, file by file through FUSE (2.5 s for a fresh berth/base
+// sandbox on the test machines, and half a core under load with 20 leases:
+// docs/benchmarks.md).
 func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 	r.negotiate(ctx)
 	if id == "" {
 		return runtime.Usage{}, errdefs.InvalidArgument("id", "container id is required")
 	}
-	ins, _, err := r.cli.ContainerInspectWithRaw(ctx, id, true)
+	ins, _, err := r.cli.ContainerInspectWithRaw(ctx, id, false)
 	if err != nil {
-		return runtime.Usage{}, r.mapErr(err, "inspect container size", id)
+		return runtime.Usage{}, r.mapErr(err, "inspect container", id)
 	}
 	if err := runtime.CheckManaged("docker", id, labelsOf(ins)); err != nil {
 		return runtime.Usage{}, err
 	}
 	u := runtime.Usage{MeasuredAt: time.Now()}
-	if ins.ContainerJSONBase != nil && ins.SizeRw != nil {
-		u.DiskBytes = *ins.SizeRw
+	if n, ok := upperDirSize(ins); ok {
+		u.DiskBytes = n
+	} else {
+		ins, _, err = r.cli.ContainerInspectWithRaw(ctx, id, true)
+		if err != nil {
+			return runtime.Usage{}, r.mapErr(err, "inspect container size", id)
+		}
+		if ins.ContainerJSONBase != nil && ins.SizeRw != nil {
+			u.DiskBytes = *ins.SizeRw
+		}
 	}
 	if r.cfg.Injection == InjectCopy {
 		u.DiskBytes = max(0, u.DiskBytes-r.agentSize)
 	}
 	u.DiskBytes += r.writableVolumesSize(ctx, ins.Mounts)
 	return u, nil
+}
+
+// upperDirSize sums the regular files of a container's writable layer
+// from its upper directory, when the engine reports one and it is a
+// readable directory here; ok is false otherwise (the engine then
+// measures). Deletions of image files (whiteouts: character devices or
+// .wh. files of size 0) count nothing, a file changed from the image
+// counts whole (it was copied up), hard links once: what the engine
+// reports as SizeRw.
+func upperDirSize(ins container.InspectResponse) (n int64, ok bool) {
+	if ins.ContainerJSONBase == nil {
+		return 0, false
+	}
+	upper := ins.GraphDriver.Data["UpperDir"]
+	if upper == "" || !filepath.IsAbs(upper) {
+		return 0, false
+	}
+	if st, err := os.Stat(upper); err != nil || !st.IsDir() {
+		return 0, false
+	}
+	n, err := runtime.DirSize(upper)
+	if err != nil {
+		return 0, false
+	}
+	return n, true
 }

@@ -1,11 +1,14 @@
 package docker_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"log/slog"
 	"strings"
 	"testing"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
 
@@ -71,4 +74,63 @@ func TestDiskLimitOnThisEngine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUsageAgreesWithEngine: a file written into a running sandbox's
+// writable layer grows Usage (which sums the layer's upper directory here)
+// by the file's size, as it grows the engine's own measurement (SizeRw of
+// ContainerInspect with size), and the two agree on the layer's size.
+func TestUsageAgreesWithEngine(t *testing.T) {
+	requireDocker(t)
+	ctx := context.Background()
+	rt := newRuntime(t)
+	spec := testSpec(t, rt, emptyImage)
+	spec.Resources.DiskBytes = 64 << 20
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engineSize := func() int64 {
+		ins, _, err := dockerCli.ContainerInspectWithRaw(ctx, sb.ID, true)
+		if err != nil || ins.SizeRw == nil {
+			t.Fatalf("inspect with size: %v", err)
+		}
+		return *ins.SizeRw
+	}
+	before, err := rt.Usage(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engineBefore := engineSize()
+	const size = 3<<20 + 123
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: "written.bin", Mode: 0o644, Size: size}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(bytes.Repeat([]byte{7}, size)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dockerCli.CopyToContainer(ctx, sb.ID, "/", &buf, container.CopyToContainerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := rt.Usage(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engineAfter := engineSize()
+	if got := after.DiskBytes - before.DiskBytes; got != size {
+		t.Errorf("Usage grew by %d bytes, want %d (before %d, after %d)", got, size, before.DiskBytes, after.DiskBytes)
+	}
+	if got := engineAfter - engineBefore; got != size {
+		t.Errorf("the engine's SizeRw grew by %d bytes, want %d", got, size)
+	}
+	// The agent berth copied into the layer (InjectCopy) is in SizeRw, not in Usage.
+	if d := engineAfter - after.DiskBytes; d < 0 || d > 64<<20 {
+		t.Errorf("Usage %d bytes, the engine's SizeRw %d: they disagree beyond the agent's copy", after.DiskBytes, engineAfter)
+	}
+	t.Logf("Usage %d -> %d bytes; engine SizeRw %d -> %d", before.DiskBytes, after.DiskBytes, engineBefore, engineAfter)
 }

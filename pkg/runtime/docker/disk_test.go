@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -27,7 +29,8 @@ type diskFake struct {
 	mu   sync.Mutex
 	opts []map[string]string // StorageOpt of each create
 
-	inspect func(id string) (container.InspectResponse, error)
+	inspect   func(id string) (container.InspectResponse, error)
+	sizeCalls int // inspects that asked the engine for the size
 }
 
 func (d *diskFake) Info(context.Context) (system.Info, error) {
@@ -36,10 +39,15 @@ func (d *diskFake) Info(context.Context) (system.Info, error) {
 }
 
 func (d *diskFake) ContainerInspectWithRaw(_ context.Context, id string, getSize bool) (container.InspectResponse, []byte, error) {
-	if !getSize {
-		return container.InspectResponse{}, nil, errors.New("Usage must ask for the size")
-	}
 	ins, err := d.inspect(id)
+	if getSize {
+		d.mu.Lock()
+		d.sizeCalls++
+		d.mu.Unlock()
+	}
+	if !getSize && ins.ContainerJSONBase != nil {
+		ins.SizeRw = nil // the engine measures only when asked
+	}
 	return ins, nil, err
 }
 
@@ -158,5 +166,48 @@ func TestUsageFromSizeRw(t *testing.T) {
 		if _, err := r.Usage(context.Background(), id); !errdefs.IsNotFound(err) {
 			t.Errorf("Usage(%s) = %v, want NotFound", id, err)
 		}
+	}
+}
+
+// TestUsageFromUpperDir: where the engine reports an upper directory that
+// is readable here, Usage sums its regular files (a hard link once, a
+// whiteout nothing) without asking the engine for the size; where it is
+// not (another host's path), the engine measures.
+func TestUsageFromUpperDir(t *testing.T) {
+	upper := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(upper, "workspace", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, n := range map[string]int{"workspace/a": 1000, "workspace/sub/b": 234} {
+		if err := os.WriteFile(filepath.Join(upper, name), make([]byte, n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Link(filepath.Join(upper, "workspace/a"), filepath.Join(upper, "a-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(upper, ".wh.deleted"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	engine := int64(5_000_000)
+	f := newDiskFake("fuse-overlayfs", false)
+	dir := upper
+	f.inspect = func(id string) (container.InspectResponse, error) {
+		ins := container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{ID: id, SizeRw: &engine},
+			Config: &container.Config{Labels: map[string]string{runtime.LabelManaged: "true"}}}
+		ins.GraphDriver.Name = "fuse-overlayfs"
+		ins.GraphDriver.Data = map[string]string{"UpperDir": dir}
+		return ins, nil
+	}
+	r := newFakeRuntime(t, f.fakeClient)
+	r.cli = f
+	u, err := r.Usage(context.Background(), "managed")
+	if err != nil || u.DiskBytes != 1234 || f.sizeCalls != 0 {
+		t.Fatalf("Usage = %+v, %v, %d inspects with size; want 1234 bytes from the upper directory, none", u, err, f.sizeCalls)
+	}
+	dir = filepath.Join(upper, "not-here")
+	u, err = r.Usage(context.Background(), "managed")
+	if err != nil || u.DiskBytes != engine || f.sizeCalls != 1 {
+		t.Fatalf("Usage = %+v, %v, %d inspects with size; want the engine's %d bytes", u, err, f.sizeCalls, engine)
 	}
 }
