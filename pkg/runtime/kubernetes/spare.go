@@ -103,6 +103,17 @@ type spareSet struct {
 	wffcLogged atomic.Bool
 }
 
+// SpareLeaseOf is the coordination.k8s.io Lease over which the replicas
+// of the fleet electing their leader over leaderLease elect the one that
+// refills the spare claims.
+func SpareLeaseOf(leaderLease string) string { return leaderLease + "-spares" }
+
+// SpareSelector is the label selector of the spare claims (not taken) of
+// the fleet electing its leader over leaderLease.
+func SpareSelector(leaderLease string) string {
+	return labels.SelectorFromSet(labels.Set{runtime.LabelManaged: "true", LabelSpareClaim: spareValue(leaderLease)}).String()
+}
+
 // spareValue returns LabelSpareClaim's value for the fleet electing over
 // the Lease named lease: the name when it is a label value, else a hash.
 func spareValue(lease string) string {
@@ -136,7 +147,7 @@ func newSpareSet(r *Runtime) *spareSet {
 
 // selector selects the fleet's spares.
 func (s *spareSet) selector() string {
-	return labels.SelectorFromSet(labels.Set{runtime.LabelManaged: "true", LabelSpareClaim: s.value}).String()
+	return SpareSelector(s.r.cfg.LeaderLease)
 }
 
 // start runs the informer, the refill election and the refill loop until
@@ -148,7 +159,7 @@ func (s *spareSet) start(ctx context.Context) {
 	r.wg.Add(2)
 	go func() {
 		defer r.wg.Done()
-		_ = r.RunElected(ctx, Election{Lease: r.cfg.LeaderLease + "-spares", Identity: s.identity,
+		_ = r.RunElected(ctx, Election{Lease: SpareLeaseOf(r.cfg.LeaderLease), Identity: s.identity,
 			LeaseDuration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 7, Release: true}, func(lctx context.Context) {
 			s.leading.Store(true)
 			s.poke()

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -69,7 +68,7 @@ func newSpareFleet(t *testing.T, admin kubernetes.Interface, dir string, n int, 
 			}
 			_ = admin.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, c.Name, metav1.DeleteOptions{})
 		}
-		if err := admin.CoordinationV1().Leases(ns).Delete(ctx, f.lease+"-spares", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := admin.CoordinationV1().Leases(ns).Delete(ctx, k8s.SpareLeaseOf(f.lease), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("cleanup: refill lease: %v", err)
 		}
 	})
@@ -79,7 +78,7 @@ func newSpareFleet(t *testing.T, admin kubernetes.Interface, dir string, n int, 
 
 // selector selects the fleet's spares.
 func (f *spareFleet) selector() string {
-	return labels.SelectorFromSet(labels.Set{runtime.LabelManaged: "true", k8s.LabelSpareClaim: f.lease}).String()
+	return k8s.SpareSelector(f.lease)
 }
 
 // waitSpares waits (on a watch) until the fleet has exactly n spares, all
