@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -88,7 +89,9 @@ type spareSet struct {
 	// n is Config.SpareClaims.
 	n int
 	// value is LabelSpareClaim's value for this fleet; identity this
-	// replica's in the refill election.
+	// replica's in the refill election and the instance label of the
+	// spares it makes: Config.InstanceID, else the host's name and a
+	// random suffix.
 	value, identity string
 	factory         informers.SharedInformerFactory
 	lister          corelisters.PersistentVolumeClaimLister
@@ -132,9 +135,15 @@ func newSpareSet(r *Runtime) *spareSet {
 	s := &spareSet{r: r, n: r.cfg.SpareClaims, value: spareValue(r.cfg.LeaderLease), identity: r.cfg.InstanceID,
 		kick: make(chan struct{}, 1)}
 	if s.identity == "" {
+		// Unique per replica: the host's name (a StatefulSet's Pod name)
+		// and a random suffix.
 		b := make([]byte, 4)
 		_, _ = crand.Read(b)
-		s.identity = "berth-" + hex.EncodeToString(b)
+		host, _ := os.Hostname()
+		if host == "" || len(host) > 40 || len(validation.IsValidLabelValue(host)) != 0 {
+			host = "berth"
+		}
+		s.identity = host + "-" + hex.EncodeToString(b)
 	}
 	s.factory = informers.NewSharedInformerFactoryWithOptions(r.cs, 0,
 		informers.WithNamespace(r.cfg.Namespace),
@@ -324,12 +333,14 @@ func (s *spareSet) spec() corev1.PersistentVolumeClaimSpec {
 // deletes those that do not fit the configuration and those beyond n.
 // With a StorageClass that binds claims only for a Pod
 // (WaitForFirstConsumer) it makes none: a spare would never be bound, and
-// Create does not wait for such a claim anyway.
+// Create does not wait for such a claim anyway. (The cluster's default
+// class is not read: its spares stay Pending, never taken, when it binds
+// late.)
 func (s *spareSet) refill(ctx context.Context) error {
 	r := s.r
 	if class := r.cfg.StorageClass; class != "" && !r.bindsAtOnce(ctx, class) {
 		if !s.wffcLogged.Swap(true) {
-			r.log.Info("kubernetes: no spare claims: the storage class binds claims only for a Pod", "class", class)
+			r.log.Info("kubernetes: no spare claims: the storage class binds claims only for a Pod, or cannot be read", "class", class)
 		}
 		return nil
 	}
