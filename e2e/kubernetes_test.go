@@ -136,15 +136,19 @@ func startK8sOrch(t *testing.T, mutate ...func(*orchestrator.Config)) (*api, *ku
 	return a, rt, cfg.Fleet
 }
 
-// k8sForgetFleet deletes fleet's lease records (BerthLeases) and leader
-// Lease from the cluster, once its orchestrators are gone: ended records
-// would otherwise wait for a leader of the fleet to purge them.
+// k8sForgetFleet deletes fleet's lease records (BerthLeases), leader
+// Lease, spare claims and their refill's Lease from the cluster, once its
+// orchestrators are gone: ended records would otherwise wait for a leader
+// of the fleet to purge them, and a replica killed by a test leaves the
+// spares it refilled (one stopped deletes them).
 func k8sForgetFleet(t *testing.T, dir, fleet string) {
 	t.Helper()
 	kubectl := filepath.Join(dir, "bin", "kubectl")
 	for _, args := range [][]string{
 		{"delete", "berthleases", "-l", kubestore.LabelFleet + "=" + fleet, "--ignore-not-found"},
 		{"delete", "leases.coordination.k8s.io", kubernetes.LeaderLeaseOf(fleet), "--ignore-not-found"},
+		{"delete", "persistentvolumeclaims", "-l", kubernetes.SpareSelector(kubernetes.LeaderLeaseOf(fleet)), "--ignore-not-found"},
+		{"delete", "leases.coordination.k8s.io", kubernetes.SpareLeaseOf(kubernetes.LeaderLeaseOf(fleet)), "--ignore-not-found"},
 	} {
 		args = append([]string{"--kubeconfig", filepath.Join(dir, "berth.kubeconfig"), "--request-timeout", "30s"}, args...)
 		if out, err := exec.Command(kubectl, args...).CombinedOutput(); err != nil {

@@ -73,6 +73,12 @@ type Config struct {
 	// KubernetesStorageClass is the StorageClass of the sandboxes'
 	// workspace claims. Default "": the cluster's default StorageClass.
 	KubernetesStorageClass string
+	// KubernetesSpareClaims is how many spare workspace claims the
+	// Kubernetes backend keeps made ahead and bound, so that a cold
+	// Create of a lease that does not persist takes one instead of
+	// waiting for a claim's binding (kubernetes.Config.SpareClaims; one
+	// replica of the fleet refills them). 0 disables. Default 2.
+	KubernetesSpareClaims int
 	// KubernetesSandboxServiceAccount is the ServiceAccount of the sandbox
 	// Pods (no rights, no token mounted). Default "" ("berth-sandbox",
 	// deploy/kubernetes).
@@ -432,6 +438,7 @@ func Defaults() Config {
 		Volumes:                defaultVolumes(), // volumes.go
 		MaxWatchesPerPrincipal: streamlimit.DefaultMax,
 		MaxConnections:         1024,
+		KubernetesSpareClaims:  2,
 		ReadHeaderTimeout:      Duration(10 * time.Second),
 		IdleTimeout:            Duration(2 * time.Minute),
 		LogLevel:               "info",
@@ -527,6 +534,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("openhands app port must be 1-65535 and not the agent's %d, got %d", runtime.AgentPort, c.OpenHandsAppPort)
 	case c.OpenHandsPauseMode != "" && c.OpenHandsPauseMode != "freeze" && c.OpenHandsPauseMode != "hibernate":
 		return fmt.Errorf("openhands pause mode must be freeze or hibernate, got %q", c.OpenHandsPauseMode)
+	case c.KubernetesSpareClaims < 0:
+		return fmt.Errorf("k8s spare claims must not be negative (0 disables them), got %d", c.KubernetesSpareClaims)
 	case c.ReadHeaderTimeout <= 0 || c.IdleTimeout <= 0:
 		return errors.New("read header timeout and idle timeout must be positive")
 	}

@@ -108,36 +108,7 @@ func TestConformance(t *testing.T) {
 	}
 	loadImage(t, "berth/minimal:latest")
 	var rt *k8s.Runtime
-	// kill kills the sandbox's container through the node's containerd.
-	// Create returns once the agent answers, which may be before the
-	// kubelet has reported the container (its next sync of the Pod, up to
-	// a second later): kill waits for its id.
-	kill := func(ctx context.Context, id string) error {
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		for {
-			pod, err := admin.CoreV1().Pods(rt.Namespace()).Get(ctx, id, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			for _, st := range pod.Status.ContainerStatuses {
-				if st.Name == "sandbox" && st.ContainerID != "" {
-					cid := strings.TrimPrefix(st.ContainerID, "containerd://")
-					out, err := exec.CommandContext(ctx, "ctr", "--address", nodeSock, "--namespace", "k8s.io",
-						"tasks", "kill", "--signal", "SIGKILL", cid).CombinedOutput()
-					if err != nil {
-						return fmt.Errorf("ctr tasks kill %s: %v: %s", cid, err, out)
-					}
-					return nil
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("pod %s has no sandbox container id: %w", id, ctx.Err())
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}
+	kill := func(ctx context.Context, id string) error { return killSandbox(ctx, admin, rt.Namespace(), id) }
 	unmanaged := func(t *testing.T, image string) (string, func() bool) {
 		no := false
 		pod := &corev1.Pod{
@@ -161,4 +132,35 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) runtime.Runtime { rt = newRuntime(t, dir); return rt },
 		conformance.Images{Empty: conformance.EmptyImage, Shell: "berth/minimal:latest", BadUser: conformance.BadUserImage},
 		conformance.WithKill(kill), conformance.WithUnmanaged(unmanaged), conformance.WithReadyTimeout(60*time.Second))
+}
+
+// killSandbox kills sandbox id's container through the node's containerd.
+// Create returns once the agent answers, which may be before the kubelet
+// has reported the container (its next sync of the Pod, up to a second
+// later): it waits for its id.
+func killSandbox(ctx context.Context, admin kubernetes.Interface, ns, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		pod, err := admin.CoreV1().Pods(ns).Get(ctx, id, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, st := range pod.Status.ContainerStatuses {
+			if st.Name == "sandbox" && st.ContainerID != "" {
+				cid := strings.TrimPrefix(st.ContainerID, "containerd://")
+				out, err := exec.CommandContext(ctx, "ctr", "--address", nodeSock, "--namespace", "k8s.io",
+					"tasks", "kill", "--signal", "SIGKILL", cid).CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("ctr tasks kill %s: %v: %s", cid, err, out)
+				}
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s has no sandbox container id: %w", id, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -16,11 +16,14 @@ import (
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
-// Create creates a sandbox's workspace claim (or, for a persistent
-// workspace, its volume's claim when missing: volumes.go), Pod and Secret
+// Create takes a spare workspace claim for the sandbox (spare.go) or
+// creates its workspace claim (or, for a persistent workspace, its
+// volume's claim when missing: volumes.go), then its Pod and Secret
 // (its agent token and secrets), waits until its agent answers health, and
 // returns it. A Pod that already exists for the lease is ErrAlreadyExists.
-// On failure nothing is left behind but a persistent workspace's claim.
+// On failure nothing is left behind but a persistent workspace's claim
+// (a Create cut short between its claim and its Pod leaves the claim,
+// labelled with the Pod, to ReconcileOrphans).
 //
 // The Pod is created before its Secret, and Remove deletes the Secret
 // before the Pod, so that every Secret berth makes has its Pod: the lease
@@ -57,7 +60,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err := r.ensureVolumeClaims(ctx, spec, res, tl); err != nil {
 		return runtime.Sandbox{}, c.Err(err)
 	}
-	if workspaceMount(spec) == nil {
+	if workspaceMount(spec) != nil {
+		// A persistent workspace: its claim is ensured above.
+	} else if spare := r.spares.take(dctx, pod, r.claimSpec(res)); spare != "" {
+		// A spare claim, bound already (spare.go).
+		useClaim(pod, spare)
+		tl.mark(stepSpareTaken)
+	} else {
 		// The sandbox's own workspace claim; one left by a Create of this
 		// lease that failed half-way is used again.
 		claims := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace)
@@ -77,10 +86,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	}
 	created, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Create(dctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
+		if c := pod.Annotations[workspaceClaimAnnotation]; c != "" {
+			// The spare taken for this Pod is no other Pod's.
+			_ = r.deleteClaim(dctx, c)
+		}
 		return runtime.Sandbox{}, b.AlreadyExists(spec.LeaseID, pod.Name, err)
 	}
 	if err != nil {
-		_ = r.deleteStorage(dctx, pod.Name)
+		_ = r.deleteStorage(dctx, pod.Name, ownClaim(pod))
 		return runtime.Sandbox{}, r.apiErr(err, "create pod", pod.Name)
 	}
 	tl.mark(stepPodCreated)

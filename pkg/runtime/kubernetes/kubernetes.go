@@ -68,6 +68,14 @@ type Config struct {
 	// cluster's ReadWriteOnce (make k8s-up's berth-agent,
 	// scripts/k8s/agent-claim.sh). Default "": the init container.
 	AgentClaim string
+	// SpareClaims is how many spare workspace claims the backend keeps
+	// made ahead, bound, of the default size and StorageClass (spare.go):
+	// Create of a sandbox without a persistent workspace takes one
+	// instead of creating a claim and waiting for its binding. One
+	// replica of the fleet refills them (elected over the Lease
+	// LeaderLease+"-spares"); with a StorageClass that binds only for a
+	// Pod (WaitForFirstConsumer) none are made. Default 0: none.
+	SpareClaims int
 	// StorageClass is the StorageClass of the sandboxes' workspace claims
 	// (one PersistentVolumeClaim per sandbox, mounted at /workspace).
 	// Default "": the cluster's default StorageClass. Its volumes must be
@@ -135,6 +143,8 @@ type Runtime struct {
 	// classes caches whether a StorageClass binds claims at once (claim.go).
 	classMu sync.Mutex
 	classes map[string]bool
+	// spares are the spare workspace claims (spare.go); nil without.
+	spares *spareSet
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -214,6 +224,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.LeaderLeaseDuration <= 0 {
 		cfg.LeaderLeaseDuration = 15 * time.Second
 	}
+	if cfg.SpareClaims < 0 {
+		return nil, errdefs.InvalidArgument("spare claims", "%d: must not be negative", cfg.SpareClaims)
+	}
 	if cfg.OrphanAge <= 0 {
 		cfg.OrphanAge = 2 * time.Minute
 	}
@@ -235,16 +248,21 @@ func start(ctx context.Context, cfg Config, cs kubernetes.Interface, rc *rest.Co
 	r := &Runtime{cfg: cfg, cs: cs, rest: rc, host: rc.Host, log: cfg.Logger, health: runtime.NewHealthProber(),
 		pods: pods, bg: bg, stop: stop, classes: map[string]bool{}}
 	pods.start(bg.Done())
+	if r.spares = newSpareSet(r); r.spares != nil {
+		r.spares.start(bg)
+	}
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.reconcileLoop(bg) }()
 	return r, nil
 }
 
-// Close stops the Pod informer and the background reconciliation.
+// Close stops the Pod informer and the background reconciliation; the
+// replica that refills the spare claims deletes them (spare.go).
 func (r *Runtime) Close() error {
 	r.stop()
 	r.wg.Wait()
 	r.pods.shutdown()
+	r.spares.shutdown()
 	r.health.Close()
 	return nil
 }
@@ -333,7 +351,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		if err := r.deleteSecret(ctx, secretName(id)); err != nil {
 			return err
 		}
-		return r.deleteClaim(ctx, claimName(id))
+		return r.deleteOwnClaims(ctx, id)
 	case err != nil:
 		return r.apiErr(err, "get pod", id)
 	case !runtime.IsManaged(pod.Labels):
@@ -343,11 +361,13 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 }
 
 // remove deletes sandbox id's Secret, then its Pod (force: grace 0), then
-// its own workspace claim (its volume goes by the StorageClass's reclaim
-// policy). The Secret goes first: every Secret has its Pod (see Create),
-// so that a Remove cut short leaves a Pod, which the lease manager removes
-// again; a claim left behind is ReconcileOrphans'.
+// its own workspace claim (ownClaim: claimName or the spare it took; its
+// volume goes by the StorageClass's reclaim policy). The Secret goes
+// first: every Secret has its Pod (see Create), so that a Remove cut short
+// leaves a Pod, which the lease manager removes again; a claim left behind
+// is ReconcileOrphans'.
 func (r *Runtime) remove(ctx context.Context, id string) error {
+	pod, perr := r.getPod(ctx, id)
 	if err := r.deleteSecret(ctx, secretName(id)); err != nil {
 		return err
 	}
@@ -356,15 +376,44 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return r.apiErr(err, "delete pod", id)
 	}
-	return r.deleteClaim(ctx, claimName(id))
+	switch {
+	case perr == nil:
+		return r.deleteClaim(ctx, ownClaim(pod))
+	case apierrors.IsNotFound(perr):
+		return r.deleteOwnClaims(ctx, id)
+	default:
+		return r.deleteClaim(ctx, claimName(id))
+	}
 }
 
-// deleteStorage deletes sandbox pod's Secret and own workspace claim.
-func (r *Runtime) deleteStorage(ctx context.Context, pod string) error {
+// deleteStorage deletes sandbox pod's Secret and its own workspace claim
+// claim.
+func (r *Runtime) deleteStorage(ctx context.Context, pod, claim string) error {
 	if err := r.deleteSecret(ctx, secretName(pod)); err != nil {
 		return err
 	}
-	return r.deleteClaim(ctx, claimName(pod))
+	return r.deleteClaim(ctx, claim)
+}
+
+// deleteOwnClaims deletes the workspace claims of sandbox pod when the Pod
+// that names its claim is gone: those labelled with it (LabelSandbox; a
+// persistent workspace's claim has no such label), claimName and the
+// spares it took alike.
+func (r *Runtime) deleteOwnClaims(ctx context.Context, pod string) error {
+	sel := labels.SelectorFromSet(labels.Set{runtime.LabelManaged: "true", LabelSandbox: pod}).String()
+	list, err := r.cs.CoreV1().PersistentVolumeClaims(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return r.apiErr(err, "list persistentvolumeclaims", pod)
+	}
+	for _, c := range list.Items {
+		if c.DeletionTimestamp != nil {
+			continue
+		}
+		if err := r.deleteClaim(ctx, c.Name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *Runtime) deleteClaim(ctx context.Context, name string) error {

@@ -137,7 +137,9 @@ func (r *Runtime) reconcileLoop(ctx context.Context) {
 // ReconcileOrphans removes the workspace claims berth created for
 // sandboxes whose Pod is gone (a Create or Remove cut short, an
 // orchestrator killed), and their Secrets, once they are older than
-// Config.OrphanAge, and returns how many objects it removed. Every Secret
+// Config.OrphanAge (a taken spare's age counts from its take: claimAge),
+// and returns how many objects it removed. Spare claims not taken (no
+// LabelSandbox) are the refill's (spare.go). Every Secret
 // has its Pod (Create makes it after the Pod, Remove deletes it before),
 // so the Pods' reconciliation removes the others; the orchestrator may
 // not list Secrets. Persistent workspaces' claims (no LabelSandbox) are
@@ -160,7 +162,7 @@ func (r *Runtime) ReconcileOrphans(ctx context.Context) (int, error) {
 	n := 0
 	for _, c := range claims.Items {
 		pod := c.Labels[LabelSandbox]
-		if pod == "" || live[pod] || time.Since(c.CreationTimestamp.Time) < r.cfg.OrphanAge {
+		if pod == "" || live[pod] || claimAge(&c, time.Now()) < r.cfg.OrphanAge {
 			continue
 		}
 		err := r.cs.CoreV1().Secrets(r.cfg.Namespace).Delete(ctx, secretName(pod), metav1.DeleteOptions{})

@@ -2,6 +2,7 @@ package kubernetes_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/berth-dev/berth/pkg/runtime"
 	k8s "github.com/berth-dev/berth/pkg/runtime/kubernetes"
@@ -73,5 +75,85 @@ func TestReconcileOrphans(t *testing.T) {
 	}
 	if _, err := admin.CoreV1().Secrets(ns).Get(ctx, foreign, metav1.GetOptions{}); err != nil {
 		t.Errorf("a secret berth did not create was touched: %v", err)
+	}
+}
+
+// TestReconcileSpareClaims: a spare claim not taken is never an orphan,
+// however old; a taken one whose Pod is gone is, once OrphanAge has passed
+// since its take (not its creation: a Create between its take and its Pod
+// keeps it); Remove of a sandbox whose Pod is gone deletes the spare it
+// took.
+func TestReconcileSpareClaims(t *testing.T) {
+	admin, dir := needCluster(t)
+	ctx := context.Background()
+	const age = 2 * time.Second
+	rt, err := k8s.New(ctx, k8s.Config{Kubeconfig: filepath.Join(dir, "berth.kubeconfig"), OrphanAge: age})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ns := rt.Namespace()
+	suffix := time.Now().Format("150405")
+	claims := admin.CoreV1().PersistentVolumeClaims(ns)
+	class := "berth-test-none" // no provisioner: Pending, no volume
+	spare := func(name string) {
+		t.Helper()
+		_, err := claims.Create(ctx, &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{runtime.LabelManaged: "true", k8s.LabelSpareClaim: "orphan-test-" + suffix}},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: &class,
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = claims.Delete(ctx, name, metav1.DeleteOptions{}) })
+	}
+	// take does what Create's take does to a spare, for a Pod that
+	// never came.
+	take := func(name, pod string) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null,%q:%q},"annotations":{"dev.berth/spare-taken":%q}}}`,
+			k8s.LabelSpareClaim, k8s.LabelSandbox, pod, time.Now().UTC().Format(time.RFC3339))
+		if _, err := claims.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := func(name string) bool {
+		c, err := claims.Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && c.DeletionTimestamp != nil)
+	}
+	a, b := "berth-spare-orphan-a-"+suffix, "berth-spare-orphan-b-"+suffix
+	spare(a)
+	spare(b)
+	time.Sleep(age + 100*time.Millisecond) // both older than OrphanAge
+	if _, err := rt.ReconcileOrphans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if gone(a) || gone(b) {
+		t.Fatalf("the sweep deleted a spare not taken (a gone %v, b gone %v)", gone(a), gone(b))
+	}
+	podA, podB := "berth-gone-a-"+suffix, "berth-gone-b-"+suffix
+	take(a, podA)
+	take(b, podB)
+	if _, err := rt.ReconcileOrphans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if gone(a) {
+		t.Fatal("the sweep deleted a spare taken a moment ago (its Create may be about to make the Pod)")
+	}
+	if err := rt.Remove(ctx, podB); err != nil {
+		t.Fatal(err)
+	}
+	if !gone(b) {
+		t.Error("Remove of a sandbox whose Pod is gone left the spare it took")
+	}
+	// The take's time has a resolution of a second.
+	time.Sleep(age + 1100*time.Millisecond)
+	if _, err := rt.ReconcileOrphans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !gone(a) {
+		t.Error("the sweep left a taken spare whose Pod never came")
 	}
 }

@@ -33,7 +33,8 @@ const (
 	// agent's state stays out of the image's file system, as on the other
 	// backends, and lives as long as the Pod.
 	agentStateVolume = "berth-agent-state"
-	// workspaceVolume is the sandbox's PersistentVolumeClaim (claimName),
+	// workspaceVolume is the sandbox's PersistentVolumeClaim (claimName,
+	// or the spare claim Create took: spare.go),
 	// mounted at workDir: it outlives the Pod, so the files survive a
 	// Restart and a hibernate (which replace the Pod), and goes with the
 	// sandbox (Remove). A persistent workspace's claim (volumes.go) takes

@@ -130,7 +130,7 @@ func TestRoleLeastPrivilege(t *testing.T) {
 		c("", "pods", "delete", ""), c("", "pods", "patch", ""), c("", "pods/log", "get", ""),
 		c("", "persistentvolumeclaims", "get", ""), c("", "persistentvolumeclaims", "list", ""),
 		c("", "persistentvolumeclaims", "watch", ""), c("", "persistentvolumeclaims", "create", ""),
-		c("", "persistentvolumeclaims", "delete", ""),
+		c("", "persistentvolumeclaims", "delete", ""), c("", "persistentvolumeclaims", "patch", ""),
 		c("", "secrets", "create", ""), c("", "secrets", "delete", "berth-x-agent"), c("", "secrets", "get", k8s.SharedSecretName),
 		c("networking.k8s.io", "networkpolicies", "create", ""),
 		c("networking.k8s.io", "networkpolicies", "get", "berth-sandboxes"),
@@ -150,7 +150,7 @@ func TestRoleLeastPrivilege(t *testing.T) {
 		c("networking.k8s.io", "networkpolicies", "get", "other"),
 		c("coordination.k8s.io", "leases", "list", ""), c("coordination.k8s.io", "leases", "watch", ""),
 		c("", "events", "create", ""), c("", "events", "patch", ""), c("events.k8s.io", "events", "create", ""),
-		c("", "pods/exec", "create", ""), c("", "pods/attach", "create", ""), c("", "pods", "update", ""),
+		c("", "pods/exec", "create", ""), c("", "pods/attach", "create", ""), c("", "pods", "update", ""), c("", "persistentvolumeclaims", "update", ""),
 		c("", "serviceaccounts", "get", ""), c("", "serviceaccounts/token", "create", "berth-sandbox"),
 		c("", "configmaps", "get", ""), c("rbac.authorization.k8s.io", "rolebindings", "create", ""),
 		{group: "", resource: "secrets", verb: "list"}, // cluster-wide

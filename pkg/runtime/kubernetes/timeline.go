@@ -23,6 +23,7 @@ type timeline struct {
 const (
 	stepClaimCreated  = "claim_created"
 	stepClaimBound    = "claim_bound"
+	stepSpareTaken    = "spare_taken"
 	stepSecretCreated = "secret_created"
 	stepPodCreated    = "pod_created"
 	stepPodIP         = "pod_ip"

@@ -50,8 +50,11 @@ func (h *timelines) Handle(_ context.Context, r slog.Record) error {
 // TestCreateTimeline (BERTH_BENCH=1) creates sandboxes of berth/minimal
 // one after the other and prints, for each step of a cold start, when
 // Create saw it (p50 and max of the offsets from Create's beginning):
-// where the seconds go (docs/kubernetes.md, Cold start); then the same on
-// a persistent workspace, whose claim exists after the first.
+// where the seconds go (docs/kubernetes.md, Cold start); then the same
+// with the test cluster's StorageClass named (Create waits for the claim's
+// binding), with spare claims of that class (Create takes one), on a
+// persistent workspace, whose claim exists after the first, and with the
+// agent from a claim.
 func TestCreateTimeline(t *testing.T) {
 	if os.Getenv("BERTH_BENCH") == "" {
 		t.Skip("a figure for docs/kubernetes.md (BERTH_BENCH=1)")
@@ -75,14 +78,18 @@ func TestCreateTimeline(t *testing.T) {
 		return s[int(q*float64(len(s)-1)+0.5)]
 	}
 	// run creates and removes n sandboxes of spec (a fresh lease id
-	// each) and prints the steps under title.
-	run := func(title string, n int, spec runtime.Spec) {
+	// each) on rt and prints the steps under title; before, when given,
+	// runs before each Create.
+	run := func(rt *k8s.Runtime, title string, n int, spec runtime.Spec, before func()) {
 		h.mu.Lock()
 		h.order, h.steps = nil, map[string][]time.Duration{}
 		h.mu.Unlock()
 		var total []time.Duration
 		for i := range n {
 			spec.LeaseID = fmt.Sprintf("timeline-%d-%d", time.Now().UnixNano()%1e6, i)
+			if before != nil {
+				before()
+			}
 			began := time.Now()
 			sb, err := rt.Create(context.Background(), spec)
 			if err != nil {
@@ -100,7 +107,24 @@ func TestCreateTimeline(t *testing.T) {
 		fmt.Printf("%s %-22s p50 %6dms max %6dms (n=%d)\n", title, "Create", p(total, 0.5).Milliseconds(), p(total, 1).Milliseconds(), len(total))
 	}
 	spec := runtime.Spec{Image: "berth/minimal:latest", AgentToken: "tok-timeline", InstanceID: "timeline-test", ReadyTimeout: time.Minute}
-	run("K8S-TIMELINE", 7, spec)
+	run(rt, "K8S-TIMELINE", 7, spec, nil)
+
+	// The test cluster's class named (Immediate: Create waits for the
+	// claim's binding), then the same with spare claims taken instead.
+	cs, _ := needCluster(t)
+	const class = "berth-local"
+	classed, err := k8s.New(context.Background(), k8s.Config{
+		Kubeconfig: filepath.Join(dir, "berth.kubeconfig"), NodeName: nodeName, StorageClass: class,
+		AgentImagePullPolicy: corev1.PullNever, ImagePullPolicy: corev1.PullNever,
+		Logger: slog.New(h),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { classed.Close() })
+	run(classed, "K8S-TIMELINE-CLASS", 7, spec, nil)
+	f := newSpareFleet(t, cs, dir, 2, class, slog.New(h))
+	run(f.rt, "K8S-TIMELINE-SPARE", 7, spec, func() { f.waitSpares(t, 2) })
 
 	// On a persistent workspace: its claim made by the first Create,
 	// mounted again (bound) by the others.
@@ -112,12 +136,11 @@ func TestCreateTimeline(t *testing.T) {
 	})
 	spec.Mounts = []runtime.Mount{{Type: runtime.MountVolume, Source: vol, Target: runtime.DefaultWorkDir,
 		VolumeLabels: runtime.VolumeLabels("timeline-owner", "timeline-conversation")}}
-	run("K8S-TIMELINE-FIRST-PERSIST", 1, spec)
-	run("K8S-TIMELINE-PERSISTED", 5, spec)
+	run(rt, "K8S-TIMELINE-FIRST-PERSIST", 1, spec, nil)
+	run(rt, "K8S-TIMELINE-PERSISTED", 5, spec, nil)
 
 	// The agent mounted from a claim (Config.AgentClaim): no init
 	// container. The same Creates as the first run, by a runtime of its own.
-	cs, _ := needCluster(t)
 	claim := k8sclaim.Agent(t, cs, rt.Namespace())
 	rt, err = k8s.New(context.Background(), k8s.Config{
 		Kubeconfig: filepath.Join(dir, "berth.kubeconfig"), NodeName: nodeName, AgentClaim: claim,
@@ -130,5 +153,5 @@ func TestCreateTimeline(t *testing.T) {
 	withClaim := rt
 	t.Cleanup(func() { withClaim.Close() })
 	spec.Mounts = nil
-	run("K8S-TIMELINE-AGENT-CLAIM", 7, spec)
+	run(rt, "K8S-TIMELINE-AGENT-CLAIM", 7, spec, nil)
 }

@@ -138,7 +138,7 @@ func kubernetesConfig(cfg orchestrator.Config, log *slog.Logger) (kubernetes.Con
 	return kubernetes.Config{
 		Kubeconfig: cfg.Kubeconfig, Namespace: cfg.KubernetesNamespace, NodeName: cfg.KubernetesNode,
 		AgentImage: cfg.KubernetesAgentImage, AgentClaim: cfg.KubernetesAgentClaim, AgentImagePullPolicy: pull, ImagePullPolicy: pull,
-		StorageClass: cfg.KubernetesStorageClass, ServiceAccount: cfg.KubernetesSandboxServiceAccount,
+		StorageClass: cfg.KubernetesStorageClass, SpareClaims: cfg.KubernetesSpareClaims, ServiceAccount: cfg.KubernetesSandboxServiceAccount,
 		NetworkPolicy: true, DNSNamespace: cfg.KubernetesDNSNamespace, DNSPodLabels: dnsLabels,
 		DefaultResources: cfg.DefaultResources(),
 		LeaderLease:      kubernetes.LeaderLeaseOf(cfg.Fleet), LeaderLeaseDuration: time.Duration(cfg.LeaderLeaseDuration),
