@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,31 @@ import (
 
 // startPoolReplica is startReplica with warm pools pcfg, its Config
 // changed by tweak.
+// poolPair is two replicas of one fleet sharing the pool "p": a, elected,
+// and b, with the runtime, election and agent configurer they share.
+type poolPair struct {
+	rt   *fakeRuntime
+	el   *election
+	cf   *fakeConfigurer
+	a, b *replica
+}
+
+// startPoolPair starts a poolPair whose pool keeps n members (Min and Max;
+// claimGrace its PoolsConfig.ClaimGrace, 0 the default) and waits until
+// both replicas see the n members ready.
+func startPoolPair(t *testing.T, n int, claimGrace time.Duration, tweak ...func(*Config)) poolPair {
+	t.Helper()
+	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
+	cf := &fakeConfigurer{}
+	pc := PoolsConfig{Pools: []PoolConfig{{Name: "p", Min: n, Max: n}}, AgentConfigurer: cf, ClaimGrace: claimGrace}
+	a := startPoolReplica(t, f, rt, el, "a", pc, tweak...)
+	b := startPoolReplica(t, f, rt, el, "b", pc, tweak...)
+	eventually(t, 5*time.Second, fmt.Sprintf("both replicas see %d ready members", n), func() bool {
+		return readyOn(a, "p") == n && readyOn(b, "p") == n
+	})
+	return poolPair{rt: rt, el: el, cf: cf, a: a, b: b}
+}
+
 func startPoolReplica(t *testing.T, f *memFleet, rt *fakeRuntime, el *election, name string, pcfg PoolsConfig, tweak ...func(*Config)) *replica {
 	t.Helper()
 	cfg := Config{InstanceID: name, Secret: testSecret, Store: f.view(name), Runtime: rt,
@@ -74,14 +98,8 @@ func checkNoLeak(t *testing.T, rt *fakeRuntime, r *replica) {
 // only the elected replica creates members, and the hits of both replicas
 // add up to the leases that came from the pool.
 func TestSharedPoolConcurrentClaims(t *testing.T) {
-	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
-	cf := &fakeConfigurer{}
-	pc := PoolsConfig{Pools: []PoolConfig{{Name: "p", Min: 6, Max: 6}}, AgentConfigurer: cf}
-	a := startPoolReplica(t, f, rt, el, "a", pc)
-	b := startPoolReplica(t, f, rt, el, "b", pc)
-	eventually(t, 5*time.Second, "both replicas see 6 ready members", func() bool {
-		return readyOn(a, "p") == 6 && readyOn(b, "p") == 6
-	})
+	pp := startPoolPair(t, 6, 0)
+	rt, cf, a, b := pp.rt, pp.cf, pp.a, pp.b
 	for _, sb := range sharedMembers(rt, "p") {
 		if sb.InstanceID != "a" {
 			t.Fatalf("member %s created by %q, want the elected replica a", sb.ID, sb.InstanceID)
@@ -90,25 +108,10 @@ func TestSharedPoolConcurrentClaims(t *testing.T) {
 
 	const n = 16
 	leases := make([]Lease, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		r := a
-		if i%2 == 1 {
-			r = b
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l, _, _, err := r.m.Acquire(context.Background(), AcquireRequest{ConversationID: fmt.Sprintf("c%d", i), Env: map[string]string{"I": fmt.Sprint(i)}})
-			if err != nil {
-				t.Errorf("acquire %d: %v", i, err)
-			}
-			leases[i] = l
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
+	for i, g := range acquireOnBoth(t, a, b, n, func(i int) AcquireRequest {
+		return AcquireRequest{ConversationID: fmt.Sprintf("c%d", i), Env: map[string]string{"I": fmt.Sprint(i)}}
+	}) {
+		leases[i] = g.l
 	}
 	byContainer := map[string]string{}
 	warm := 0
@@ -157,32 +160,14 @@ func TestSharedPoolConcurrentClaims(t *testing.T) {
 // a member claimed by the acquire that lost the conversation is removed,
 // never handed out again nor left behind.
 func TestSharedPoolSameConversation(t *testing.T) {
-	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
-	cf := &fakeConfigurer{}
-	pc := PoolsConfig{Pools: []PoolConfig{{Name: "p", Min: 4, Max: 4}}, AgentConfigurer: cf}
-	a := startPoolReplica(t, f, rt, el, "a", pc)
-	b := startPoolReplica(t, f, rt, el, "b", pc)
-	eventually(t, 5*time.Second, "both replicas see 4 members", func() bool { return readyOn(a, "p") == 4 && readyOn(b, "p") == 4 })
+	pp := startPoolPair(t, 4, 0)
+	rt, a, b := pp.rt, pp.a, pp.b
 	for round := range 4 {
 		conv := fmt.Sprintf("same-%d", round)
-		ids := make([]string, 4)
-		var wg sync.WaitGroup
-		for i := range ids {
-			r := a
-			if i%2 == 1 {
-				r = b
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l, _, _, err := r.m.Acquire(context.Background(), AcquireRequest{ConversationID: conv})
-				if err != nil {
-					t.Errorf("acquire: %v", err)
-				}
-				ids[i] = l.ID
-			}()
+		var ids []string
+		for _, g := range acquireOnBoth(t, a, b, 4, func(int) AcquireRequest { return AcquireRequest{ConversationID: conv} }) {
+			ids = append(ids, g.l.ID)
 		}
-		wg.Wait()
 		for _, id := range ids {
 			if id != ids[0] {
 				t.Fatalf("round %d: leases %v for one conversation", round, ids)
@@ -198,12 +183,8 @@ func TestSharedPoolSameConversation(t *testing.T) {
 // (kill -9 mid-claim) is never handed out again, and the elected replica
 // removes it once PoolsConfig.ClaimGrace has passed; the pool refills.
 func TestSharedPoolStaleClaimRemoved(t *testing.T) {
-	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
-	cf := &fakeConfigurer{}
-	pc := PoolsConfig{Pools: []PoolConfig{{Name: "p", Min: 2, Max: 2}}, AgentConfigurer: cf, ClaimGrace: 200 * time.Millisecond}
-	a := startPoolReplica(t, f, rt, el, "a", pc)
-	b := startPoolReplica(t, f, rt, el, "b", pc)
-	eventually(t, 5*time.Second, "both replicas see 2 members", func() bool { return readyOn(a, "p") == 2 && readyOn(b, "p") == 2 })
+	pp := startPoolPair(t, 2, 200*time.Millisecond)
+	rt, a, b := pp.rt, pp.a, pp.b
 	victim := sharedMembers(rt, "p")[0]
 	// The claim of a replica "dead" that never wrote its record.
 	if err := rt.ClaimMember(context.Background(), victim.ID, "dead"); err != nil {
@@ -239,12 +220,8 @@ func TestSharedPoolStaleClaimRemoved(t *testing.T) {
 // Only the elected replica fills the pools; when it stops, the newly
 // elected one refills.
 func TestSharedPoolRefillMovesWithLeader(t *testing.T) {
-	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
-	cf := &fakeConfigurer{}
-	pc := PoolsConfig{Pools: []PoolConfig{{Name: "p", Min: 2, Max: 2}}, AgentConfigurer: cf}
-	a := startPoolReplica(t, f, rt, el, "a", pc)
-	b := startPoolReplica(t, f, rt, el, "b", pc)
-	eventually(t, 5*time.Second, "both see 2 members", func() bool { return readyOn(a, "p") == 2 && readyOn(b, "p") == 2 })
+	pp := startPoolPair(t, 2, 0)
+	rt, el, a, b := pp.rt, pp.el, pp.a, pp.b
 	a.stop()
 	el.set("b")
 	for i := range 2 {
@@ -286,13 +263,9 @@ type plainRuntime struct{ Runtime }
 // died before) is handed out by no replica; the elected replica removes it
 // once the ready timeout and the claim grace have passed.
 func TestSharedPoolUnreadyMember(t *testing.T) {
-	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
-	cf := &fakeConfigurer{}
-	pc := PoolsConfig{Pools: []PoolConfig{{Name: "p", Min: 1, Max: 1}}, AgentConfigurer: cf, ClaimGrace: 100 * time.Millisecond}
 	short := func(c *Config) { c.ReadyTimeout = 300 * time.Millisecond }
-	a := startPoolReplica(t, f, rt, el, "a", pc, short)
-	b := startPoolReplica(t, f, rt, el, "b", pc, short)
-	eventually(t, 5*time.Second, "both replicas see the member", func() bool { return readyOn(a, "p") == 1 && readyOn(b, "p") == 1 })
+	pp := startPoolPair(t, 1, 100*time.Millisecond, short)
+	rt, a, b := pp.rt, pp.a, pp.b
 	marked := sharedMembers(rt, "p")[0]
 	// A member of a creator that died before marking it (same profile).
 	unready := rt.add(runtime.Sandbox{LeaseID: "unready-1", InstanceID: "gone", State: runtime.StateRunning, Labels: map[string]string{

@@ -235,6 +235,42 @@ type replica struct {
 	cancel context.CancelFunc
 }
 
+// acquired is one Acquire's answer in acquireOnBoth.
+type acquired struct {
+	l   Lease
+	tok string
+}
+
+// acquireOnBoth runs n Acquires at once, the even ones on replica a and
+// the odd ones on b, req(i) the i-th request, and returns their answers
+// in order; it fails the test (after all have returned) when one failed.
+func acquireOnBoth(t *testing.T, a, b *replica, n int, req func(i int) AcquireRequest) []acquired {
+	t.Helper()
+	out := make([]acquired, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		r := a
+		if i%2 == 1 {
+			r = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, tok, _, err := r.m.Acquire(context.Background(), req(i))
+			if err != nil {
+				t.Errorf("acquire %d: %v", i, err)
+				return
+			}
+			out[i] = acquired{l, tok}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return out
+}
+
 func startReplica(t *testing.T, f *memFleet, rt *fakeRuntime, el *election, name string) *replica {
 	t.Helper()
 	cfg := Config{InstanceID: name, Secret: testSecret, Store: f.view(name), Runtime: rt,
@@ -271,26 +307,11 @@ func TestReplicasAcquireOneConversation(t *testing.T) {
 	a, b := startReplica(t, f, rt, el, "a"), startReplica(t, f, rt, el, "b")
 	for round := range 5 {
 		conv := "conv-" + string(rune('0'+round))
-		var wg sync.WaitGroup
-		ids := make([]string, 6)
-		toks := make([]string, 6)
-		for i := range ids {
-			r := a
-			if i%2 == 1 {
-				r = b
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l, tok, _, err := r.m.Acquire(context.Background(), AcquireRequest{ConversationID: conv})
-				if err != nil {
-					t.Errorf("acquire %d: %v", i, err)
-					return
-				}
-				ids[i], toks[i] = l.ID, tok
-			}()
+		got := acquireOnBoth(t, a, b, 6, func(int) AcquireRequest { return AcquireRequest{ConversationID: conv} })
+		ids, toks := make([]string, len(got)), make([]string, len(got))
+		for i, g := range got {
+			ids[i], toks[i] = g.l.ID, g.tok
 		}
-		wg.Wait()
 		for i := range ids {
 			if ids[i] != ids[0] || toks[i] != toks[0] {
 				t.Fatalf("round %d: acquires got leases %v", round, ids)
