@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/edge"
+	"github.com/berth-dev/berth/internal/testsupport/testagent"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/workspace"
 	"github.com/berth-dev/berth/pkg/workspace/conformance"
@@ -71,15 +72,15 @@ type frontProxy struct {
 	counts map[string]int
 }
 
-func newFrontProxy(t *testing.T, a *testAgent) *frontProxy {
+func newFrontProxy(t *testing.T, a *testagent.Agent) *frontProxy {
 	p := &frontProxy{faults: map[string][]action{}, counts: map[string]int{}}
 	prefix := workspace.SandboxPathPrefix(fakeLease)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", a.addr
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", a.Addr
 			pr.Out.URL.Path = strings.TrimPrefix(pr.In.URL.Path, prefix)
 			pr.Out.URL.RawPath = strings.TrimPrefix(pr.In.URL.RawPath, prefix)
-			pr.Out.Host = a.addr
+			pr.Out.Host = a.Addr
 			pr.Out.Header.Set("Authorization", "Bearer "+agentToken)
 		},
 		FlushInterval: -1,
@@ -183,12 +184,12 @@ func TestRESTRetries(t *testing.T) {
 		if err := ws.Upload(ctx, strings.NewReader("hello"), "f.txt"); err != nil {
 			t.Fatal(err)
 		}
-		p.inject("GET /v1/files"+a.workDir+"/f.txt", action{status: 502}, action{hangUp: true}, action{status: 504}, action{status: 503})
+		p.inject("GET /v1/files"+a.WorkDir+"/f.txt", action{status: 502}, action{hangUp: true}, action{status: 504}, action{status: 503})
 		var buf bytes.Buffer
 		if err := ws.Download(ctx, "f.txt", &buf); err != nil || buf.String() != "hello" {
 			t.Fatalf("Download after faults: %q, %v", buf.String(), err)
 		}
-		if n := p.count("GET /v1/files" + a.workDir + "/f.txt"); n != 5 {
+		if n := p.count("GET /v1/files" + a.WorkDir + "/f.txt"); n != 5 {
 			t.Fatalf("GET sent %d times, want 5", n)
 		}
 	})
@@ -290,7 +291,7 @@ func TestRESTRetries(t *testing.T) {
 
 	t.Run("UploadRetriedOnlyWhenReplayable", func(t *testing.T) {
 		p.reset()
-		key := "PUT /v1/files" + a.workDir + "/up.txt"
+		key := "PUT /v1/files" + a.WorkDir + "/up.txt"
 		content := strings.Repeat("replayable ", 1000)
 		p.inject(key, action{status: 503}, action{hangUp: true})
 		if err := ws.Upload(ctx, strings.NewReader(content), "up.txt"); err != nil {
@@ -334,7 +335,7 @@ func TestRESTRetries(t *testing.T) {
 		p.reset()
 		slow := newRemote(t, workspace.RemoteConfig{
 			Target: p.URL, Token: fakeLeaseToken, LeaseID: fakeLease, Transport: workspace.TransportREST,
-			Root: a.workDir, RetryMax: 100, RetryWaitMin: time.Second, RetryWaitMax: time.Second,
+			Root: a.WorkDir, RetryMax: 100, RetryWaitMin: time.Second, RetryWaitMax: time.Second,
 		})
 		for range 100 {
 			p.inject("GET /v1/fs:stat", action{status: 503})
@@ -354,7 +355,7 @@ func TestRemoteAuthAndReachability(t *testing.T) {
 	ctx := testCtx(t)
 	for _, tr := range []workspace.Transport{workspace.TransportGRPC, workspace.TransportREST} {
 		t.Run(tr.String(), func(t *testing.T) {
-			_, err := workspace.NewRemote(ctx, workspace.RemoteConfig{Target: a.base, Token: "wrong", Transport: tr, Logger: quietLog()})
+			_, err := workspace.NewRemote(ctx, workspace.RemoteConfig{Target: a.Base, Token: "wrong", Transport: tr, Logger: quietLog()})
 			if !errors.Is(err, errdefs.ErrUnauthenticated) {
 				t.Fatalf("wrong token: %v, want unauthenticated", err)
 			}
@@ -426,11 +427,11 @@ func TestRemoteGRPCSendsLeaseMetadata(t *testing.T) {
 func TestRemoteRootOverrideAndRelative(t *testing.T) {
 	a := startAgent(t)
 	ctx := testCtx(t)
-	ws := newRemote(t, workspace.RemoteConfig{Target: a.addr, Token: agentToken, Root: a.workDir + "/sub/.."})
-	if ws.Root() != a.workDir {
-		t.Fatalf("Root() = %q, want %q", ws.Root(), a.workDir)
+	ws := newRemote(t, workspace.RemoteConfig{Target: a.Addr, Token: agentToken, Root: a.WorkDir + "/sub/.."})
+	if ws.Root() != a.WorkDir {
+		t.Fatalf("Root() = %q, want %q", ws.Root(), a.WorkDir)
 	}
-	if _, err := workspace.NewRemote(ctx, workspace.RemoteConfig{Target: a.addr, Token: agentToken, Root: "relative"}); !isInvalid(err) {
+	if _, err := workspace.NewRemote(ctx, workspace.RemoteConfig{Target: a.Addr, Token: agentToken, Root: "relative"}); !isInvalid(err) {
 		t.Fatalf("relative Root: %v", err)
 	}
 }
@@ -440,7 +441,7 @@ func TestRemoteCloseCancelsCallsInFlight(t *testing.T) {
 	a := startAgent(t)
 	for _, tr := range []workspace.Transport{workspace.TransportGRPC, workspace.TransportREST} {
 		t.Run(tr.String(), func(t *testing.T) {
-			ws := newRemote(t, workspace.RemoteConfig{Target: a.addr, Token: agentToken, Transport: tr})
+			ws := newRemote(t, workspace.RemoteConfig{Target: a.Addr, Token: agentToken, Transport: tr})
 			errc := make(chan error, 2)
 			go func() {
 				_, err := ws.Exec(testCtx(t), workspace.Command{Shell: "sleep 30"})

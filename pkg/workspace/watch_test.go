@@ -22,8 +22,8 @@ func TestWatchCloseEndsWatches(t *testing.T) {
 	a := startAgent(t)
 	for name, ws := range map[string]workspace.Workspace{
 		"local": local,
-		"grpc":  newRemote(t, workspace.RemoteConfig{Target: a.addr, Token: agentToken}),
-		"rest":  newRemote(t, workspace.RemoteConfig{Target: a.base, Token: agentToken, Transport: workspace.TransportREST}),
+		"grpc":  newRemote(t, workspace.RemoteConfig{Target: a.Addr, Token: agentToken}),
+		"rest":  newRemote(t, workspace.RemoteConfig{Target: a.Base, Token: agentToken, Transport: workspace.TransportREST}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			seq, err := ws.Watch(testCtx(t), "", workspace.WatchOptions{})

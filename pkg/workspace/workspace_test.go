@@ -2,13 +2,12 @@ package workspace_test
 
 import (
 	"context"
-	"github.com/berth-dev/berth/internal/testsupport/testserve"
+	"github.com/berth-dev/berth/internal/testsupport/testagent"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/pkg/agent"
 	"github.com/berth-dev/berth/pkg/workspace"
 )
 
@@ -22,24 +21,8 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// testAgent is a real sandbox agent on a loopback port, with its own
-// workspace directory.
-type testAgent struct {
-	addr    string // host:port
-	base    string // http://host:port
-	workDir string
-}
-
-func startAgent(t *testing.T) *testAgent {
-	t.Helper()
-	work := t.TempDir()
-	srv, err := agent.New(agent.Config{Token: agentToken, WorkDir: work, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := testserve.Serve(t, srv.Serve)
-	return &testAgent{addr: addr, base: "http://" + addr, workDir: work}
-}
+// startAgent starts a real sandbox agent for the test (testagent).
+func startAgent(t *testing.T) *testagent.Agent { return testagent.Start(t, agentToken) }
 
 func newRemote(t *testing.T, cfg workspace.RemoteConfig) *workspace.Remote {
 	t.Helper()

@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/internal/testsupport/testserve"
-	"github.com/berth-dev/berth/pkg/agent"
+	"github.com/berth-dev/berth/internal/testsupport/testagent"
 	"github.com/berth-dev/berth/pkg/workspace"
 	"github.com/berth-dev/berth/pkg/workspace/conformance"
 )
@@ -22,24 +21,8 @@ const agentToken = "conformance-test-token"
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// testAgent is a real sandbox agent on a loopback port, with its own
-// workspace directory.
-type testAgent struct {
-	addr    string // host:port
-	base    string // http://host:port
-	workDir string
-}
-
-func startAgent(t *testing.T) *testAgent {
-	t.Helper()
-	work := t.TempDir()
-	srv, err := agent.New(agent.Config{Token: agentToken, WorkDir: work, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := testserve.Serve(t, srv.Serve)
-	return &testAgent{addr: addr, base: "http://" + addr, workDir: work}
-}
+// startAgent starts a real sandbox agent for the test (testagent).
+func startAgent(t *testing.T) *testagent.Agent { return testagent.Start(t, agentToken) }
 
 func newLocal(t *testing.T) workspace.Workspace {
 	t.Helper()
@@ -72,9 +55,9 @@ func TestRemoteGRPCConformance(t *testing.T) {
 	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	conformance.Run(t, func(t *testing.T) workspace.Workspace {
 		a := startAgent(t)
-		ws := newRemote(t, workspace.RemoteConfig{Target: a.addr, Token: agentToken})
-		if ws.Root() != a.workDir {
-			t.Fatalf("Root() = %q, want the agent's workspace %q", ws.Root(), a.workDir)
+		ws := newRemote(t, workspace.RemoteConfig{Target: a.Addr, Token: agentToken})
+		if ws.Root() != a.WorkDir {
+			t.Fatalf("Root() = %q, want the agent's workspace %q", ws.Root(), a.WorkDir)
 		}
 		return ws
 	})
@@ -84,9 +67,9 @@ func TestRemoteRESTConformance(t *testing.T) {
 	t.Parallel() // independent servers; the package runs at most GOMAXPROCS at once
 	conformance.Run(t, func(t *testing.T) workspace.Workspace {
 		a := startAgent(t)
-		ws := newRemote(t, workspace.RemoteConfig{Target: a.base, Token: agentToken, Transport: workspace.TransportREST})
-		if ws.Root() != a.workDir {
-			t.Fatalf("Root() = %q, want the agent's workspace %q", ws.Root(), a.workDir)
+		ws := newRemote(t, workspace.RemoteConfig{Target: a.Base, Token: agentToken, Transport: workspace.TransportREST})
+		if ws.Root() != a.WorkDir {
+			t.Fatalf("Root() = %q, want the agent's workspace %q", ws.Root(), a.WorkDir)
 		}
 		return ws
 	})
@@ -101,9 +84,9 @@ func TestWatchConformance(t *testing.T) {
 		t.Run(tr.String(), func(t *testing.T) {
 			conformance.RunWatch(t, func(t *testing.T) workspace.Workspace {
 				a := startAgent(t)
-				target := a.addr
+				target := a.Addr
 				if tr == workspace.TransportREST {
-					target = a.base
+					target = a.Base
 				}
 				return newRemote(t, workspace.RemoteConfig{Target: target, Token: agentToken, Transport: tr})
 			})
