@@ -17,6 +17,23 @@ import (
 	k8s "github.com/berth-dev/berth/pkg/runtime/kubernetes"
 )
 
+// orphanAge is the OrphanAge of the orphan tests' runtimes: 2 s, not less,
+// as this runtime's reconciler also runs in the background while other
+// tests may be between a Create's claim and its Pod.
+const orphanAge = 2 * time.Second
+
+// newOrphanRuntime returns a runtime on the test cluster with OrphanAge
+// orphanAge, closed when the test ends.
+func newOrphanRuntime(t *testing.T, dir string) *k8s.Runtime {
+	t.Helper()
+	rt, err := k8s.New(context.Background(), k8s.Config{Kubeconfig: filepath.Join(dir, "berth.kubeconfig"), OrphanAge: orphanAge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	return rt
+}
+
 // TestReconcileOrphans: a sandbox's Secret and workspace claim whose Pod
 // is gone (a Create or Remove cut short) are removed once old enough; a
 // live sandbox's are kept; what berth did not create is never touched.
@@ -25,14 +42,7 @@ import (
 func TestReconcileOrphans(t *testing.T) {
 	admin, dir := needCluster(t)
 	ctx := context.Background()
-	// 2 s, not less: this runtime's reconciler also runs in the background
-	// while other tests may be between a Create's claim and its Pod.
-	const age = 2 * time.Second
-	rt, err := k8s.New(ctx, k8s.Config{Kubeconfig: filepath.Join(dir, "berth.kubeconfig"), OrphanAge: age})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	rt := newOrphanRuntime(t, dir)
 	ns := rt.Namespace()
 	suffix := time.Now().Format("150405")
 	pod := "berth-orphan-" + suffix
@@ -48,7 +58,7 @@ func TestReconcileOrphans(t *testing.T) {
 	orphan, foreign, claim := pod+"-agent", "not-berth-"+suffix, pod+"-workspace"
 	// A class no provisioner serves: the claim stays Pending, no volume.
 	class := "berth-test-none"
-	_, err = admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+	_, err := admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: claim, Labels: managed},
 		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			StorageClassName: &class,
@@ -60,7 +70,7 @@ func TestReconcileOrphans(t *testing.T) {
 	t.Cleanup(func() { _ = admin.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, claim, metav1.DeleteOptions{}) })
 	secret(orphan, managed)
 	secret(foreign, map[string]string{k8s.LabelSandbox: pod})
-	time.Sleep(age + 100*time.Millisecond)
+	time.Sleep(orphanAge + 100*time.Millisecond)
 	n, err := rt.ReconcileOrphans(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -86,12 +96,7 @@ func TestReconcileOrphans(t *testing.T) {
 func TestReconcileSpareClaims(t *testing.T) {
 	admin, dir := needCluster(t)
 	ctx := context.Background()
-	const age = 2 * time.Second
-	rt, err := k8s.New(ctx, k8s.Config{Kubeconfig: filepath.Join(dir, "berth.kubeconfig"), OrphanAge: age})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	rt := newOrphanRuntime(t, dir)
 	ns := rt.Namespace()
 	suffix := time.Now().Format("150405")
 	claims := admin.CoreV1().PersistentVolumeClaims(ns)
@@ -126,7 +131,7 @@ func TestReconcileSpareClaims(t *testing.T) {
 	a, b := "berth-spare-orphan-a-"+suffix, "berth-spare-orphan-b-"+suffix
 	spare(a)
 	spare(b)
-	time.Sleep(age + 100*time.Millisecond) // both older than OrphanAge
+	time.Sleep(orphanAge + 100*time.Millisecond) // both older than OrphanAge
 	if _, err := rt.ReconcileOrphans(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +154,7 @@ func TestReconcileSpareClaims(t *testing.T) {
 		t.Error("Remove of a sandbox whose Pod is gone left the spare it took")
 	}
 	// The take's time has a resolution of a second.
-	time.Sleep(age + 1100*time.Millisecond)
+	time.Sleep(orphanAge + 1100*time.Millisecond)
 	if _, err := rt.ReconcileOrphans(ctx); err != nil {
 		t.Fatal(err)
 	}
