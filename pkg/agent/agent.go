@@ -265,6 +265,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // cancelled, and background processes are killed.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.Info("agent serving", "addr", ln.Addr().String(), "work_dir", s.cfg.WorkDir, "auth", !s.cfg.NoAuth)
+	go warmProto(agentProtoPackage) // warm.go
 	srv := &edge.Server{
 		GRPC: s.grpc, HTTP: s.handler, InProc: s.inproc, ShutdownGrace: s.cfg.ShutdownGrace, Logger: s.log,
 		OnShutdown: func() { s.stopApp(); s.envd.Close(); s.runner.Close(); s.terms.Close() },
