@@ -76,11 +76,12 @@ func (s *xferStats) cpuPerGiB() (least, med, client float64) {
 
 // BenchmarkFilesUpDown256MiB moves a 256 MiB file up and down through an
 // in-process agent on loopback, over the REST raw routes (PUT and GET
-// /v1/files/{path}: what users and the orchestrator's proxy send), over
+// /v1/files/{path}: what users and the orchestrator's proxy send; once
+// as is and once with digest=none, which computes no SHA-256), over
 // gRPC (FileService Upload and Download, 256 KiB chunks) and over the
 // envd-compatible /files routes (POST of a raw body and GET: what E2B's
 // SDKs send, and the one upload that computes no SHA-256, since envd's
-// answer has none), the six interleaved in every round, to and from a
+// answer has none), the eight interleaved in every round, to and from a
 // real directory. The client is
 // a separate process (this test binary re-executed, see TestMain), so the
 // CPU time measured around each transfer (getrusage RUSAGE_SELF, user+sys,
@@ -107,10 +108,12 @@ func BenchmarkFilesUpDown256MiB(b *testing.B) {
 	cl := startBenchClient(b, addr, envdAddr, src, sum)
 	type op struct{ name, cmd, path string }
 	restPath := filepath.Join(work, "rest.bin")
+	restNDPath := filepath.Join(work, "rest-nodigest.bin")
 	grpcPath := filepath.Join(work, "grpc.bin")
 	envdPath := filepath.Join(work, "envd.bin")
 	ops := []op{
 		{"rest-up", "rest-put", restPath}, {"rest-down", "rest-get", restPath},
+		{"rest-nodigest-up", "rest-put-nodigest", restNDPath}, {"rest-nodigest-down", "rest-get", restNDPath},
 		{"grpc-up", "grpc-put", grpcPath}, {"grpc-down", "grpc-get", grpcPath},
 		{"envd-up", "envd-put", envdPath}, {"envd-down", "envd-get", envdPath},
 	}
@@ -156,7 +159,7 @@ func BenchmarkFilesUpDown256MiB(b *testing.B) {
 
 	var line strings.Builder
 	line.WriteString("UPLOAD-BENCH")
-	for _, proto := range []string{"rest", "grpc", "envd"} {
+	for _, proto := range []string{"rest", "rest-nodigest", "grpc", "envd"} {
 		up, down := stats[proto+"-up"], stats[proto+"-down"]
 		upBest, upMed := up.mibps()
 		downBest, downMed := down.mibps()
@@ -253,7 +256,8 @@ func (c *benchClient) do(cmd, path string) (int64, time.Duration, error) {
 }
 
 // runBenchClient is the client process: it reads "<command> <path>" lines
-// (rest-put, rest-get, grpc-put, grpc-get, envd-put, envd-get) and answers
+// (rest-put, rest-put-nodigest, rest-get, grpc-put, grpc-get, envd-put,
+// envd-get) and answers
 // each with
 // "ok <bytes> <its CPU ns>" or "err <message>".
 func runBenchClient() int {
@@ -283,7 +287,9 @@ func runBenchClient() int {
 		var err error
 		switch cmd {
 		case "rest-put":
-			n, err = c.restPut(ctx, p)
+			n, err = c.restPut(ctx, p, true)
+		case "rest-put-nodigest":
+			n, err = c.restPut(ctx, p, false)
 		case "rest-get":
 			n, err = c.restGet(ctx, p)
 		case "grpc-put":
@@ -356,8 +362,15 @@ func (c *xferClient) getFile(req *http.Request) (int64, error) {
 	return io.CopyBuffer(struct{ io.Writer }{io.Discard}, resp.Body, c.buf)
 }
 
-func (c *xferClient) restPut(ctx context.Context, p string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+c.addr+"/v1/files"+p, nil)
+// restPut uploads over REST; without digest it asks for none (digest=none)
+// and checks that the answer has none.
+func (c *xferClient) restPut(ctx context.Context, p string, digest bool) (int64, error) {
+	u := "http://" + c.addr + "/v1/files" + p
+	want := c.sum
+	if !digest {
+		u, want = u+"?digest=none", ""
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -373,8 +386,8 @@ func (c *xferClient) restPut(ctx context.Context, p string) (int64, error) {
 	if err := json.Unmarshal(body, &res); err != nil {
 		return 0, err
 	}
-	if res.SHA256 != c.sum {
-		return 0, fmt.Errorf("PUT: sha256 %s, want %s", res.SHA256, c.sum)
+	if res.SHA256 != want {
+		return 0, fmt.Errorf("PUT: sha256 %q, want %q", res.SHA256, want)
 	}
 	return res.Size, nil
 }

@@ -86,6 +86,10 @@ def test_upload_download(sb: berth.Sandbox, tmp_path: Path) -> None:
     assert sb.exec("stat -c %a /workspace/py/from-file.bin").stdout == "600\n"
     # From a file object of unknown length (chunked), into a file object.
     assert sb.upload("/workspace/py/stream.bin", io.BytesIO(b"streamed")).size == 8
+    # Without the SHA-256: the file is written, the result has no digest.
+    r = sb.upload("/workspace/py/nodigest.bin", data[:4096], digest=False)
+    assert r.size == 4096 and r.sha256 == "" and r.created
+    assert sb.download("/workspace/py/nodigest.bin") == data[:4096]
     buf = io.BytesIO()
     assert sb.download("/workspace/py/stream.bin", buf) == 8 and buf.getvalue() == b"streamed"
     with pytest.raises(berth.AlreadyExists):

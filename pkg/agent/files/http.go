@@ -47,7 +47,9 @@ func pathUnder(prefix, urlPath string) (string, error) {
 //	PUT  /v1/files/{path}  upload; query: mode (octal, e.g. 0755), parents
 //	                       (default true: missing parent directories are
 //	                       created; parents=false refuses them with 404),
-//	                       overwrite=replace|fail, sha256 (expected hex digest);
+//	                       overwrite=replace|fail, sha256 (expected hex digest),
+//	                       digest=sha256|none (default sha256; none computes no
+//	                       digest and answers without "sha256"; not with sha256=);
 //	                       201 Created (200 OK when a file was replaced) with
 //	                       {"path": "...", "size": N, "sha256": "...", "created": bool}
 //	GET  /v1/files/{path}  download (HEAD too); query: offset, length (0 = to the
@@ -148,10 +150,24 @@ func (h *HTTPHandler) Put(w http.ResponseWriter, r *http.Request, p string) {
 			}
 		case "sha256":
 			opts.ExpectedSHA256 = v
+		case "digest":
+			switch strings.ToLower(v) {
+			case "", "sha256":
+				opts.NoDigest = false
+			case "none":
+				opts.NoDigest = true
+			default:
+				refuse(errdefs.InvalidArgument("digest", "must be sha256 or none, got %q", v))
+				return
+			}
 		default:
-			refuse(errdefs.InvalidArgument(k, "unknown query parameter (known: mode, parents, overwrite, sha256)"))
+			refuse(errdefs.InvalidArgument(k, "unknown query parameter (known: mode, parents, overwrite, sha256, digest)"))
 			return
 		}
+	}
+	if opts.NoDigest && opts.ExpectedSHA256 != "" {
+		refuse(errdefs.InvalidArgument("digest", "none cannot be combined with sha256=, which needs the digest"))
+		return
 	}
 	res, err := h.fs.Upload(r.Context(), opts, body)
 	if err != nil {
@@ -167,7 +183,7 @@ func (h *HTTPHandler) Put(w http.ResponseWriter, r *http.Request, p string) {
 	_ = json.NewEncoder(w).Encode(struct {
 		Path    string `json:"path"`
 		Size    int64  `json:"size"`
-		SHA256  string `json:"sha256"`
+		SHA256  string `json:"sha256,omitempty"` // "" only with digest=none
 		Created bool   `json:"created"`
 	}{res.Path, res.Size, res.SHA256, res.Created})
 }

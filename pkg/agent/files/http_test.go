@@ -375,3 +375,36 @@ func TestPathFromURL(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPPutDigestNone: digest=none writes the file and answers without a
+// sha256; an unknown digest, or none with sha256=, is refused naming
+// digest, and writes nothing.
+func TestHTTPPutDigestNone(t *testing.T) {
+	dir := t.TempDir()
+	srv := startHTTP(t, newTestFS(t, Config{}))
+	p := filepath.Join(dir, "nodigest.bin")
+
+	resp := do(t, http.MethodPut, fileURL(srv, p, "digest=none"), strings.NewReader("hello"))
+	raw := bodyString(t, resp)
+	var fields map[string]any
+	if err := json.Unmarshal([]byte(raw), &fields); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := fields["sha256"]; resp.StatusCode != http.StatusCreated || ok || fields["size"] != 5.0 || readFile(t, p) != "hello" {
+		t.Fatalf("PUT digest=none: %d %s", resp.StatusCode, raw)
+	}
+	resp = do(t, http.MethodPut, fileURL(srv, p, "digest=SHA256"), strings.NewReader("again"))
+	var res putResult
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.StatusCode != http.StatusOK || res.SHA256 != sumBytes([]byte("again")) {
+		t.Fatalf("PUT digest=SHA256: %d %+v %v", resp.StatusCode, res, err)
+	}
+
+	other := filepath.Join(dir, "refused.bin")
+	resp = do(t, http.MethodPut, fileURL(srv, other, "digest=md5"), strings.NewReader("x"))
+	wantHTTPError(t, resp, http.StatusBadRequest, codes.InvalidArgument, "digest", "md5")
+	resp = do(t, http.MethodPut, fileURL(srv, other, "digest=none&sha256="+sumBytes([]byte("x"))), strings.NewReader("x"))
+	wantHTTPError(t, resp, http.StatusBadRequest, codes.InvalidArgument, "digest", "sha256")
+	if exists(other) {
+		t.Fatal("a refused upload wrote its file")
+	}
+}
