@@ -47,7 +47,7 @@ func (s *Server) Upload(stream agentv1.FileService_UploadServer) error {
 	if h.GetNoCreateParents() && h.GetCreateParents() {
 		return errgrpc.ToGRPC(errdefs.InvalidArgument("header.no_create_parents", "contradicts create_parents; set at most one"))
 	}
-	opts := UploadOptions{Path: h.GetPath(), Mode: mode, CreateParents: !h.GetNoCreateParents()}
+	opts := UploadOptions{Path: h.GetPath(), Mode: mode, CreateParents: !h.GetNoCreateParents(), NoDigest: h.GetNoDigest()}
 	switch h.GetOverwrite() {
 	case agentv1.OverwritePolicy_OVERWRITE_POLICY_UNSPECIFIED, agentv1.OverwritePolicy_OVERWRITE_POLICY_REPLACE:
 		opts.Overwrite = OverwriteReplace

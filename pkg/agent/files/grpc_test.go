@@ -157,6 +157,31 @@ func TestGRPCUploadDownloadLarge(t *testing.T) {
 	}
 }
 
+// TestGRPCUploadNoDigest: with UploadHeader.no_digest the file is written
+// whole and the response carries no SHA-256.
+func TestGRPCUploadNoDigest(t *testing.T) {
+	dir := t.TempDir()
+	c := startGRPC(t, newTestFS(t, Config{}))
+	ctx := context.Background()
+	const size = 3*ChunkSize + 7
+	want := prngSum(t, 5, size)
+	p := filepath.Join(dir, "nodigest.bin")
+	res, err := grpcUpload(ctx, c, &agentv1.UploadHeader{Path: p, NoDigest: true}, prng(5, size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.GetSize() != size || res.GetSha256() != "" || res.GetPath() != p {
+		t.Fatalf("response %v, want size %d and no sha256", res, size)
+	}
+	h := sha256.New()
+	if _, _, err := grpcDownload(ctx, c, &agentv1.DownloadRequest{Path: p}, h); err != nil {
+		t.Fatal(err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		t.Fatalf("file sha256 %s, want %s", got, want)
+	}
+}
+
 func TestGRPCUploadClientCancelsMidStream(t *testing.T) {
 	dir := t.TempDir()
 	c := startGRPC(t, newTestFS(t, Config{}))

@@ -1467,8 +1467,11 @@ type UploadHeader struct {
 	// no_create_parents refuses the upload (NOT_FOUND) when the parent
 	// directory does not exist, instead of creating it.
 	NoCreateParents bool `protobuf:"varint,5,opt,name=no_create_parents,json=noCreateParents,proto3" json:"no_create_parents,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// no_digest skips the content's SHA-256, the largest CPU cost of an
+	// upload; UploadResponse.sha256 is then empty. REST: digest=none.
+	NoDigest      bool `protobuf:"varint,6,opt,name=no_digest,json=noDigest,proto3" json:"no_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UploadHeader) Reset() {
@@ -1532,6 +1535,13 @@ func (x *UploadHeader) GetOverwrite() OverwritePolicy {
 func (x *UploadHeader) GetNoCreateParents() bool {
 	if x != nil {
 		return x.NoCreateParents
+	}
+	return false
+}
+
+func (x *UploadHeader) GetNoDigest() bool {
+	if x != nil {
+		return x.NoDigest
 	}
 	return false
 }
@@ -1624,7 +1634,8 @@ type UploadResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Size  int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	// sha256 is the hex SHA-256 of the content.
+	// sha256 is the hex SHA-256 of the content; empty with
+	// UploadHeader.no_digest.
 	Sha256        string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4935,13 +4946,14 @@ const file_berth_agent_v1_agent_proto_rawDesc = "" +
 	"\x14SignalProcessRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x17\n" +
-	"\x15SignalProcessResponse\"\xc8\x01\n" +
+	"\x15SignalProcessResponse\"\xe5\x01\n" +
 	"\fUploadHeader\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12%\n" +
 	"\x0ecreate_parents\x18\x03 \x01(\bR\rcreateParents\x12=\n" +
 	"\toverwrite\x18\x04 \x01(\x0e2\x1f.berth.agent.v1.OverwritePolicyR\toverwrite\x12*\n" +
-	"\x11no_create_parents\x18\x05 \x01(\bR\x0fnoCreateParents\"f\n" +
+	"\x11no_create_parents\x18\x05 \x01(\bR\x0fnoCreateParents\x12\x1b\n" +
+	"\tno_digest\x18\x06 \x01(\bR\bnoDigest\"f\n" +
 	"\rUploadRequest\x126\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.berth.agent.v1.UploadHeaderH\x00R\x06header\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x05\n" +
