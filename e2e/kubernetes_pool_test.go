@@ -98,6 +98,9 @@ func TestKubernetesPoolReplicas(t *testing.T) {
 	}
 
 	t.Run("ConcurrentClaims", func(t *testing.T) {
+		for _, r := range reps { // each replica's view of the fleet's members, not only the cluster's
+			waitPoolMetric(t, r.api, pool, size)
+		}
 		const n = 2 * size
 		res := make([]*orchv1.AcquireResponse, n)
 		var wg sync.WaitGroup
@@ -161,6 +164,11 @@ func TestKubernetesPoolReplicas(t *testing.T) {
 
 	t.Run("Kill9MidClaim", func(t *testing.T) {
 		victim, survivor := other, elected
+		// The victim hands out members from its own view of the fleet's,
+		// which follows the cluster's within its sync interval (about a
+		// second): right after the refill it may not have them yet, and
+		// its acquires would all go cold.
+		waitPoolMetric(t, victim.api, pool, size)
 		// The state a kill -9 between the claim and the lease record
 		// leaves, made certain: one member claimed in the victim's name.
 		members := poolPods(t, rt, pool)
