@@ -151,15 +151,12 @@ func (h *HTTPHandler) Put(w http.ResponseWriter, r *http.Request, p string) {
 		case "sha256":
 			opts.ExpectedSHA256 = v
 		case "digest":
-			switch strings.ToLower(v) {
-			case "", "sha256":
-				opts.NoDigest = false
-			case "none":
-				opts.NoDigest = true
-			default:
+			d := strings.ToLower(v)
+			if d != "" && d != "sha256" && d != "none" {
 				refuse(errdefs.InvalidArgument("digest", "must be sha256 or none, got %q", v))
 				return
 			}
+			opts.NoDigest = d == "none"
 		default:
 			refuse(errdefs.InvalidArgument(k, "unknown query parameter (known: mode, parents, overwrite, sha256, digest)"))
 			return
