@@ -77,10 +77,11 @@ func (r *Runner) Start(ctx context.Context, s Spec) (Info, error) {
 			pl.dir = wd
 		}
 	}
-	p, err := r.spawn(context.Background(), s, pl, newID(), newLogBuf(int64(r.cfg.ReplayBuffer)), nil)
+	p, err := r.spawn(s, pl, newID(), newLogBuf(int64(r.cfg.ReplayBuffer)), nil)
 	if err != nil {
 		return Info{}, err
 	}
+	go p.supervise(context.Background())
 	return p.info(), nil
 }
 

@@ -117,7 +117,7 @@ func (r *Runner) Exec(ctx context.Context, s Spec) (Result, error) {
 		return Result{}, err
 	}
 	stdout, stderr := newHeadTail(pl.limit), newHeadTail(pl.limit)
-	p, err := r.spawn(ctx, s, pl, "", nil, func(kind EventKind, data []byte) {
+	p, err := r.spawn(s, pl, "", nil, func(kind EventKind, data []byte) {
 		if kind == EventStdout {
 			_, _ = stdout.Write(data)
 		} else {
@@ -127,7 +127,9 @@ func (r *Runner) Exec(ctx context.Context, s Spec) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	<-p.done
+	// Exec waits anyway: supervising here saves a goroutine and a wake-up
+	// per command.
+	p.supervise(ctx)
 	res := Result{ExitStatus: p.status, Pid: p.pid}
 	res.Stdout, res.StdoutDropped = stdout.result()
 	res.Stderr, res.StderrDropped = stderr.result()
@@ -156,14 +158,15 @@ func (r *Runner) Stream(ctx context.Context, s Spec, emit EmitFunc) (Result, err
 		return Result{}, err
 	}
 	ch := make(chan Event, 16)
-	p, err := r.spawn(ctx, s, pl, "", nil, func(kind EventKind, data []byte) {
+	p, err := r.spawn(s, pl, "", nil, func(kind EventKind, data []byte) {
 		ch <- Event{Kind: kind, Data: bytes.Clone(data)}
 	})
 	if err != nil {
 		return Result{}, err
 	}
+	go p.supervise(ctx)
 	go func() {
-		p.readers.Wait()
+		<-p.readersDone
 		close(ch)
 	}()
 

@@ -41,9 +41,12 @@ type proc struct {
 	stdinOnce sync.Once
 	stdinSem  chan struct{} // a one-slot semaphore that serializes writes to stdin
 
-	outR    [2]*os.File // our ends of stdout and stderr
-	readers sync.WaitGroup
-	logs    *logBuf // background processes only
+	outR [2]*os.File // our ends of stdout and stderr
+	// readersLeft counts the output readers still running; the last one
+	// to end closes readersDone.
+	readersLeft atomic.Int32
+	readersDone chan struct{}
+	logs        *logBuf // background processes only
 
 	timedOut atomic.Bool
 	// agentKilled is set when the agent sent the group SIGKILL (stop,
@@ -74,8 +77,10 @@ type sinkFunc func(kind EventKind, data []byte)
 
 // spawn starts the command of pl. id and logs are set for background
 // processes, whose output goes to logs; other commands' output goes to sink.
-// The command is stopped when ctx (if not nil) is done or its timeout passes.
-func (r *Runner) spawn(ctx context.Context, s Spec, pl plan, id string, logs *logBuf, sink sinkFunc) (*proc, error) {
+// The caller then runs p.supervise, in a goroutine of its own or (Exec,
+// which waits anyway) in its own: that stops the command when ctx is done
+// or its timeout passes, and finishes it.
+func (r *Runner) spawn(s Spec, pl plan, id string, logs *logBuf, sink sinkFunc) (*proc, error) {
 	if logs != nil {
 		sink = logs.add
 	}
@@ -91,6 +96,8 @@ func (r *Runner) spawn(ctx context.Context, s Spec, pl plan, id string, logs *lo
 		stopCh:   make(chan struct{}),
 		leaderCh: make(chan struct{}),
 		done:     make(chan struct{}),
+
+		readersDone: make(chan struct{}),
 	}
 	if err := r.acquire(p); err != nil {
 		return nil, err
@@ -166,7 +173,7 @@ func (r *Runner) spawn(ctx context.Context, s Spec, pl plan, id string, logs *lo
 		r.publish(p)
 	}
 	go p.waitLeader()
-	p.readers.Add(2)
+	p.readersLeft.Store(2)
 	go p.read(outR, EventStdout, sink)
 	go p.read(errR, EventStderr, sink)
 	if len(pl.stdin) > 0 {
@@ -179,11 +186,6 @@ func (r *Runner) spawn(ctx context.Context, s Spec, pl plan, id string, logs *lo
 			}
 		}()
 	}
-	var ctxDone <-chan struct{}
-	if ctx != nil {
-		ctxDone = ctx.Done()
-	}
-	go p.supervise(ctxDone)
 	r.log.Debug("process started", "pid", p.pid, "process_id", id, "program", pl.args[0])
 	return p, nil
 }
@@ -191,7 +193,11 @@ func (r *Runner) spawn(ctx context.Context, s Spec, pl plan, id string, logs *lo
 // read copies one output stream to sink until EOF, an error, or the read
 // deadline set by finish.
 func (p *proc) read(f *os.File, kind EventKind, sink sinkFunc) {
-	defer p.readers.Done()
+	defer func() {
+		if p.readersLeft.Add(-1) == 0 {
+			close(p.readersDone)
+		}
+	}()
 	bp := readBufs.Get().(*[]byte)
 	defer readBufs.Put(bp)
 	buf := *bp
@@ -229,8 +235,10 @@ func (p *proc) waitLeader() {
 	close(p.leaderCh)
 }
 
-// supervise stops the command when asked to, then finishes it.
-func (p *proc) supervise(ctxDone <-chan struct{}) {
+// supervise stops the command when ctx is done, its timeout passes or it
+// is asked to (stop), and finishes it once its leader has exited.
+func (p *proc) supervise(ctx context.Context) {
+	ctxDone := ctx.Done()
 	var timeout <-chan time.Time
 	if p.pl.timeout > 0 {
 		t := time.NewTimer(p.pl.timeout)
@@ -324,20 +332,15 @@ func (p *proc) finish() {
 	st.OOMKilled = p.oomVerdict(st)
 	// Drain the output. Processes that escaped the group may still hold the
 	// pipes: stop reading after drainDelay.
-	drained := make(chan struct{})
-	go func() {
-		p.readers.Wait()
-		close(drained)
-	}()
 	t := time.NewTimer(drainDelay)
 	select {
-	case <-drained:
+	case <-p.readersDone:
 	case <-t.C:
 		p.r.log.Debug("output still open after the process group exited; no longer reading", "pid", p.pid, "process_id", p.id)
 		for _, f := range p.outR {
 			_ = f.SetReadDeadline(time.Now())
 		}
-		<-drained
+		<-p.readersDone
 	}
 	t.Stop()
 	for _, f := range p.outR {
