@@ -192,7 +192,7 @@ func New(cfg Config) (*Server, error) {
 	gw := edge.GatewayMux()
 	ctx := context.Background()
 	// Exec is called in-process (direct.go); the rest over the socket pair.
-	direct := directProcess{ProcessServiceClient: agentv1.NewProcessServiceClient(inproc.Conn), srv: procSrv, chain: chainUnary(unary...)}
+	direct := directProcess{ProcessServiceClient: agentv1.NewProcessServiceClient(inproc.Conn), srv: procSrv, chain: edge.ChainUnary(unary...)}
 	if err := agentv1.RegisterProcessServiceHandlerClient(ctx, gw, direct); err != nil {
 		inproc.Conn.Close()
 		return nil, fmt.Errorf("agent: register gateway: %w", err)

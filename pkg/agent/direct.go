@@ -42,16 +42,3 @@ func (d directProcess) Exec(ctx context.Context, req *agentv1.ExecRequest, _ ...
 	}
 	return out, nil
 }
-
-// chainUnary chains interceptors as grpc.ChainUnaryInterceptor does: the
-// first is the outermost.
-func chainUnary(ints ...grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		next := handler
-		for i := len(ints) - 1; i >= 0; i-- {
-			ic, inner := ints[i], next
-			next = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, inner) }
-		}
-		return next(ctx, req)
-	}
-}

@@ -30,7 +30,7 @@ func (s *Server) e2bHandler() http.Handler {
 	}
 	return e2b.New(e2b.Config{
 		PauseMode: pause,
-		Leases:    orchv1.NewLeaseServiceClient(s.inproc.Conn),
+		Leases:    orchv1.NewLeaseServiceClient(s.direct),
 		Authenticate: func(key string) e2b.Caller {
 			p, err := s.auth.fromToken(key) // constant time (bearer.Secret)
 			switch {

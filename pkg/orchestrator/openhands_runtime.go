@@ -14,7 +14,7 @@ import (
 func (s *Server) openHandsRuntime() *ohruntime.Handler {
 	images, _ := s.manager.Config().Runtime.(runtime.ImageInspector)
 	return ohruntime.New(ohruntime.Config{
-		Leases: orchv1.NewLeaseServiceClient(s.inproc.Conn),
+		Leases: orchv1.NewLeaseServiceClient(s.direct),
 		Authenticate: func(key string) ohruntime.Caller {
 			p, err := s.auth.fromToken(key) // constant time (bearer.Secret)
 			switch {

@@ -58,6 +58,7 @@ type Server struct {
 	grpc     *grpc.Server
 	health   *health.Server
 	inproc   *edge.InProc
+	direct   *edge.Direct // the unary calls of the gateway and the compatibility APIs
 	handler  http.Handler
 	// e2b is the E2B listener's handler (e2b.go).
 	e2b    http.Handler
@@ -214,8 +215,18 @@ func (s *Server) buildAPI() error {
 		grpc.UnknownServiceHandler(px.GRPCHandler()),
 		grpc.ForceServerCodecV2(px.Codec()),
 	)...)
-	orchv1.RegisterVolumeServiceServer(s.grpc, &volumeServer{vols: s.manager.Volumes()}) // volumes.go
-	orchv1.RegisterLeaseServiceServer(s.grpc, &leaseServer{m: s.manager, streams: s.streams, usage: s.usage, logs: s.logs})
+	inproc, err := edge.NewInProc()
+	if err != nil {
+		return err
+	}
+	s.inproc = inproc
+	// The gateway, E2B's and OpenHands' APIs call the unary methods in
+	// this process, through the same interceptors (edge.Direct).
+	s.direct = edge.NewDirect(inproc.Conn, rec.Unary, statusUnary, s.authUnary, met.unary)
+	for _, reg := range []grpc.ServiceRegistrar{s.grpc, s.direct} {
+		orchv1.RegisterVolumeServiceServer(reg, &volumeServer{vols: s.manager.Volumes()}) // volumes.go
+		orchv1.RegisterLeaseServiceServer(reg, &leaseServer{m: s.manager, streams: s.streams, usage: s.usage, logs: s.logs})
+	}
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -224,16 +235,11 @@ func (s *Server) buildAPI() error {
 		s.own[name] = true
 	}
 
-	inproc, err := edge.NewInProc()
-	if err != nil {
-		return err
-	}
-	s.inproc = inproc
 	gw := edge.GatewayMux(gwruntime.WithErrorHandler(retryAfterErrorHandler))
-	if err := orchv1.RegisterLeaseServiceHandler(context.Background(), gw, inproc.Conn); err != nil {
+	if err := orchv1.RegisterLeaseServiceHandlerClient(context.Background(), gw, orchv1.NewLeaseServiceClient(s.direct)); err != nil {
 		return fmt.Errorf("orchestrator: gateway: %w", err)
 	}
-	if err := orchv1.RegisterVolumeServiceHandler(context.Background(), gw, inproc.Conn); err != nil {
+	if err := orchv1.RegisterVolumeServiceHandlerClient(context.Background(), gw, orchv1.NewVolumeServiceClient(s.direct)); err != nil {
 		return fmt.Errorf("orchestrator: gateway: %w", err)
 	}
 	mux := http.NewServeMux()
