@@ -62,19 +62,7 @@ func k8sFleet(t *testing.T, n int, extra ...string) ([]*fleetReplica, *kubernete
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		for _, r := range reps {
-			sbs, err := rt.List(ctx, runtime.Selector{runtime.LabelInstance: r.name})
-			if err != nil {
-				t.Errorf("cleanup: list the pods of %s: %v", r.name, err)
-				continue
-			}
-			for _, sb := range sbs {
-				if sb.Labels[runtime.LabelPool] == "" || sb.Labels[runtime.LabelPoolClaim] != "" {
-					continue // a lease's: reaped above (one left is a leak)
-				}
-				if err := rt.Remove(ctx, sb.ID); err != nil {
-					t.Errorf("cleanup: remove pool member %s: %v", sb.ID, err)
-				}
-			}
+			removePoolMembers(ctx, t, rt, r.name)
 		}
 	})
 	for i := range n {
@@ -290,4 +278,25 @@ func TestKubernetesReplicas(t *testing.T) {
 			t.Errorf("after the restart: pods %+v, want the one Pod %s", pods, res.GetLease().GetContainerId())
 		}
 	})
+}
+
+// removePoolMembers removes the unclaimed warm-pool members that the
+// orchestrator instance created, once it is gone: they outlive an
+// orchestrator by design (the next one adopts them). Pods of leases are
+// left alone: the test reaps those, and one left is a leak.
+func removePoolMembers(ctx context.Context, t *testing.T, rt *kubernetes.Runtime, instance string) {
+	t.Helper()
+	sbs, err := rt.List(ctx, runtime.Selector{runtime.LabelInstance: instance})
+	if err != nil {
+		t.Errorf("cleanup: list the pods of %s: %v", instance, err)
+		return
+	}
+	for _, sb := range sbs {
+		if sb.Labels[runtime.LabelPool] == "" || sb.Labels[runtime.LabelPoolClaim] != "" {
+			continue
+		}
+		if err := rt.Remove(ctx, sb.ID); err != nil {
+			t.Errorf("cleanup: remove pool member %s: %v", sb.ID, err)
+		}
+	}
 }

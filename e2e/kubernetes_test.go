@@ -125,6 +125,10 @@ func startK8sOrch(t *testing.T, mutate ...func(*orchestrator.Config)) (*api, *ku
 		cancel()
 		<-done
 		srv.Close()
+		// Its warm pools' members (a pool in mutate) outlive it by design.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		removePoolMembers(ctx, t, rt, cfg.InstanceID)
 		rt.Close()
 	})
 	t.Cleanup(func() {
