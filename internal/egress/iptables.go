@@ -284,39 +284,36 @@ func (execIPT) save(ctx context.Context) (tables, error) {
 	if err != nil {
 		return tables{}, err
 	}
-	sections := map[string]string{}
-	name := ""
-	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, "*") {
-			name = strings.TrimSpace(l[1:])
-			continue
-		}
-		sections[name] += l + "\n"
-	}
-	return tables{filter: parseSave(sections["filter"]), nat: parseSave(sections["nat"])}, nil
+	t := parseSave(out)
+	return tables{filter: t["filter"], nat: t["nat"]}, nil
 }
 
-// parseSave turns iptables-save output of one table into `iptables -S`
-// lines: ":CHAIN - [..]" becomes "-N CHAIN", ":BUILTIN POLICY [..]" becomes
-// "-P BUILTIN POLICY", rules stay as they are.
-func parseSave(out string) []string {
-	var lines []string
-	for _, l := range strings.Split(out, "\n") {
+// parseSave turns iptables-save output into `iptables -S` lines per table
+// (the "*TABLE" sections): ":CHAIN - [..]" becomes "-N CHAIN", ":BUILTIN
+// POLICY [..]" becomes "-P BUILTIN POLICY", rules stay as they are. One
+// pass over the output: a host's rules grow with its sandboxes, and every
+// Apply and Remove reads them all.
+func parseSave(out string) map[string][]string {
+	t := map[string][]string{}
+	name := ""
+	for l := range strings.Lines(out) {
 		l = strings.TrimSpace(l)
 		switch {
-		case l == "" || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "*") || l == "COMMIT":
+		case strings.HasPrefix(l, "*"):
+			name = strings.TrimSpace(l[1:])
+		case l == "" || strings.HasPrefix(l, "#") || l == "COMMIT":
 		case strings.HasPrefix(l, ":"):
 			f := strings.Fields(l[1:])
 			if len(f) >= 2 && f[1] == "-" {
-				lines = append(lines, "-N "+f[0])
+				t[name] = append(t[name], "-N "+f[0])
 			} else if len(f) >= 2 {
-				lines = append(lines, "-P "+f[0]+" "+f[1])
+				t[name] = append(t[name], "-P "+f[0]+" "+f[1])
 			}
 		default:
-			lines = append(lines, l)
+			t[name] = append(t[name], l)
 		}
 	}
-	return lines
+	return t
 }
 
 func (execIPT) restore(ctx context.Context, filter, nat []string) error {
