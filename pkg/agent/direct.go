@@ -18,7 +18,9 @@ import (
 // command; the other methods (the streams among them) go over the socket
 // as before. The gateway's outgoing metadata (the caller's Authorization
 // header among it) becomes the call's incoming metadata, as the socket
-// would have carried it.
+// would have carried it. It is edge.Direct for one method without
+// edge.Direct's copies of the messages: an Exec answer carries up to
+// twice the output limit, and the handler does not keep the request.
 type directProcess struct {
 	agentv1.ProcessServiceClient
 	srv   agentv1.ProcessServiceServer

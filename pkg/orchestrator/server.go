@@ -223,9 +223,11 @@ func (s *Server) buildAPI() error {
 	// The gateway, E2B's and OpenHands' APIs call the unary methods in
 	// this process, through the same interceptors (edge.Direct).
 	s.direct = edge.NewDirect(inproc.Conn, rec.Unary, statusUnary, s.authUnary, met.unary)
+	vols := &volumeServer{vols: s.manager.Volumes()} // volumes.go
+	leases := &leaseServer{m: s.manager, streams: s.streams, usage: s.usage, logs: s.logs}
 	for _, reg := range []grpc.ServiceRegistrar{s.grpc, s.direct} {
-		orchv1.RegisterVolumeServiceServer(reg, &volumeServer{vols: s.manager.Volumes()}) // volumes.go
-		orchv1.RegisterLeaseServiceServer(reg, &leaseServer{m: s.manager, streams: s.streams, usage: s.usage, logs: s.logs})
+		orchv1.RegisterVolumeServiceServer(reg, vols)
+		orchv1.RegisterLeaseServiceServer(reg, leases)
 	}
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -77,9 +77,9 @@ type sinkFunc func(kind EventKind, data []byte)
 
 // spawn starts the command of pl. id and logs are set for background
 // processes, whose output goes to logs; other commands' output goes to sink.
-// The caller then runs p.supervise, in a goroutine of its own or (Exec,
-// which waits anyway) in its own: that stops the command when ctx is done
-// or its timeout passes, and finishes it.
+// The caller then runs p.supervise, which stops the command when the
+// caller's ctx is done or its timeout passes and finishes it: in a new
+// goroutine, or (Exec, which waits for the command anyway) in its own.
 func (r *Runner) spawn(s Spec, pl plan, id string, logs *logBuf, sink sinkFunc) (*proc, error) {
 	if logs != nil {
 		sink = logs.add
