@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
 // BenchmarkProxyExecLoad is the throughput figure of the hot path: 20
@@ -20,10 +22,37 @@ import (
 //
 //	go test -run '^$' -bench ProxyExecLoad -benchtime 100x ./e2e/
 func BenchmarkProxyExecLoad(b *testing.B) {
-	const sandboxes = 20
 	requireImage(b, baseImage)
 	dir, _ := newDataDir(b)
 	o := startOrch(b, dir)
+	benchExecLoad(b, "Docker", o.api, o.acquire, func(ids []string) *cpuMeter { return newCPUMeter(b, ids) })
+}
+
+// BenchmarkProxyExecLoadContainerd is BenchmarkProxyExecLoad with the
+// sandboxes on the containerd backend (the kernel's overlayfs, so no
+// fuse-overlayfs daemon serves their files).
+//
+//	go test -run '^$' -bench ProxyExecLoadContainerd -benchtime 100x ./e2e/
+func BenchmarkProxyExecLoadContainerd(b *testing.B) {
+	requireCtrdImage(b, baseImage)
+	env := newCtrdEnv(b)
+	o := startCtrdOrch(b, env)
+	acquire := func(conv, image, ttl string) (*orchv1.AcquireResponse, error) {
+		r, err := o.acquire(conv, image, ttl)
+		if err == nil {
+			env.track(r.GetLease().GetContainerId())
+		}
+		return r, err
+	}
+	benchExecLoad(b, "containerd", o.api, acquire, func(ids []string) *cpuMeter { return newCtrdCPUMeter(b, ids) })
+}
+
+// benchExecLoad runs BenchmarkProxyExecLoad against the orchestrator
+// behind a, whose backend is named by backend; acquire takes a lease and
+// meter finds the processes of the sandboxes (container ids).
+func benchExecLoad(b *testing.B, backend string, a *api, acquire func(conv, image, ttl string) (*orchv1.AcquireResponse, error), meter func(ids []string) *cpuMeter) {
+	const sandboxes = 20
+
 	type target struct{ url, token, id, container string }
 	targets := make([]target, sandboxes)
 	var wg sync.WaitGroup
@@ -35,25 +64,27 @@ func BenchmarkProxyExecLoad(b *testing.B) {
 			defer wg.Done()
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			r, err := o.acquire(fmt.Sprintf("bench-load-%d", i), baseImage, "1800s")
+			r, err := acquire(fmt.Sprintf("bench-load-%d", i), baseImage, "1800s")
 			if err != nil {
 				errs <- err
 				return
 			}
 			id := r.GetLease().GetId()
-			targets[i] = target{url: o.base + sandboxPath(id, "/v1/exec"), token: r.GetToken(), id: id, container: r.GetLease().GetContainerId()}
+			targets[i] = target{url: a.base + sandboxPath(id, "/v1/exec"), token: r.GetToken(), id: id, container: r.GetLease().GetContainerId()}
 		}()
 	}
 	wg.Wait()
 	close(errs)
+	b.Cleanup(func() {
+		for _, t := range targets {
+			if t.id != "" {
+				a.mustRelease(b, t.id)
+			}
+		}
+	})
 	for err := range errs {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() {
-		for _, t := range targets {
-			o.mustRelease(b, t.id)
-		}
-	})
 	clients := make([]*http.Client, sandboxes)
 	for i := range clients {
 		clients[i] = keepAliveClient()
@@ -84,8 +115,8 @@ func BenchmarkProxyExecLoad(b *testing.B) {
 	for _, t := range targets {
 		cids = append(cids, t.container)
 	}
-	meter := newCPUMeter(b, cids)
-	cpu0 := meter.read()
+	m := meter(cids)
+	cpu0 := m.read()
 	lat := make([][]time.Duration, sandboxes)
 	errs = make(chan error, sandboxes)
 	start := make(chan struct{})
@@ -110,7 +141,7 @@ func BenchmarkProxyExecLoad(b *testing.B) {
 	close(start)
 	wg.Wait()
 	elapsed := time.Since(t0)
-	cpu1 := meter.read()
+	cpu1 := m.read()
 	b.StopTimer()
 	close(errs)
 	for err := range errs {
@@ -136,9 +167,9 @@ func BenchmarkProxyExecLoad(b *testing.B) {
 		fmt.Fprintf(&cpuLine, " %s %s |", part, d.Round(time.Microsecond))
 		b.ReportMetric(float64(d)/float64(time.Microsecond), strings.ReplaceAll(part, " ", "-")+"-cpu-us/exec")
 	}
-	b.Logf("LOAD-BENCH CPU per exec (user+system, /proc and getrusage; this process = the orchestrator and the load generator):%s total %s",
-		cpuLine.String(), total.Round(time.Microsecond))
-	b.Logf("LOAD-BENCH %d clients x %d sandboxes, %d execs of true through the proxy (REST, keep-alive): %.0f execs/s, p50 %s p99 %s (targets: >= 1000/s, p99 < 50ms) | one client: %.0f execs/s, p50 %s p99 %s",
-		sandboxes, sandboxes, len(all), rate, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond),
+	b.Logf("LOAD-BENCH %s: CPU per exec (user+system, /proc and getrusage; this process = the orchestrator and the load generator):%s total %s",
+		backend, cpuLine.String(), total.Round(time.Microsecond))
+	b.Logf("LOAD-BENCH %s: %d clients x %d sandboxes, %d execs of true through the proxy (REST, keep-alive): %.0f execs/s, p50 %s p99 %s (targets: >= 1000/s, p99 < 50ms) | one client: %.0f execs/s, p50 %s p99 %s",
+		backend, sandboxes, sandboxes, len(all), rate, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond),
 		oneRate, percentile(one, 50).Round(10*time.Microsecond), percentile(one, 99).Round(10*time.Microsecond))
 }

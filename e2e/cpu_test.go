@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 )
 
 // clockTick is the unit of /proc/PID/stat's times (USER_HZ: 100 on every
@@ -69,6 +72,24 @@ func newCPUMeter(tb testing.TB, ids []string) *cpuMeter {
 				}
 			}
 		}
+	}
+	return m
+}
+
+// newCtrdCPUMeter finds the processes of the containerd backend's
+// sandboxes ids (their tasks' pids); their root file systems are the
+// kernel's overlayfs, so there is no FUSE daemon to count.
+func newCtrdCPUMeter(tb testing.TB, ids []string) *cpuMeter {
+	tb.Helper()
+	rt := requireContainerd(tb)
+	ctx := namespaces.WithNamespace(context.Background(), rt.Namespace())
+	m := &cpuMeter{}
+	for _, id := range ids {
+		res, err := rt.Client().TaskService().Get(ctx, &tasks.GetRequest{ContainerID: id})
+		if err != nil {
+			tb.Fatalf("task of %s: %v", id, err)
+		}
+		m.agents = append(m.agents, int(res.GetProcess().GetPid()))
 	}
 	return m
 }
