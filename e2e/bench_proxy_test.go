@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
@@ -142,6 +144,53 @@ func BenchmarkProxyExecTrueContainerd(b *testing.B) {
 	}
 	benchExecTrue(b, o.api, r, o.srv.Manager().Tokens().AgentToken(l.GetId()), sides...)
 	o.mustRelease(b, l.GetId())
+}
+
+// BenchmarkProxyExecTrueOverlay2 is BenchmarkProxyExecTrue on a second
+// Docker Engine started for it with the overlay2 storage driver (the
+// kernel's overlayfs; this machine's own engine runs fuse-overlayfs), so
+// that the Docker backend is measured on the driver most Docker hosts use;
+// its docker-exec side is `docker exec` on that engine. The engine and
+// everything it started are removed at the end.
+//
+//	go test -run '^$' -bench ProxyExecTrueOverlay2 -benchtime 200x ./e2e/
+func BenchmarkProxyExecTrueOverlay2(b *testing.B) {
+	requireImage(b, baseImage)
+	if !kernelHas("overlay") {
+		testenv.SkipOrFail(b, "the kernel has no overlay file system: no overlay2 engine")
+	}
+	e := startTestEngine(b, "overlay2")
+	e.loadImage(b, baseImage)
+	dir, _ := newDataDir(b)
+	o := startOrchOnEngine(b, e, dir)
+	r := o.mustAcquire(b, "bench-exec-true-overlay2", baseImage, "1800s")
+	l := r.GetLease()
+	engineExec := dockerExecSide(l.GetContainerId())
+	engineExec.run = func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "docker", "-H", e.host(), "exec", l.GetContainerId(), "true").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("docker exec: %v: %s", err, out)
+		}
+		return nil
+	}
+	benchExecTrue(b, o.api, r, o.agentToken(l.GetId()), engineExec)
+	o.mustRelease(b, l.GetId())
+}
+
+// kernelHas reports whether /proc/filesystems lists fs.
+func kernelHas(fs string) bool {
+	b, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[len(f)-1] == fs {
+			return true
+		}
+	}
+	return false
 }
 
 // execSide is one way of running `true` in BenchmarkProxyExecTrue's

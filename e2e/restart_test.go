@@ -192,16 +192,20 @@ type testEngine struct {
 	sock   string
 	cgroup string // its --cgroup-parent
 	defBr  string // its default bridge, created (and deleted) by the test
+	driver string // its --storage-driver
 	cmd    *exec.Cmd
 	exited chan struct{}
 	bridge map[string]bool // bridge interfaces of its networks, removed at cleanup
 }
 
-// startTestEngine starts a second dockerd and registers its cleanup: the
+// startTestEngine starts a second dockerd with the storage driver named
+// (vfs: any file system will do; overlay2: the kernel's overlayfs, for
+// measuring berth on the driver most Docker hosts use, where this
+// machine's engine has fuse-overlayfs) and registers its cleanup: the
 // daemon and what it started are killed by pid, its bridges, cgroups and
 // directories removed. It skips (fails with BERTH_REQUIRE_DOCKER=1) without
 // dockerd or root.
-func startTestEngine(t *testing.T) *testEngine {
+func startTestEngine(t testing.TB, storageDriver string) *testEngine {
 	t.Helper()
 	requireDocker(t)
 	if _, err := exec.LookPath("dockerd"); err != nil {
@@ -216,7 +220,7 @@ func startTestEngine(t *testing.T) *testEngine {
 		t.Fatal(err)
 	}
 	suffix := randHex(3)
-	e := &testEngine{dir: dir, sock: filepath.Join(dir, "d.sock"),
+	e := &testEngine{dir: dir, sock: filepath.Join(dir, "d.sock"), driver: storageDriver,
 		cgroup: "berth-e2e-" + runID + "-" + suffix, defBr: "bre2e" + suffix, bridge: map[string]bool{}}
 	e.bridge[e.defBr] = true
 	if err := os.WriteFile(filepath.Join(dir, "daemon.json"), []byte("{}\n"), 0o644); err != nil {
@@ -242,7 +246,7 @@ func startTestEngine(t *testing.T) *testEngine {
 func (e *testEngine) host() string { return "unix://" + e.sock }
 
 // start runs dockerd on the engine's directories and waits until it answers.
-func (e *testEngine) start(t *testing.T) {
+func (e *testEngine) start(t testing.TB) {
 	t.Helper()
 	args := []string{
 		"--config-file", filepath.Join(e.dir, "daemon.json"), // not the machine's /etc/docker/daemon.json
@@ -251,7 +255,7 @@ func (e *testEngine) start(t *testing.T) {
 		"--pidfile", filepath.Join(e.dir, "dockerd.pid"),
 		"-H", e.host(),
 		"--bridge", e.defBr, "--iptables=false", "--ip-masq=false", "--ip-forward=false",
-		"--storage-driver", "vfs",
+		"--storage-driver", e.driver,
 		"--cgroup-parent", e.cgroup,
 		"--exec-opt", "native.cgroupdriver=cgroupfs",
 		"--log-level", "warn",
@@ -283,7 +287,7 @@ func (e *testEngine) start(t *testing.T) {
 
 // stop sends dockerd SIGTERM, as `systemctl restart docker` does (with
 // live-restore off it stops every container first), and waits for it.
-func (e *testEngine) stop(t *testing.T) {
+func (e *testEngine) stop(t testing.TB) {
 	t.Helper()
 	e.rememberBridges(t)
 	_ = e.cmd.Process.Signal(syscall.SIGTERM)
@@ -297,7 +301,7 @@ func (e *testEngine) stop(t *testing.T) {
 }
 
 // rememberBridges records the bridge interfaces of the engine's networks.
-func (e *testEngine) rememberBridges(t *testing.T) {
+func (e *testEngine) rememberBridges(t testing.TB) {
 	out, err := exec.Command("docker", "-H", e.host(), "network", "ls", "-q", "--no-trunc", "--filter", "driver=bridge").Output()
 	if err != nil {
 		return
@@ -312,7 +316,7 @@ func (e *testEngine) rememberBridges(t *testing.T) {
 // cleanup stops the daemon (and kills, by pid, whatever it left: its
 // containerd and shims), deletes its bridges and cgroups and removes its
 // directories.
-func (e *testEngine) cleanup(t *testing.T) {
+func (e *testEngine) cleanup(t testing.TB) {
 	if e.cmd != nil {
 		select {
 		case <-e.exited:
@@ -393,7 +397,7 @@ func removeCgroupTree(dir string) {
 }
 
 // loadImage copies ref from the machine's engine into the test engine.
-func (e *testEngine) loadImage(t *testing.T, ref string) {
+func (e *testEngine) loadImage(t testing.TB, ref string) {
 	t.Helper()
 	save := exec.Command("docker", "save", ref)
 	load := exec.Command("docker", "-H", e.host(), "load")
@@ -417,7 +421,7 @@ func (e *testEngine) loadImage(t *testing.T, ref string) {
 
 // startOrchOnEngine starts an in-process orchestrator (as startOrch) whose
 // Docker backend talks to the test engine.
-func startOrchOnEngine(t *testing.T, e *testEngine, dataDir string) *orch {
+func startOrchOnEngine(t testing.TB, e *testEngine, dataDir string) *orch {
 	t.Helper()
 	cfg := orchestrator.Defaults()
 	cfg.DataDir, cfg.AgentBinary, cfg.OperatorToken = dataDir, agentBin, operatorToken
@@ -456,7 +460,7 @@ func startOrchOnEngine(t *testing.T, e *testEngine, dataDir string) *orch {
 // in place: the lease stays, with its files, its token and a new endpoint.
 func TestEngineRestartKeepsLeases(t *testing.T) {
 	requireImage(t, minimalImage)
-	e := startTestEngine(t)
+	e := startTestEngine(t, "vfs")
 	e.loadImage(t, minimalImage)
 	dir, _ := newDataDir(t)
 	o := startOrchOnEngine(t, e, dir)
