@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
@@ -26,6 +27,23 @@ func BenchmarkProxyExecLoad(b *testing.B) {
 	dir, _ := newDataDir(b)
 	o := startOrch(b, dir)
 	benchExecLoad(b, "Docker", o.api, o.acquire, func(ids []string) *cpuMeter { return newCPUMeter(b, ids) })
+}
+
+// BenchmarkProxyExecLoadOverlay2 is BenchmarkProxyExecLoad on a second
+// Docker Engine started for it with the overlay2 storage driver (see
+// BenchmarkProxyExecTrueOverlay2).
+//
+//	go test -run '^$' -bench ProxyExecLoadOverlay2 -benchtime 100x ./e2e/
+func BenchmarkProxyExecLoadOverlay2(b *testing.B) {
+	requireImage(b, baseImage)
+	if !kernelHas("overlay") {
+		testenv.SkipOrFail(b, "the kernel has no overlay file system: no overlay2 engine")
+	}
+	e := startTestEngine(b, "overlay2")
+	e.loadImage(b, baseImage)
+	dir, _ := newDataDir(b)
+	o := startOrchOnEngine(b, e, dir)
+	benchExecLoad(b, "Docker on overlay2", o.api, o.acquire, func(ids []string) *cpuMeter { return newCPUMeterOn(b, e.host(), ids) })
 }
 
 // BenchmarkProxyExecLoadContainerd is BenchmarkProxyExecLoad with the

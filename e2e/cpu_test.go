@@ -36,14 +36,23 @@ type cpuMeter struct {
 	fuse   []int
 }
 
-// newCPUMeter finds the processes of the containers ids.
-func newCPUMeter(tb testing.TB, ids []string) *cpuMeter {
+// newCPUMeter finds the processes of the containers ids of the machine's
+// Docker Engine.
+func newCPUMeter(tb testing.TB, ids []string) *cpuMeter { return newCPUMeterOn(tb, "", ids) }
+
+// newCPUMeterOn finds the processes of the containers ids of the Docker
+// Engine at host (a DOCKER_HOST; "" for the machine's).
+func newCPUMeterOn(tb testing.TB, host string, ids []string) *cpuMeter {
 	tb.Helper()
 	m := &cpuMeter{}
 	merged := map[string]bool{}
 	for _, id := range ids {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		out, err := dockerCLI(ctx, "inspect", "-f", "{{.State.Pid}} {{index .GraphDriver.Data \"MergedDir\"}}", id)
+		args := []string{"inspect", "-f", "{{.State.Pid}} {{index .GraphDriver.Data \"MergedDir\"}}", id}
+		if host != "" {
+			args = append([]string{"-H", host}, args...)
+		}
+		out, err := dockerCLI(ctx, args...)
 		cancel()
 		if err != nil {
 			tb.Fatalf("docker inspect %s: %v: %s", id, err, out)
