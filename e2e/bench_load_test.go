@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
@@ -35,14 +34,7 @@ func BenchmarkProxyExecLoad(b *testing.B) {
 //
 //	go test -run '^$' -bench ProxyExecLoadOverlay2 -benchtime 100x ./e2e/
 func BenchmarkProxyExecLoadOverlay2(b *testing.B) {
-	requireImage(b, baseImage)
-	if !kernelHas("overlay") {
-		testenv.SkipOrFail(b, "the kernel has no overlay file system: no overlay2 engine")
-	}
-	e := startTestEngine(b, "overlay2")
-	e.loadImage(b, baseImage)
-	dir, _ := newDataDir(b)
-	o := startOrchOnEngine(b, e, dir)
+	e, o := startOverlay2Orch(b)
 	benchExecLoad(b, "Docker on overlay2", o.api, o.acquire, func(ids []string) *cpuMeter { return newCPUMeterOn(b, e.host(), ids) })
 }
 

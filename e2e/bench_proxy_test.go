@@ -155,14 +155,7 @@ func BenchmarkProxyExecTrueContainerd(b *testing.B) {
 //
 //	go test -run '^$' -bench ProxyExecTrueOverlay2 -benchtime 200x ./e2e/
 func BenchmarkProxyExecTrueOverlay2(b *testing.B) {
-	requireImage(b, baseImage)
-	if !kernelHas("overlay") {
-		testenv.SkipOrFail(b, "the kernel has no overlay file system: no overlay2 engine")
-	}
-	e := startTestEngine(b, "overlay2")
-	e.loadImage(b, baseImage)
-	dir, _ := newDataDir(b)
-	o := startOrchOnEngine(b, e, dir)
+	e, o := startOverlay2Orch(b)
 	r := o.mustAcquire(b, "bench-exec-true-overlay2", baseImage, "1800s")
 	l := r.GetLease()
 	engineExec := dockerExecSide(l.GetContainerId())
@@ -177,6 +170,22 @@ func BenchmarkProxyExecTrueOverlay2(b *testing.B) {
 	}
 	benchExecTrue(b, o.api, r, o.agentToken(l.GetId()), engineExec)
 	o.mustRelease(b, l.GetId())
+}
+
+// startOverlay2Orch starts a second Docker Engine with the overlay2
+// storage driver (startTestEngine: removed with all it started when b
+// ends), loads berth/base into it and starts an orchestrator on it. It
+// skips (fails with BERTH_REQUIRE_DOCKER=1) when the kernel has no
+// overlayfs.
+func startOverlay2Orch(b *testing.B) (*testEngine, *orch) {
+	requireImage(b, baseImage)
+	if !kernelHas("overlay") {
+		testenv.SkipOrFail(b, "the kernel has no overlay file system: no overlay2 engine")
+	}
+	e := startTestEngine(b, "overlay2")
+	e.loadImage(b, baseImage)
+	dir, _ := newDataDir(b)
+	return e, startOrchOnEngine(b, e, dir)
 }
 
 // kernelHas reports whether /proc/filesystems lists fs.

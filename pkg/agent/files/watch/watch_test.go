@@ -796,3 +796,81 @@ func TestWatchHiddenTemporaryFiles(t *testing.T) {
 	}
 	wantEvents(t, collect(t, w, 300*time.Millisecond), "renamed c.txt<-b.txt")
 }
+
+// TestWatchLateMoveToIsStillARename: a file written then moved within
+// the tree is MODIFIED then RENAMED even when the timer fires between the
+// move-from and the move-to, as it does on a busy machine when fsnotify's
+// reader goroutine is descheduled between the two (inotify queues them
+// together). Before, the move-from was then taken as a removal: REMOVED
+// and CREATED, the write lost. The watch's goroutine is not started: the
+// test hands the real inotify events to it one by one and fires the timer
+// itself.
+func TestWatchLateMoveToIsStillARename(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := newWatcher(dir, Options{Debounce: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.release)
+	w.b.queue = nil // KindReady
+	f, err := os.OpenFile(filepath.Join(dir, "a.txt"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("more\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Rename(filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")); err != nil {
+		t.Fatal(err)
+	}
+	next := func() fsnotify.Event {
+		t.Helper()
+		select {
+		case ev := <-w.fsw.Events:
+			return ev
+		case <-time.After(10 * time.Second):
+			t.Fatal("no inotify event within 10 s")
+			return fsnotify.Event{}
+		}
+	}
+	t0 := time.Now()
+	for {
+		ev := next()
+		w.handle(ev, t0)
+		if ev.Has(fsnotify.Rename) {
+			break
+		}
+	}
+	// The timer fires past the debounce, the move-to not yet delivered.
+	w.tick(t0.Add(50*time.Millisecond), nil)
+	if w.held == nil {
+		t.Fatalf("the move-from was resolved before its wait; queued %v", w.b.queue)
+	}
+	w.handle(next(), t0.Add(60*time.Millisecond)) // the move-to
+	w.tick(t0.Add(time.Minute), nil)
+	var got []string
+	for _, ev := range w.b.queue {
+		got = append(got, fmt.Sprintf("%s %s", ev.Kind, ev.Path))
+	}
+	want := []string{fmt.Sprintf("%s a.txt", KindModified), fmt.Sprintf("%s b.txt", KindRenamed)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+	// With no move-to at all (moved out of the tree), the move-from is a
+	// removal once its wait is over.
+	w.b.queue = nil
+	w.handle(fsnotify.Event{Name: filepath.Join(dir, "b.txt"), Op: fsnotify.Rename}, t0)
+	w.tick(t0.Add(moveToWait-time.Millisecond), nil)
+	if w.held == nil {
+		t.Fatal("the move-from was resolved before moveToWait")
+	}
+	w.tick(t0.Add(moveToWait), nil)
+	w.tick(t0.Add(time.Minute), nil)
+	if len(w.b.queue) != 1 || w.b.queue[0].Kind != KindRemoved || w.b.queue[0].Path != "b.txt" {
+		t.Fatalf("after the wait: %v, want b.txt removed", w.b.queue)
+	}
+}

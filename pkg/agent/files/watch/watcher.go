@@ -85,6 +85,9 @@ type Watcher struct {
 	tree  *dirTree
 	b     *burst
 	held  *fsnotify.Event // a move-from waiting for its move-to
+	// heldAt is when held came; it is taken as a move out of the tree
+	// (a removal) moveToWait after that at the earliest.
+	heldAt time.Time
 	moved map[string]bool // directories moved or removed in this burst
 	// ending is set once the watch has reported its last event.
 	ending bool
@@ -207,8 +210,10 @@ func (w *Watcher) run(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		due, held := w.b.due()
-		if w.held != nil && !held {
-			due, held = time.Now().Add(w.opts.Debounce), true
+		if w.held != nil {
+			if hd := w.heldDue(); !held || hd.Before(due) {
+				due, held = hd, true
+			}
 		}
 		if held {
 			timer.Reset(time.Until(due))
@@ -243,12 +248,7 @@ func (w *Watcher) run(ctx context.Context) {
 			}
 			w.handleErr(err, time.Now())
 		case <-timer.C:
-			now := time.Now()
-			w.resolveHeld(now)
-			if due, ok := w.b.due(); ok && !now.Before(due) {
-				w.b.flushDue(now)
-				clear(w.moved)
-			}
+			w.tick(time.Now(), events)
 		case send <- next:
 			w.b.queue[0] = Event{}
 			w.b.queue = w.b.queue[1:]
@@ -323,10 +323,40 @@ func (w *Watcher) handle(ev fsnotify.Event, now time.Time) {
 		// A move-from: the move-to that follows, if the target is watched
 		// too, makes it a rename.
 		held := ev
-		w.held = &held
+		w.held, w.heldAt = &held, now
 	case ev.Has(fsnotify.Write), ev.Has(fsnotify.Chmod):
 		w.b.record(rel, KindModified, w.tree.isDir(rel), now)
 	}
+}
+
+// tick handles the timer at now: a held move-from past its wait is taken
+// as a removal, unless an event is already queued on events (the next one
+// may be its move-to); the held changes due are reported.
+func (w *Watcher) tick(now time.Time, events <-chan fsnotify.Event) {
+	if w.held != nil && !now.Before(w.heldDue()) {
+		if len(events) > 0 {
+			w.handle(<-events, now)
+		} else {
+			w.resolveHeld(now)
+		}
+	}
+	if due, ok := w.b.due(); ok && !now.Before(due) {
+		w.b.flushDue(now)
+		clear(w.moved)
+	}
+}
+
+// moveToWait is how long a move-from waits at least for its move-to
+// before it is taken as a move out of the watched tree. inotify queues the
+// two together, so a move-to is only as late as fsnotify's reader
+// goroutine, which on a busy machine can be descheduled for tens of
+// milliseconds; the debounce, when longer, is waited instead.
+const moveToWait = 250 * time.Millisecond
+
+// heldDue is when the held move-from is taken as a removal if no move-to
+// came.
+func (w *Watcher) heldDue() time.Time {
+	return w.heldAt.Add(max(w.opts.Debounce, moveToWait))
 }
 
 // resolveHeld reports a held move-from whose move-to did not come as a
