@@ -78,17 +78,17 @@ type Options struct {
 // Watcher is a running watch. Read its events from Events until the
 // channel is closed, then Err says why it ended.
 type Watcher struct {
-	root  string // absolute, symlinks resolved
-	opts  Options
-	log   *slog.Logger
-	fsw   *fsnotify.Watcher
-	tree  *dirTree
-	b     *burst
-	held  *fsnotify.Event // a move-from waiting for its move-to
+	root string // absolute, symlinks resolved
+	opts Options
+	log  *slog.Logger
+	fsw  *fsnotify.Watcher
+	tree *dirTree
+	b    *burst
+	held *fsnotify.Event // a move-from waiting for its move-to
 	// heldAt is when held came; it is taken as a move out of the tree
 	// (a removal) moveToWait after that at the earliest.
 	heldAt time.Time
-	moved map[string]bool // directories moved or removed in this burst
+	moved  map[string]bool // directories moved or removed in this burst
 	// ending is set once the watch has reported its last event.
 	ending bool
 
