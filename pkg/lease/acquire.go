@@ -523,7 +523,7 @@ func (a *acquirer) acquire(ctx context.Context, req AcquireRequest) (l Lease, to
 			// Another replica is creating it (replicas.go): wait, look again.
 			id := e.l.ID
 			a.mu.Unlock()
-			if err = a.fleet.awaitRemotePending(ctx, id); err == nil {
+			if err = a.fleet.awaitRemotePending(ctx, id, 2*a.fleet.readyTimeout); err == nil {
 				continue
 			}
 		case e != nil && e.l.State == StatePending:

@@ -404,11 +404,11 @@ func (c *controller) cleanup(ctx context.Context, id string) error {
 		return o.err
 	}
 	o := beginOpLocked(e, opClean)
-	cid := e.l.ContainerID
+	cid, home := e.l.ContainerID, e.l.Instance
 	vol := Lease{ID: id, Volume: e.l.Volume, Owner: e.l.Owner, ConversationID: e.l.ConversationID}
 	c.mu.Unlock()
 
-	err := c.removeContainers(ctx, id, cid)
+	err := c.removeHomeContainers(ctx, id, home, cid)
 	if err == nil {
 		c.network.drop(ctx, id) // network.go: the sandbox is gone
 		// The lease's end is its volume's last use, recorded before the
@@ -441,9 +441,23 @@ func (c *controller) cleanup(ctx context.Context, id string) error {
 	return nil
 }
 
-// removeContainers removes the lease's container, or, when its id is not
-// known, every container labelled with the lease.
+// removeContainers removes the container of a lease this replica created,
+// or, when its id is not known, every container labelled with the lease
+// and this replica's instance.
 func (c *controller) removeContainers(ctx context.Context, leaseID, cid string) error {
+	return c.removeHomeContainers(ctx, leaseID, c.cfg.InstanceID, cid)
+}
+
+// removeHomeContainers removes the lease's container, or, when its id is
+// not known, every container labelled with the lease and the instance
+// home, the replica that created it (Lease.Instance; this one's when
+// empty). Another replica's record may not name the container yet (a
+// PENDING record), and its containers carry its instance label, not this
+// one's.
+func (c *controller) removeHomeContainers(ctx context.Context, leaseID, home, cid string) error {
+	if home == "" {
+		home = c.cfg.InstanceID
+	}
 	rctx, cancel := detached(ctx, c.cfg.RemoveTimeout)
 	defer cancel()
 	if cid != "" {
@@ -452,7 +466,7 @@ func (c *controller) removeContainers(ctx context.Context, leaseID, cid string) 
 		}
 		return nil
 	}
-	boxes, err := c.rt.List(rctx, runtime.Selector{runtime.LabelInstance: c.cfg.InstanceID, runtime.LabelLease: leaseID})
+	boxes, err := c.rt.List(rctx, runtime.Selector{runtime.LabelInstance: home, runtime.LabelLease: leaseID})
 	if err != nil {
 		return wrapf(err, "list containers of lease %s", leaseID)
 	}

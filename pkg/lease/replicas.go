@@ -448,11 +448,30 @@ func (f *fleet) flushActivityLoop(ctx context.Context) {
 	})
 }
 
+// remotePendingWait bounds how long a request to a lease that another
+// replica recorded as PENDING waits here for its next record (Manager.Use):
+// the feed lags the store, so the replica that answered an acquire READY
+// may not be the one the client's next request reaches.
+var remotePendingWait = 5 * time.Second
+
+// pendingElsewhere reports whether lease id is PENDING here because of
+// another replica's record: the store is shared, the lease's home is
+// another replica and no operation of this replica's is in flight on it.
+func (f *fleet) pendingElsewhere(id string) bool {
+	if f.shared == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.leases[id]
+	return e != nil && e.l.State == StatePending && e.op == nil && !f.homeLocked(e)
+}
+
 // awaitRemotePending waits until lease id, which another replica is
 // creating, is no longer PENDING here (its outcome arrived through the
-// feed), bounded by twice Config.ReadyTimeout.
-func (f *fleet) awaitRemotePending(ctx context.Context, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*f.readyTimeout)
+// feed), bounded by within.
+func (f *fleet) awaitRemotePending(ctx context.Context, id string, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
@@ -467,7 +486,7 @@ func (f *fleet) awaitRemotePending(ctx context.Context, id string) error {
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return errdefs.Unavailable("lease %s is still being created by another replica after %s", id, 2*f.readyTimeout)
+				return errdefs.Unavailable("lease %s is still being created by another replica after %s", id, within)
 			}
 			return ctx.Err()
 		case <-t.C:

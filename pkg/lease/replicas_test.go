@@ -21,6 +21,9 @@ type memFleet struct {
 	writer  map[string]string
 	locks   map[string]string
 	subs    map[*fleetSub]struct{}
+	// held keeps the events for the instances whose feed lags (hold), in
+	// order, until release.
+	held map[string][]fleetEvent
 }
 
 type fleetSub struct {
@@ -42,8 +45,39 @@ func (f *memFleet) view(instance string) *fleetView { return &fleetView{f: f, in
 
 func (f *memFleet) notifyLocked(writer string, ev fleetEvent) {
 	for s := range f.subs {
-		if s.instance != writer {
-			s.ch <- ev
+		if s.instance == writer {
+			continue
+		}
+		if q, ok := f.held[s.instance]; ok {
+			f.held[s.instance] = append(q, ev)
+			continue
+		}
+		s.ch <- ev
+	}
+}
+
+// hold makes instance's feed lag: the records written from now on reach
+// it only at release.
+func (f *memFleet) hold(instance string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held == nil {
+		f.held = map[string][]fleetEvent{}
+	}
+	f.held[instance] = []fleetEvent{}
+}
+
+// release delivers what hold kept from instance, and what follows.
+func (f *memFleet) release(instance string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.held[instance]
+	delete(f.held, instance)
+	for s := range f.subs {
+		if s.instance == instance {
+			for _, ev := range q {
+				s.ch <- ev
+			}
 		}
 	}
 }
@@ -461,6 +495,104 @@ func TestReplicasStaleRecordIgnored(t *testing.T) {
 	if _, ok := f.lockOf("", "c1"); ok {
 		t.Fatal("the conversation lock came back")
 	}
+}
+
+// stalePending leaves replica b with the PENDING record of a lease that a
+// created and answered READY: b's feed lags from that record on (hold), as
+// a watch may. It returns a's answer.
+func stalePending(t *testing.T, f *memFleet, rt *fakeRuntime, a, b *replica) Lease {
+	t.Helper()
+	gate := make(chan struct{})
+	rt.set(func(rt *fakeRuntime) { rt.createGate = gate })
+	type answer struct {
+		l   Lease
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		l, _, _, err := a.m.Acquire(context.Background(), AcquireRequest{ConversationID: "c1"})
+		answered <- answer{l, err}
+	}()
+	var id string
+	eventually(t, 2*time.Second, "b sees the lease PENDING", func() bool {
+		f.mu.Lock()
+		for rid, l := range f.records {
+			if l.ConversationID == "c1" {
+				id = rid
+			}
+		}
+		f.mu.Unlock()
+		return id != "" && stateOn(b, id) == StatePending
+	})
+	f.hold("b")
+	close(gate)
+	got := <-answered
+	if got.err != nil || got.l.State != StateReady || got.l.ID != id {
+		t.Fatalf("acquire on a: %v, %+v", got.err, got.l)
+	}
+	if st := stateOn(b, id); st != StatePending {
+		t.Fatalf("b with its feed held: %s, want PENDING", st)
+	}
+	return got.l
+}
+
+// A request that reaches a replica whose record of the lease is still the
+// PENDING one (the acquire was answered READY by another replica) waits
+// for the READY record instead of being refused; when it does not come
+// within remotePendingWait the lease is returned PENDING, for the caller
+// to refuse.
+func TestReplicasUseWaitsForLaggingRecord(t *testing.T) {
+	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("a")
+	a, b := startReplica(t, f, rt, el, "a"), startReplica(t, f, rt, el, "b")
+	l := stalePending(t, f, rt, a, b)
+
+	old := remotePendingWait
+	t.Cleanup(func() { remotePendingWait = old })
+	remotePendingWait = 300 * time.Millisecond
+	began := time.Now()
+	r, h, err := b.m.Use(context.Background(), l.ID)
+	if err != nil || h != nil || r.State != StatePending {
+		t.Fatalf("Use with the record still lagging: %+v, hold %v, %v; want PENDING without a hold", r, h, err)
+	}
+	if took := time.Since(began); took < remotePendingWait {
+		t.Fatalf("Use returned PENDING after %s, before waiting %s for the record", took, remotePendingWait)
+	}
+
+	remotePendingWait = 10 * time.Second
+	type used struct {
+		r   Route
+		h   *Hold
+		err error
+	}
+	done := make(chan used, 1)
+	go func() {
+		r, h, err := b.m.Use(context.Background(), l.ID)
+		done <- used{r, h, err}
+	}()
+	f.release("b")
+	u := <-done
+	if u.err != nil || u.h == nil || u.r.State != StateReady || u.r.Endpoint != l.Endpoint {
+		t.Fatalf("Use once the READY record arrived: %+v, hold %v, %v; want READY at %s", u.r, u.h, u.err, l.Endpoint)
+	}
+	u.h.Done()
+}
+
+// A release on a replica that holds only the PENDING record of another
+// replica's lease (no container id in it) removes the sandbox, found by
+// the labels of the lease and of its home, with the home gone.
+func TestReplicasReleaseOfLaggingRecordRemovesSandbox(t *testing.T) {
+	f, rt, el := newMemFleet(), newFakeRuntime(), newElection("b")
+	a, b := startReplica(t, f, rt, el, "a"), startReplica(t, f, rt, el, "b")
+	l := stalePending(t, f, rt, a, b)
+	a.stop() // its home dies
+	if rt.count() != 1 {
+		t.Fatalf("%d sandboxes after a stopped, want its lease's 1", rt.count())
+	}
+	if _, err := b.m.Release(context.Background(), l.ID, "done"); err != nil {
+		t.Fatalf("release on b: %v", err)
+	}
+	eventually(t, 3*time.Second, "b removes a's sandbox", func() bool { return rt.count() == 0 })
+	eventually(t, 2*time.Second, "the lease RELEASED on b", func() bool { return stateOn(b, l.ID) == StateReleased })
 }
 
 // TestFleetConfigDefaults checks FleetConfig's defaults and the field its

@@ -45,7 +45,19 @@ type Hold struct {
 // A lease in another state is returned with a nil Hold, for the caller to
 // refuse; an unknown id is errdefs.ErrNotFound, and a resume that failed
 // is returned as Resume returns it.
+//
+// With several replicas, a lease that is PENDING here only because another
+// replica's READY record has not reached this one yet (the acquire was
+// answered elsewhere) is waited for, up to remotePendingWait
+// (replicas.go), before it is returned as PENDING.
 func (m *Manager) Use(ctx context.Context, id string) (Route, *Hold, error) {
+	rt, h, err := m.pauser.use(ctx, id)
+	if err != nil || h != nil || rt.State != StatePending || !m.fleet.pendingElsewhere(id) {
+		return rt, h, err
+	}
+	if m.fleet.awaitRemotePending(ctx, id, remotePendingWait) != nil {
+		return rt, nil, nil // still PENDING: the caller refuses it
+	}
 	return m.pauser.use(ctx, id)
 }
 
