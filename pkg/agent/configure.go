@@ -145,7 +145,12 @@ func (c *configurer) Configure(_ context.Context, req *agentv1.ConfigureRequest)
 		}
 	}
 	c.apply(lc)
-	c.log.Info("configured for a lease", "env", len(lc.Env), "secrets", len(lc.Secrets))
+	// Debug, not Info: the claim waits for this answer, and a line the
+	// agent writes goes through the engine's log pipeline (Docker's
+	// json-file: the shim and dockerd wake for it), which made ten
+	// parallel claims about 7 ms slower at the median on a 2-core host.
+	// The orchestrator records the claim (the lease's transition).
+	c.log.Debug("configured for a lease", "env", len(lc.Env), "secrets", len(lc.Secrets))
 	return &agentv1.ConfigureResponse{}, nil
 }
 
