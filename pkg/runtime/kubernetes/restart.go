@@ -44,6 +44,14 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 	if err != nil && !apierrors.IsNotFound(err) {
 		return runtime.Sandbox{}, r.apiErr(err, "delete exited pod", id)
 	}
+	if apierrors.IsNotFound(err) {
+		// The Pod was gone already: the informer's copy lagged. A Restart
+		// cut short between its delete and its create left the Secret; a
+		// Remove deleted it first, and such a sandbox is not brought back.
+		if _, serr := r.cs.CoreV1().Secrets(r.cfg.Namespace).Get(dctx, secretName(id), metav1.GetOptions{}); serr != nil {
+			return runtime.Sandbox{}, r.apiErr(serr, "get the agent secret of removed pod", id)
+		}
+	}
 	var created *corev1.Pod
 	for {
 		// A force delete is immediate; still, retry while the name is taken.
