@@ -559,22 +559,13 @@ func TestReplicasUseWaitsForLaggingRecord(t *testing.T) {
 	}
 
 	remotePendingWait = 10 * time.Second
-	type used struct {
-		r   Route
-		h   *Hold
-		err error
-	}
-	done := make(chan used, 1)
-	go func() {
-		r, h, err := b.m.Use(context.Background(), l.ID)
-		done <- used{r, h, err}
-	}()
+	done := useAsync(context.Background(), b.m, l.ID) // use_test.go
 	f.release("b")
 	u := <-done
-	if u.err != nil || u.h == nil || u.r.State != StateReady || u.r.Endpoint != l.Endpoint {
-		t.Fatalf("Use once the READY record arrived: %+v, hold %v, %v; want READY at %s", u.r, u.h, u.err, l.Endpoint)
+	if u.err != nil || u.hold == nil || u.rt.State != StateReady || u.rt.Endpoint != l.Endpoint {
+		t.Fatalf("Use once the READY record arrived: %+v, hold %v, %v; want READY at %s", u.rt, u.hold, u.err, l.Endpoint)
 	}
-	u.h.Done()
+	u.hold.Done()
 }
 
 // A release on a replica that holds only the PENDING record of another

@@ -35,16 +35,7 @@ func TestPauseWaitsForAdmittedRequests(t *testing.T) {
 		paused <- err
 	}()
 	eventually(t, 5*time.Second, "pause waiting for the admitted request", func() bool { return h.pausePending(l.ID) })
-	type admitted struct {
-		rt   Route
-		hold *Hold
-		err  error
-	}
-	second := make(chan admitted, 1)
-	go func() {
-		rt, hold, err := h.m.Use(ctx, l.ID)
-		second <- admitted{rt, hold, err}
-	}()
+	second := useAsync(ctx, h.m, l.ID)
 	// The pause has not touched the sandbox while the request is unanswered.
 	if st := h.rt.state(l.ContainerID); st != runtime.StateRunning {
 		t.Fatalf("container %s while a request is unanswered", st)
@@ -154,4 +145,22 @@ func TestPauseGraceForUnansweredRequests(t *testing.T) {
 	if err != nil || got.State != StatePaused {
 		t.Fatalf("pause with a request unanswered past the grace: %v %v", got.State, err)
 	}
+}
+
+// admitted is the outcome of one Manager.Use.
+type admitted struct {
+	rt   Route
+	hold *Hold
+	err  error
+}
+
+// useAsync calls m.Use(ctx, id) in a goroutine; its outcome comes on the
+// returned channel.
+func useAsync(ctx context.Context, m *Manager, id string) <-chan admitted {
+	out := make(chan admitted, 1)
+	go func() {
+		rt, hold, err := m.Use(ctx, id)
+		out <- admitted{rt, hold, err}
+	}()
+	return out
 }
