@@ -23,8 +23,14 @@ import (
 func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ReadyTimeout)
 	defer cancel()
-	pod, err := r.managedPod(ctx, id)
+	// The API server's copy, not the informer's: a Pod removed a moment
+	// ago may still be in the cache, and recreating it would bring a
+	// removed sandbox back (without its Secret, which Remove deleted).
+	pod, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
+		return runtime.Sandbox{}, r.apiErr(err, "get pod", id)
+	}
+	if err := runtime.CheckManaged("kubernetes", id, pod.Labels); err != nil {
 		return runtime.Sandbox{}, err
 	}
 	if sandboxOf(pod).State != runtime.StateExited {
@@ -45,12 +51,8 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 		return runtime.Sandbox{}, r.apiErr(err, "delete exited pod", id)
 	}
 	if apierrors.IsNotFound(err) {
-		// The Pod was gone already: the informer's copy lagged. A Restart
-		// cut short between its delete and its create left the Secret; a
-		// Remove deleted it first, and such a sandbox is not brought back.
-		if _, serr := r.cs.CoreV1().Secrets(r.cfg.Namespace).Get(dctx, secretName(id), metav1.GetOptions{}); serr != nil {
-			return runtime.Sandbox{}, r.apiErr(serr, "get the agent secret of removed pod", id)
-		}
+		// Removed since the read above: not brought back.
+		return runtime.Sandbox{}, r.apiErr(err, "delete exited pod", id)
 	}
 	var created *corev1.Pod
 	for {
