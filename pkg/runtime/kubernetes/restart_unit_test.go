@@ -28,13 +28,7 @@ func exitedPod(name string) *corev1.Pod {
 // never gets or deletes).
 func goneOn(cs *fake.Clientset, verb string) {
 	cs.PrependReactor(verb, "pods", func(a k8stesting.Action) (bool, kruntime.Object, error) {
-		name := ""
-		switch a := a.(type) {
-		case k8stesting.GetAction:
-			name = a.GetName()
-		case k8stesting.DeleteAction:
-			name = a.GetName()
-		}
+		name := a.(interface{ GetName() string }).GetName() // a get or a delete
 		return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
 	})
 }
