@@ -132,10 +132,11 @@ func testMain(m *testing.M) int {
 		code = 1
 	}
 	// The orchestrator's default injection keeps the agent in a volume per
-	// agent build; remove the ones no container uses any more.
-	if out, err := dockerCLI(context.Background(), "volume", "ls", "-q", "--filter", "label=dev.berth.agent.sha256"); err == nil {
-		for _, v := range strings.Fields(out) {
-			_, _ = dockerCLI(context.Background(), "volume", "rm", v)
+	// agent build; remove this run's (only this one: another test package
+	// running at the same time has its own build and its own volume).
+	if vol, err := docker.AgentVolumeName(agentBin); err == nil {
+		if out, err := dockerCLI(context.Background(), "volume", "rm", vol); err != nil && !strings.Contains(out, "No such volume") {
+			fmt.Fprintf(os.Stderr, "e2e: cleanup: remove agent volume %s: %v: %s\n", vol, err, out)
 		}
 	}
 	return code

@@ -19,11 +19,16 @@ const AgentBinaryEnv = "BERTH_AGENT_BINARY"
 // binary is named after its package's directory. It runs from the module
 // root, whatever the test's working directory.
 func Build(dir string, pkgs ...string) error {
+	return build(dir, "-s -w", pkgs...)
+}
+
+// build is Build with the given -ldflags.
+func build(dir, ldflags string, pkgs ...string) error {
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return fmt.Errorf("go env GOMOD: %w", err)
 	}
-	args := append([]string{"build", "-trimpath", "-ldflags", "-s -w", "-o", dir + string(filepath.Separator)}, pkgs...)
+	args := append([]string{"build", "-trimpath", "-ldflags", ldflags, "-o", dir + string(filepath.Separator)}, pkgs...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -48,13 +53,23 @@ func BuildAgent(tb testing.TB, dir string) string {
 // temporary directory; cleanup removes what it made (TestMain defers it).
 // It is for TestMain, before any test runs: when the build fails it says
 // why on stderr and exits with status 1.
+//
+// The build's version is "test-<package directory>", so each test package
+// has an agent build, and with the Docker backend's volume injection an
+// agent volume, of its own: `go test ./...` runs packages at the same time,
+// and one package removing its volume when it ends never pulls it from
+// under another's sandboxes.
 func AgentBinary() (bin string, cleanup func()) {
 	if bin := os.Getenv(AgentBinaryEnv); bin != "" {
 		return bin, func() {}
 	}
 	dir, err := os.MkdirTemp("", "berth-agent-")
 	if err == nil {
-		err = Build(dir, "./cmd/sandbox-agent")
+		var wd string
+		wd, err = os.Getwd()
+		if err == nil {
+			err = build(dir, "-s -w -X github.com/berth-dev/berth/internal/version.Version=test-"+filepath.Base(wd), "./cmd/sandbox-agent")
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-agent:", err)

@@ -14,9 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/api/types/volume"
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/berth-dev/berth/internal/testsupport/testenv"
@@ -157,12 +155,8 @@ func newDockerRuntime(b *testing.B, mode docker.Injection) *docker.Runtime {
 		b.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			vols, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "dev.berth.agent.sha256"))})
-			if err != nil {
-				return
-			}
-			for _, v := range vols.Volumes {
-				_ = cli.VolumeRemove(ctx, v.Name, false)
+			if name, err := docker.AgentVolumeName(agentBinary); err == nil {
+				_ = cli.VolumeRemove(ctx, name, false)
 			}
 		})
 	}

@@ -57,11 +57,30 @@ func ContainerName(leaseID, agentToken string) string {
 // 200 at the returned Endpoint. The whole of it is bounded by Spec.ReadyTimeout
 // (default Config.ReadyTimeout). On any failure the container is removed and
 // the error includes its last log lines.
+//
+// With InjectVolume, a Create whose container found the agent volume empty
+// (removed behind the runtime's back, e.g. by `docker volume prune -a`: the
+// engine then silently creates an empty one for the mount) populates the
+// volume again and creates the sandbox once more.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
 	if err := spec.Validate(); err != nil {
 		return runtime.Sandbox{}, err
 	}
 	r.negotiate(ctx)
+	sb, err := r.create(ctx, spec)
+	if errors.Is(err, errAgentVolumeEmptied) && ctx.Err() == nil {
+		r.log.Warn("the agent volume was removed behind berth's back; populating it again and creating the sandbox once more", "lease_id", spec.LeaseID)
+		sb, err = r.create(ctx, spec)
+	}
+	return sb, err
+}
+
+// errAgentVolumeEmptied marks a Create whose container found no agent in
+// the agent volume.
+var errAgentVolumeEmptied = errors.New("the agent volume is empty: it was removed while in use")
+
+// create is one attempt of Create.
+func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
 	began := time.Now()
 	b := r.backend()
 	cr, ctx, cancel := b.BeginCreate(ctx, spec, r.cfg.ReadyTimeout)
@@ -165,6 +184,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 			// Check the agent volume again next time, in case it was
 			// removed (the engine silently recreates a missing one empty).
 			r.forgetAgentVolume()
+			if r.agentVolumeEmpty(ctx, id) {
+				err = fmt.Errorf("%w: %w", errAgentVolumeEmptied, err)
+			}
 		}
 		return runtime.Sandbox{}, cr.Fail(id, spec.LeaseID, err)
 	}

@@ -4,8 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -89,10 +87,10 @@ func testMain(m *testing.M) int {
 	}
 	code := m.Run()
 	// The agent volume of this test binary (InjectVolume tests); in use by
-	// no container once every test has cleaned up.
-	if b, err := os.ReadFile(agentBinary); err == nil {
-		sum := sha256.Sum256(b)
-		name := "berth-agent-" + hex.EncodeToString(sum[:])[:16]
+	// no container once every test has cleaned up. testenv.AgentBinary
+	// builds an agent of this package's own, so no other test package
+	// running at the same time shares the volume.
+	if name, err := docker.AgentVolumeName(agentBinary); err == nil {
 		if err := cli.VolumeRemove(context.Background(), name, false); err != nil && !cerrdefs.IsNotFound(err) {
 			fmt.Fprintf(os.Stderr, "cleanup: remove volume %s: %v\n", name, err)
 		}
@@ -268,6 +266,45 @@ func TestAgentVolume(t *testing.T) {
 	ins2, _ := dockerCli.ContainerInspect(ctx, sb2.ID)
 	if m := mountAt(ins2.Mounts, runtime.AgentDir); len(ins2.Mounts) != 2 || m == nil || m.Name != agentMount.Name {
 		t.Errorf("second runtime mounts %+v, want %s at %s", ins2.Mounts, agentMount.Name, runtime.AgentDir)
+	}
+}
+
+// TestAgentVolumeRemovedBehindOurBack removes the agent volume while a
+// runtime has it cached, as `docker volume prune -a` would between two
+// sandboxes: the next Create still succeeds (the engine makes an empty
+// volume for the mount; the runtime sees the agent missing, populates the
+// volume and creates the sandbox again), and the volume has its labels.
+func TestAgentVolumeRemovedBehindOurBack(t *testing.T) {
+	rt := newRuntime(t, func(c *docker.Config) { c.Injection = docker.InjectVolume })
+	ctx := context.Background()
+	sb, err := rt.Create(ctx, testSpec(t, rt, emptyImage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Remove(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	name, err := docker.AgentVolumeName(agentBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dockerCli.VolumeRemove(ctx, name, false); err != nil {
+		t.Fatalf("remove the agent volume behind the runtime's back: %v", err)
+	}
+	spec := testSpec(t, rt, emptyImage)
+	sb, err = rt.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create after the agent volume was removed: %v", err)
+	}
+	if out := agentExec(t, sb, spec.AgentToken, `{"argv":["/.berth/sandbox-agent","--version"]}`); !strings.Contains(out, `"exitCode":0`) {
+		t.Errorf("exec: %s", out)
+	}
+	vol, err := dockerCli.VolumeInspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vol.Labels[runtime.LabelManaged] != "true" || len(vol.Labels["dev.berth.agent.sha256"]) != 64 {
+		t.Errorf("volume labels = %v, want berth's", vol.Labels)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
 
+	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
 
@@ -61,6 +62,17 @@ func hashFile(path string) (string, error) {
 // agentVolumeName is the volume holding the agent whose SHA-256 is sum.
 func agentVolumeName(sum string) string { return "berth-agent-" + sum[:16] }
 
+// AgentVolumeName returns the name of the volume InjectVolume keeps the
+// agent binary at path in (berth-agent-<sha256 prefix>): every orchestrator
+// on an engine serving the same agent build shares it.
+func AgentVolumeName(path string) (string, error) {
+	sum, err := hashFile(path)
+	if err != nil {
+		return "", fmt.Errorf("docker: hash agent binary: %w", err)
+	}
+	return agentVolumeName(sum), nil
+}
+
 // agentMount is how sandboxes mount the agent volume.
 func agentMount(name string) mount.Mount {
 	return mount.Mount{
@@ -98,12 +110,28 @@ func (r *Runtime) ensureAgentVolume(ctx context.Context, img string) (string, er
 		return r.volName, nil
 	}
 	name := agentVolumeName(r.agentSum)
-	if _, err := r.cli.VolumeCreate(ctx, volume.CreateOptions{
+	opts := volume.CreateOptions{
 		Name:   name,
 		Driver: "local",
 		Labels: map[string]string{runtime.LabelManaged: "true", labelAgentSHA: r.agentSum},
-	}); err != nil {
+	}
+	vol, err := r.cli.VolumeCreate(ctx, opts)
+	if err != nil {
 		return "", r.mapErr(err, "create agent volume", name)
+	}
+	if vol.Labels[labelAgentSHA] != r.agentSum {
+		// A volume of that name without berth's labels: the engine made it
+		// empty for a sandbox's mount after ours was removed (creating an
+		// existing volume returns it as it is). Replace it with a labelled
+		// one, which `make leakcheck` and operators can tell apart; one
+		// still in use stays, and is populated below.
+		if err := r.cli.VolumeRemove(ctx, name, false); err == nil {
+			if _, err := r.cli.VolumeCreate(ctx, opts); err != nil {
+				return "", r.mapErr(err, "create agent volume", name)
+			}
+		} else {
+			r.log.Warn("agent volume has no berth labels and is in use; populating it as it is", "volume", name, "err", err)
+		}
 	}
 	m := agentMount(name)
 	m.ReadOnly = false
@@ -140,6 +168,15 @@ func (r *Runtime) ensureAgentVolume(ctx context.Context, img string) (string, er
 	r.log.Info("populated agent volume", "volume", name, "duration", time.Since(began))
 	r.volName = name
 	return name, nil
+}
+
+// agentVolumeEmpty reports whether the agent volume, as container id
+// mounts it, lacks the completion marker (the engine created it empty).
+func (r *Runtime) agentVolumeEmpty(ctx context.Context, id string) bool {
+	ctx, cancel := runtime.Detached(ctx)
+	defer cancel()
+	_, err := r.cli.ContainerStatPath(ctx, id, runtime.AgentDir+"/"+completeMarker)
+	return err != nil && errdefs.IsNotFound(r.mapErr(err, "", ""))
 }
 
 // forgetAgentVolume makes the next Create check the agent volume again
