@@ -1,23 +1,29 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/distribution/reference"
+
 	"github.com/berth-dev/berth/pkg/orchestrator"
+	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
 // TestHibernateCrowdBench measures (BERTH_BENCH=1, make bench) the first
 // exec through the proxy to a hibernated lease, and the REST :resume of
 // one, while the host holds 500 hibernated leases (BERTH_HIBERNATED
-// changes the count): the crowd is berth/minimal (stopped containers cost
-// the engine and the orchestrator bookkeeping, not memory), the measured
-// leases berth/base. Target: first exec p50 < 300 ms.
+// changes the count), on the Docker backend: the crowd is berth/minimal
+// (stopped containers cost the engine and the orchestrator bookkeeping,
+// not memory), the measured leases berth/base. Target: first exec p50 <
+// 300 ms.
 //
 //	BERTH_BENCH=1 go test -count=1 -timeout 40m -run '^TestHibernateCrowdBench$' -v ./e2e/
 func TestHibernateCrowdBench(t *testing.T) {
@@ -26,18 +32,73 @@ func TestHibernateCrowdBench(t *testing.T) {
 	}
 	requireImage(t, baseImage)
 	requireImage(t, minimalImage)
-	crowd := 500
-	if v, err := strconv.Atoi(os.Getenv("BERTH_HIBERNATED")); err == nil && v >= 0 {
-		crowd = v
-	}
-	const measured, runs = 5, 4
+	crowd := hibernateCrowdSize()
 	dir, _ := newDataDir(t)
 	o := startOrch(t, dir, func(c *orchestrator.Config) {
-		c.Admission.MaxLive = crowd + measured + 10
+		c.Admission.MaxLive = crowd + hibernateMeasured + 10
 	})
 	t.Cleanup(func() { removeContainers(runLabel + "=" + runID) })
+	// The floor under any hibernate built on stopping the container: the
+	// plain docker CLI starting a stopped berth/base container of the same
+	// image on the same host, then running `true` in it.
+	plain := mustDocker(t, "run", "-d", "--label", runLabel+"="+runID, baseImage, "sleep", "infinity")
+	hibernateCrowd(t, "docker", o.api, crowd, func(*orchv1.AcquireResponse) {}, "docker start + docker exec true (CLI)", func() time.Duration {
+		mustDocker(t, "stop", "-t", "0", plain)
+		t0 := time.Now()
+		mustDocker(t, "start", plain)
+		mustDocker(t, "exec", plain, "true")
+		return time.Since(t0)
+	})
+}
 
-	// The crowd: acquired and hibernated four at a time.
+// TestHibernateCrowdBenchContainerd is TestHibernateCrowdBench on the
+// containerd backend, whose wake-up is a new task on the sandbox's
+// container and snapshot with its network set up again (Restart), without
+// the Docker Engine in the way. Its floor is containerd's own CLI doing
+// the same to a plain `ctr run -d` container of berth/base: `ctr task
+// start` of its stopped task's container (after `ctr task rm`) and `ctr
+// task exec true`; that container has no network of its own (ctr sets
+// none up), so the floor is lower than any wake-up that restores one.
+//
+//	BERTH_BENCH=1 go test -count=1 -timeout 40m -run '^TestHibernateCrowdBenchContainerd$' -v ./e2e/
+func TestHibernateCrowdBenchContainerd(t *testing.T) {
+	if os.Getenv("BERTH_BENCH") == "" {
+		t.Skip("a figure for make bench (BERTH_BENCH=1)")
+	}
+	requireCtrdImage(t, baseImage)
+	requireCtrdImage(t, minimalImage)
+	crowd := hibernateCrowdSize()
+	env := newCtrdEnv(t)
+	o := startCtrdOrch(t, env, func(c *orchestrator.Config) {
+		c.Admission.MaxLive = crowd + hibernateMeasured + 10
+	})
+	floorName, floor := "ctr task start + ctr task exec true (CLI)", ctrRestartFloor(t)
+	if floor == nil {
+		floorName = ""
+	}
+	hibernateCrowd(t, "containerd", o.api, crowd, func(r *orchv1.AcquireResponse) { env.track(r.GetLease().GetContainerId()) }, floorName, floor)
+}
+
+// hibernateMeasured is how many berth/base leases the hibernate benches
+// wake, each hibernateRuns times.
+const hibernateMeasured, hibernateRuns = 5, 4
+
+// hibernateCrowdSize is BERTH_HIBERNATED, else 500.
+func hibernateCrowdSize() int {
+	if v, err := strconv.Atoi(os.Getenv("BERTH_HIBERNATED")); err == nil && v >= 0 {
+		return v
+	}
+	return 500
+}
+
+// hibernateCrowd acquires and hibernates crowd berth/minimal leases (four
+// at a time) through a, then hibernates and wakes hibernateMeasured
+// berth/base leases hibernateRuns times each: once by the first exec
+// through the proxy, once by a REST :resume. floor (named floorName; nil:
+// none) is timed after each wake-up. track sees every acquired lease. It
+// logs the HIBERNATE-BENCH lines of make bench, prefixed with backend.
+func hibernateCrowd(t *testing.T, backend string, a *api, crowd int, track func(*orchv1.AcquireResponse), floorName string, floor func() time.Duration) {
+	t.Helper()
 	began := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, crowd)
@@ -48,12 +109,13 @@ func TestHibernateCrowdBench(t *testing.T) {
 			defer wg.Done()
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			r, err := o.acquire(fmt.Sprintf("crowd-%d", i), minimalImage, "3600s")
+			r, err := a.acquire(fmt.Sprintf("crowd-%d", i), minimalImage, "3600s")
 			if err != nil {
 				errs <- err
 				return
 			}
-			pauseCall(t, o.api, r.GetLease().GetId(), "hibernate")
+			track(r)
+			pauseCall(t, a, r.GetLease().GetId(), "hibernate")
 		}()
 	}
 	wg.Wait()
@@ -61,44 +123,94 @@ func TestHibernateCrowdBench(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	t.Logf("%d berth/minimal leases acquired and hibernated in %s", crowd, time.Since(began).Round(time.Second))
+	t.Logf("%s: %d berth/minimal leases acquired and hibernated in %s", backend, crowd, time.Since(began).Round(time.Second))
 
 	type lease struct{ id, tok string }
 	var ls []lease
-	for i := range measured {
-		r := o.mustAcquire(t, fmt.Sprintf("measured-%d", i), baseImage, "3600s")
+	for i := range hibernateMeasured {
+		r := a.mustAcquire(t, fmt.Sprintf("measured-%d", i), baseImage, "3600s")
+		track(r)
 		ls = append(ls, lease{r.GetLease().GetId(), r.GetToken()})
 	}
-	// The floor under any hibernate built on stopping the container: the
-	// plain docker CLI starting a stopped berth/base container of the same
-	// image on the same host, then running `true` in it.
-	plain := mustDocker(t, "run", "-d", "--label", runLabel+"="+runID, baseImage, "sleep", "infinity")
-	var first, resume, docker []time.Duration
-	for range runs {
+	var first, resume, plain []time.Duration
+	for range hibernateRuns {
 		for _, l := range ls {
-			pauseCall(t, o.api, l.id, "hibernate")
-			_, d := pexec(t, o.api, l.id, l.tok, "true")
+			pauseCall(t, a, l.id, "hibernate")
+			_, d := pexec(t, a, l.id, l.tok, "true")
 			first = append(first, d)
-			pauseCall(t, o.api, l.id, "hibernate")
-			_, d = pauseCall(t, o.api, l.id, "")
+			pauseCall(t, a, l.id, "hibernate")
+			_, d = pauseCall(t, a, l.id, "")
 			resume = append(resume, d)
-
-			mustDocker(t, "stop", "-t", "0", plain)
-			t0 := time.Now()
-			mustDocker(t, "start", plain)
-			mustDocker(t, "exec", plain, "true")
-			docker = append(docker, time.Since(t0))
+			if floor != nil {
+				plain = append(plain, floor())
+			}
 		}
 	}
 	p50 := func(ds []time.Duration) time.Duration { return ds[len(ds)/2] }
-	for _, m := range []struct {
+	rows := []struct {
 		name string
 		ds   []time.Duration
-	}{{"first proxy exec to a hibernated lease", first}, {"hibernate→resume (REST :resume)", resume}, {"docker start + docker exec true (CLI)", docker}} {
-		slices.Sort(m.ds)
-		t.Logf("HIBERNATE-BENCH %d hibernated leases on the host: %-38s p50 %8s  max %8s  (n=%d; target: first exec p50 < 300ms)",
-			crowd, m.name, p50(m.ds).Round(10*time.Microsecond), m.ds[len(m.ds)-1].Round(10*time.Microsecond), len(m.ds))
+	}{{"first proxy exec to a hibernated lease", first}, {"hibernate→resume (REST :resume)", resume}}
+	if floor != nil {
+		rows = append(rows, struct {
+			name string
+			ds   []time.Duration
+		}{floorName, plain})
 	}
-	t.Logf("HIBERNATE-BENCH first exec / (docker start + exec) p50: %.2f (below 1: faster than the plain CLI's wake-up, which bounds any hibernate that stops the container)",
-		float64(p50(first))/float64(p50(docker)))
+	for _, m := range rows {
+		slices.Sort(m.ds)
+		t.Logf("HIBERNATE-BENCH %s, %d hibernated leases on the host: %-42s p50 %8s  max %8s  (n=%d; target: first exec p50 < 300ms)",
+			backend, crowd, m.name, p50(m.ds).Round(10*time.Microsecond), m.ds[len(m.ds)-1].Round(10*time.Microsecond), len(m.ds))
+	}
+	if floor != nil {
+		t.Logf("HIBERNATE-BENCH %s: first exec / (%s) p50: %.2f (below 1: faster than the plain CLI's wake-up, which bounds any hibernate that stops the container)",
+			backend, floorName, float64(p50(first))/float64(p50(plain)))
+	}
+}
+
+// ctrRestartFloor starts a plain berth/base container with containerd's
+// CLI in the backend's namespace (removed when t ends) and returns the
+// function that stops its task, removes it, starts a new one and runs
+// `true` in it, timing the start and the exec; nil when there is no ctr
+// command.
+func ctrRestartFloor(t *testing.T) func() time.Duration {
+	t.Helper()
+	if _, err := exec.LookPath("ctr"); err != nil {
+		t.Logf("no ctr command (%v): no floor for the containerd backend", err)
+		return nil
+	}
+	id := "berth-e2e-plain-" + runID + "-" + randHex(4)
+	ctr := func(args ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		full := append([]string{"--address", ctrd.rt.Address(), "-n", ctrd.rt.Namespace()}, args...)
+		if out, err := exec.CommandContext(ctx, "ctr", full...).CombinedOutput(); err != nil {
+			t.Fatalf("ctr %v: %v: %s", args, err, out)
+		}
+	}
+	named, err := reference.ParseNormalizedNamed(baseImage) // containerd keeps full names
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr("run", "-d", "--label", runLabel+"="+runID, named.String(), id, "sleep", "infinity")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		base := []string{"--address", ctrd.rt.Address(), "-n", ctrd.rt.Namespace()}
+		_ = exec.CommandContext(ctx, "ctr", append(base, "task", "kill", "-s", "SIGKILL", id)...).Run()
+		_ = exec.CommandContext(ctx, "ctr", append(base, "task", "rm", "-f", id)...).Run()
+		if out, err := exec.CommandContext(ctx, "ctr", append(base, "container", "rm", id)...).CombinedOutput(); err != nil {
+			t.Errorf("cleanup: ctr container rm %s: %v: %s", id, err, out)
+		}
+	})
+	n := 0
+	return func() time.Duration {
+		ctr("task", "rm", "-f", id) // kills the running task and removes it
+		t0 := time.Now()
+		ctr("task", "start", "-d", id)
+		n++
+		ctr("task", "exec", "--exec-id", fmt.Sprintf("floor-%d", n), id, "true")
+		return time.Since(t0)
+	}
 }

@@ -969,3 +969,62 @@ func TestContainerdReconcileRestartsStopped(t *testing.T) {
 	o2.mustRelease(t, l.GetId())
 	requireCtrdGone(t, rt, l.GetId(), l.GetContainerId())
 }
+
+// TestContainerdHibernate: a hibernated lease on the containerd backend
+// keeps its container and files and nothing else on the host (its task is
+// deleted, its network namespace gone, its address released), survives an
+// orchestrator restart as PAUSED, and wakes on its first request through
+// the proxy with its files and a working network.
+func TestContainerdHibernate(t *testing.T) {
+	requireCtrdImage(t, minimalImage)
+	rt := ctrd.rt
+	env := newCtrdEnv(t)
+	o := startCtrdOrch(t, env)
+	r := o.acq(t, "c-ctrd-hibernate", minimalImage, "600s")
+	l := r.GetLease()
+	cid := l.GetContainerId()
+	o.mustProxyExec(t, l.GetId(), r.GetToken(), "sh", "-c", "echo kept > /workspace/kept.txt")
+	if _, err := os.Stat(netnsPath(cid)); err != nil {
+		t.Fatalf("a READY sandbox's network namespace: %v", err)
+	}
+
+	if got, _ := pauseCall(t, o.api, l.GetId(), "hibernate"); got.GetPaused() != "hibernate" {
+		t.Fatalf("after :pause hibernate the lease is paused %q (%s)", got.GetPaused(), got.GetReason())
+	}
+	ctx := namespaces.WithNamespace(context.Background(), rt.Namespace())
+	if _, err := rt.Client().TaskService().Get(ctx, &tasks.GetRequest{ContainerID: cid}); err == nil {
+		t.Errorf("a hibernated sandbox still has its task")
+	}
+	if _, err := os.Lstat(netnsPath(cid)); !os.IsNotExist(err) {
+		t.Errorf("a hibernated sandbox's network namespace %s: %v, want it gone", netnsPath(cid), err)
+	}
+	sb, err := rt.Get(ctx, cid)
+	if err != nil || sb.State != runtime.StateCreated {
+		t.Fatalf("runtime Get of a hibernated sandbox: %+v, %v; want it there, created (no task)", sb, err)
+	}
+
+	// A new orchestrator finds it as it was: PAUSED, not restarted.
+	o.stop(t)
+	o2 := startCtrdOrch(t, env)
+	if got := o2.mustGet(t, l.GetId()); got.GetState() != orchv1.LeaseState_LEASE_STATE_PAUSED || got.GetPaused() != "hibernate" || got.GetRestarts() != 0 {
+		t.Fatalf("after an orchestrator restart the lease is %s paused %q (%s), %d restarts; want PAUSED hibernate", got.GetState(), got.GetPaused(), got.GetReason(), got.GetRestarts())
+	}
+
+	if res := o2.mustProxyExec(t, l.GetId(), r.GetToken(), "cat", "/workspace/kept.txt"); res.Stdout != "kept\n" {
+		t.Errorf("file after the wake-up: %q, want \"kept\\n\"", res.Stdout)
+	}
+	got := o2.mustGet(t, l.GetId())
+	if got.GetState() != orchv1.LeaseState_LEASE_STATE_READY || got.GetEndpoint() == "" {
+		t.Fatalf("after the wake-up the lease is %s at %q (%s)", got.GetState(), got.GetEndpoint(), got.GetReason())
+	}
+	if _, err := os.Stat(netnsPath(cid)); err != nil {
+		t.Errorf("the woken sandbox's network namespace: %v", err)
+	}
+	// Its network works: the agent answers at the address it got again
+	// (the proxy reached it there), and the sandbox reaches its gateway.
+	if res := o2.mustProxyExec(t, l.GetId(), r.GetToken(), "sh", "-c", "ip route 2>/dev/null | head -1 || cat /proc/net/route | sed -n 2p"); res.ExitCode != 0 || res.Stdout == "" {
+		t.Errorf("the woken sandbox has no route: %+v", res)
+	}
+	o2.mustRelease(t, l.GetId())
+	requireCtrdGone(t, rt, l.GetId(), cid)
+}

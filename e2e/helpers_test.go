@@ -135,7 +135,7 @@ func testMain(m *testing.M) int {
 	// agent build; remove this run's (only this one: another test package
 	// running at the same time has its own build and its own volume).
 	if vol, err := docker.AgentVolumeName(agentBin); err == nil {
-		if out, err := dockerCLI(context.Background(), "volume", "rm", vol); err != nil && !strings.Contains(out, "No such volume") {
+		if out, err := dockerCLI(context.Background(), "volume", "rm", vol); err != nil && !strings.Contains(strings.ToLower(out), "no such volume") {
 			fmt.Fprintf(os.Stderr, "e2e: cleanup: remove agent volume %s: %v: %s\n", vol, err, out)
 		}
 	}

@@ -217,6 +217,24 @@ type pauseBackend interface {
 	Stop(ctx context.Context, id string, grace time.Duration) error
 }
 
+// hibernator is a Runtime that hibernates a sandbox in one call: it stops
+// it as Stop does and releases what the stopped sandbox still holds on the
+// host besides its files (the containerd backend: its task and network),
+// so that the wake-up (Restart) has less to do. A Runtime without it is
+// stopped with Stop.
+type hibernator interface {
+	Hibernate(ctx context.Context, id string, grace time.Duration) error
+}
+
+// hibernate stops container cid for a hibernation: with the Runtime's
+// Hibernate when it has one, else with Stop.
+func (p *pauser) hibernate(ctx context.Context, cid string) error {
+	if h, ok := p.rt.(hibernator); ok {
+		return h.Hibernate(ctx, cid, hibernateGrace)
+	}
+	return p.rt.Stop(ctx, cid, hibernateGrace)
+}
+
 // pauser pauses and resumes leases (freeze or hibernate, explicitly or by
 // the idle policy), orders requests (Use, use.go) against pauses, and
 // pauses again the sandboxes of PAUSED leases found running (reconcile).
@@ -383,7 +401,7 @@ func (p *pauser) pauseRuntime(ctx context.Context, fr runtime.Freezer, id, cid s
 	if mode == PauseFreeze {
 		err = fr.Pause(rctx, cid)
 	} else {
-		err = p.rt.Stop(rctx, cid, hibernateGrace)
+		err = p.hibernate(rctx, cid)
 	}
 	if err != nil {
 		return wrapf(err, "pause lease %s (%s)", id, mode)
@@ -637,7 +655,7 @@ func (p *pauser) applyPauseFix(ctx context.Context, f pauseFix) {
 	if p.fr != nil && f.mode == PauseFreeze {
 		err = p.fr.Pause(rctx, f.cid)
 	} else {
-		err = p.rt.Stop(rctx, f.cid, hibernateGrace)
+		err = p.hibernate(rctx, f.cid)
 	}
 	if err != nil {
 		p.log.Warn("pausing a paused lease's running sandbox again failed", "lease_id", f.id, "container_id", f.cid, "err", err)

@@ -449,3 +449,68 @@ func TestPauseConfigDefaults(t *testing.T) {
 		t.Fatalf("unknown policy: %v", err)
 	}
 }
+
+// hibernatingRuntime is fakeRuntime with a Hibernate (a hibernator): it
+// stops the sandbox, then leaves it without a task, as the containerd
+// backend does (created).
+type hibernatingRuntime struct {
+	*fakeRuntime
+	hibernated []string
+}
+
+func (r *hibernatingRuntime) Hibernate(ctx context.Context, id string, grace time.Duration) error {
+	if err := r.Stop(ctx, id, grace); err != nil {
+		return err
+	}
+	r.set(func(f *fakeRuntime) { f.boxes[id].State = runtime.StateCreated })
+	r.mu.Lock()
+	r.hibernated = append(r.hibernated, id)
+	r.mu.Unlock()
+	return nil
+}
+
+// A Runtime with a Hibernate is hibernated with it; its task-less sandbox
+// (created) stays PAUSED across a restart of the Manager and wakes with
+// Restart.
+func TestPauseHibernateWithHibernator(t *testing.T) {
+	h := newHarness(t, nil)
+	l, _ := h.acquire("c1")
+	h.stop()
+	hr := &hibernatingRuntime{fakeRuntime: h.rt}
+	// open starts a Manager on hr over the harness's store; closing it
+	// also closes the store.
+	open := func() (*Manager, func()) {
+		st, err := OpenBolt(h.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := h.cfg
+		cfg.Store, cfg.Runtime = st, hr
+		m, cancel := startManager(t, cfg)
+		var once sync.Once
+		closeAll := func() { once.Do(func() { cancel(); m.Close(); st.Close() }) }
+		t.Cleanup(closeAll)
+		return m, closeAll
+	}
+	m, closeM := open()
+	ctx := context.Background()
+	if _, err := m.Pause(ctx, l.ID, PauseHibernate); err != nil {
+		t.Fatal(err)
+	}
+	hr.mu.Lock()
+	calls := append([]string(nil), hr.hibernated...)
+	hr.mu.Unlock()
+	if len(calls) != 1 || calls[0] != l.ContainerID || h.rt.state(l.ContainerID) != runtime.StateCreated {
+		t.Fatalf("Hibernate calls %v, container %s; want one for %s, created", calls, h.rt.state(l.ContainerID), l.ContainerID)
+	}
+	closeM()
+	m, _ = open()
+	g, err := m.Get(ctx, l.ID)
+	if err != nil || g.State != StatePaused || g.Paused != PauseHibernate || g.Restarts != 0 {
+		t.Fatalf("after a restart of the Manager: %+v, %v; want PAUSED hibernate", g, err)
+	}
+	r, err := m.Resume(ctx, l.ID)
+	if err != nil || r.State != StateReady || h.rt.state(l.ContainerID) != runtime.StateRunning {
+		t.Fatalf("resume: %+v, %v; container %s", r, err, h.rt.state(l.ContainerID))
+	}
+}

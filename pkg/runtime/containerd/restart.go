@@ -69,14 +69,17 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 	if err := r.ensureHost(ctx); err != nil {
 		return runtime.Sandbox{}, r.backend().TimeoutErr(parent, ctx, timeout, err)
 	}
+	t0 := time.Now()
 	nsPath := r.netnsPath(id)
 	if err := r.cniDel(ctx, id, nsPath); err != nil {
 		r.log.Warn("restart: releasing the old network failed; setting it up again anyway", "container_id", id, "err", err)
 	}
+	t1 := time.Now()
 	ni, err := r.setupNetwork(ctx, id)
 	if err != nil {
 		return runtime.Sandbox{}, r.backend().TimeoutErr(parent, ctx, timeout, err)
 	}
+	t2 := time.Now()
 	if err := r.recordNetwork(ctx, id, ni); err != nil {
 		return runtime.Sandbox{}, err
 	}
@@ -87,13 +90,16 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 	// As in Create: task creation and start are not cancelled half-way.
 	tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer tcancel()
+	t3 := time.Now()
 	task, err := cont.NewTask(tctx, r.taskIO(id))
 	if err != nil {
 		return runtime.Sandbox{}, r.startErr(err, "create task", id)
 	}
+	t4 := time.Now()
 	if err := task.Start(tctx); err != nil {
 		return runtime.Sandbox{}, r.startErr(err, "start task", id)
 	}
+	t5 := time.Now()
 	endpoint := ni.endpoint()
 	if err := r.waitReady(ctx, id, endpoint); err != nil {
 		return runtime.Sandbox{}, r.backend().TimeoutErr(parent, ctx, timeout, fmt.Errorf("containerd: restart %s: %w", id, err))
@@ -104,7 +110,9 @@ func (r *Runtime) Restart(ctx context.Context, id string) (runtime.Sandbox, erro
 	}
 	sb := r.toSandbox(c, &tasktypes.Process{ContainerID: id, Status: tasktypes.Status_RUNNING})
 	sb.Endpoint = endpoint
-	r.log.Debug("sandbox restarted", "container_id", id, "lease_id", sb.LeaseID, "endpoint", endpoint, "duration", time.Since(began))
+	r.log.Debug("sandbox restarted", "container_id", id, "lease_id", sb.LeaseID, "endpoint", endpoint, "duration", time.Since(began),
+		"prepare", t0.Sub(began), "network_release", t1.Sub(t0), "network", t2.Sub(t1), "record", t3.Sub(t2),
+		"task", t4.Sub(t3), "start", t5.Sub(t4), "ready", time.Since(t5))
 	return sb, nil
 }
 
@@ -118,4 +126,39 @@ func (r *Runtime) managedTask(ctx context.Context, id string) (containers.Contai
 	}
 	proc, err := r.taskProcess(ctx, id)
 	return c, proc, err
+}
+
+// Hibernate stops the sandbox as Stop does, then releases what its stopped
+// task still holds on the host: the task itself (deleted: the shim and
+// runc's state go) and its network (CNI DEL: the veth and the address;
+// the network namespace is unmounted). The container, its snapshot and
+// its host directory (the agent, its token, its state and log) stay, so
+// the wake-up, Restart, only sets a network up and starts a task: the
+// teardown is paid when the lease goes to sleep, not when a client waits
+// for it to wake (docs/benchmarks.md). Until then the sandbox reads as
+// created (a container without a task).
+//
+// Only Stop's error is returned: once the sandbox is stopped it is
+// hibernated, and a release that fails is logged and done again by
+// Restart, which deletes a stopped task and releases a network it finds.
+func (r *Runtime) Hibernate(ctx context.Context, id string, grace time.Duration) error {
+	if err := r.Stop(ctx, id, grace); err != nil {
+		return err
+	}
+	ctx = r.withNS(ctx)
+	unlock := r.createMu.lock(id) // not while a Restart of it runs
+	defer unlock()
+	if err := r.deleteTask(ctx, id); err != nil {
+		r.log.Warn("hibernate: deleting the stopped task failed; the wake-up deletes it", "container_id", id, "err", err)
+		return nil
+	}
+	nsPath := r.netnsPath(id)
+	if err := r.cniDel(ctx, id, nsPath); err != nil {
+		r.log.Warn("hibernate: releasing the network failed; the wake-up releases it", "container_id", id, "err", err)
+		return nil
+	}
+	if err := removeNetns(nsPath); err != nil {
+		r.log.Warn("hibernate: removing the network namespace failed; the wake-up replaces it", "container_id", id, "path", nsPath, "err", err)
+	}
+	return nil
 }
