@@ -27,16 +27,11 @@ import (
 //
 //	BERTH_BENCH=1 go test -count=1 -timeout 40m -run '^TestHibernateCrowdBench$' -v ./e2e/
 func TestHibernateCrowdBench(t *testing.T) {
-	if os.Getenv("BERTH_BENCH") == "" {
-		t.Skip("a figure for make bench (BERTH_BENCH=1)")
-	}
+	crowd := hibernateCrowdSize(t)
 	requireImage(t, baseImage)
 	requireImage(t, minimalImage)
-	crowd := hibernateCrowdSize()
 	dir, _ := newDataDir(t)
-	o := startOrch(t, dir, func(c *orchestrator.Config) {
-		c.Admission.MaxLive = crowd + hibernateMeasured + 10
-	})
+	o := startOrch(t, dir, roomFor(crowd))
 	t.Cleanup(func() { removeContainers(runLabel + "=" + runID) })
 	// The floor under any hibernate built on stopping the container: the
 	// plain docker CLI starting a stopped berth/base container of the same
@@ -62,16 +57,11 @@ func TestHibernateCrowdBench(t *testing.T) {
 //
 //	BERTH_BENCH=1 go test -count=1 -timeout 40m -run '^TestHibernateCrowdBenchContainerd$' -v ./e2e/
 func TestHibernateCrowdBenchContainerd(t *testing.T) {
-	if os.Getenv("BERTH_BENCH") == "" {
-		t.Skip("a figure for make bench (BERTH_BENCH=1)")
-	}
+	crowd := hibernateCrowdSize(t)
 	requireCtrdImage(t, baseImage)
 	requireCtrdImage(t, minimalImage)
-	crowd := hibernateCrowdSize()
 	env := newCtrdEnv(t)
-	o := startCtrdOrch(t, env, func(c *orchestrator.Config) {
-		c.Admission.MaxLive = crowd + hibernateMeasured + 10
-	})
+	o := startCtrdOrch(t, env, roomFor(crowd))
 	floorName, floor := "ctr task start + ctr task exec true (CLI)", ctrRestartFloor(t)
 	if floor == nil {
 		floorName = ""
@@ -83,12 +73,23 @@ func TestHibernateCrowdBenchContainerd(t *testing.T) {
 // wake, each hibernateRuns times.
 const hibernateMeasured, hibernateRuns = 5, 4
 
-// hibernateCrowdSize is BERTH_HIBERNATED, else 500.
-func hibernateCrowdSize() int {
+// hibernateCrowdSize skips t unless BERTH_BENCH is set, and returns
+// BERTH_HIBERNATED, else 500.
+func hibernateCrowdSize(t *testing.T) int {
+	t.Helper()
+	if os.Getenv("BERTH_BENCH") == "" {
+		t.Skip("a figure for make bench (BERTH_BENCH=1)")
+	}
 	if v, err := strconv.Atoi(os.Getenv("BERTH_HIBERNATED")); err == nil && v >= 0 {
 		return v
 	}
 	return 500
+}
+
+// roomFor lets an orchestrator hold a crowd of hibernated leases besides
+// the measured ones.
+func roomFor(crowd int) func(*orchestrator.Config) {
+	return func(c *orchestrator.Config) { c.Admission.MaxLive = crowd + hibernateMeasured + 10 }
 }
 
 // hibernateCrowd acquires and hibernates crowd berth/minimal leases (four

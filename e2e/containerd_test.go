@@ -903,13 +903,8 @@ func killCtrdTask(tb testing.TB, rt *containerd.Runtime, id string) {
 // (the endpoint is read again), the same lease and token; the lease records
 // the restart. Released, it leaves nothing behind.
 func TestContainerdRestartInPlace(t *testing.T) {
-	requireCtrdImage(t, minimalImage)
-	rt := ctrd.rt
-	env := newCtrdEnv(t)
-	o := startCtrdOrch(t, env)
-	r := o.acq(t, "c-ctrd-restart", minimalImage, "600s")
-	l := r.GetLease()
-	o.mustProxyExec(t, l.GetId(), r.GetToken(), "sh", "-c", "echo kept > /workspace/kept.txt")
+	_, o, r := ctrdKeptLease(t, "c-ctrd-restart")
+	rt, l := ctrd.rt, r.GetLease()
 
 	t0 := time.Now()
 	killCtrdTask(t, rt, l.GetContainerId())
@@ -926,11 +921,7 @@ func TestContainerdRestartInPlace(t *testing.T) {
 		trs[len(trs)-2].GetReason() != "container exited with code 137; restarting" {
 		t.Errorf("after the kill: container %s reason %q transitions %v", got.GetContainerId(), got.GetReason(), trs)
 	}
-	if res := o.mustProxyExec(t, l.GetId(), r.GetToken(), "cat", "/workspace/kept.txt"); res.Stdout != "kept\n" {
-		t.Errorf("file after the restart: %q, want \"kept\\n\"", res.Stdout)
-	}
-	o.mustRelease(t, l.GetId())
-	requireCtrdGone(t, rt, l.GetId(), l.GetContainerId())
+	o.checkKeptAndRelease(t, r, "the restart")
 }
 
 // TestContainerdReconcileRestartsStopped: the orchestrator is stopped, a
@@ -939,13 +930,8 @@ func TestContainerdRestartInPlace(t *testing.T) {
 // it in place: the lease survives with its files. (Restarting the machine's
 // containerd itself is not done here: the Docker Engine runs on it.)
 func TestContainerdReconcileRestartsStopped(t *testing.T) {
-	requireCtrdImage(t, minimalImage)
-	rt := ctrd.rt
-	env := newCtrdEnv(t)
-	o := startCtrdOrch(t, env)
-	r := o.acq(t, "c-ctrd-reconcile-restart", minimalImage, "600s")
-	l := r.GetLease()
-	o.mustProxyExec(t, l.GetId(), r.GetToken(), "sh", "-c", "echo kept > /workspace/kept.txt")
+	env, o, r := ctrdKeptLease(t, "c-ctrd-reconcile-restart")
+	rt, l := ctrd.rt, r.GetLease()
 	o.stop(t)
 	killCtrdTask(t, rt, l.GetContainerId())
 
@@ -963,11 +949,7 @@ func TestContainerdReconcileRestartsStopped(t *testing.T) {
 	if got.GetContainerId() != l.GetContainerId() || !strings.Contains(trs[len(trs)-2].GetReason(), "while the orchestrator was down; restarting") {
 		t.Errorf("container %s transitions %v", got.GetContainerId(), trs)
 	}
-	if res := o2.mustProxyExec(t, l.GetId(), r.GetToken(), "cat", "/workspace/kept.txt"); res.Stdout != "kept\n" {
-		t.Errorf("file after the restart: %q, want \"kept\\n\"", res.Stdout)
-	}
-	o2.mustRelease(t, l.GetId())
-	requireCtrdGone(t, rt, l.GetId(), l.GetContainerId())
+	o2.checkKeptAndRelease(t, r, "the restart")
 }
 
 // TestContainerdHibernate: a hibernated lease on the containerd backend
@@ -976,14 +958,9 @@ func TestContainerdReconcileRestartsStopped(t *testing.T) {
 // orchestrator restart as PAUSED, and wakes on its first request through
 // the proxy with its files and a working network.
 func TestContainerdHibernate(t *testing.T) {
-	requireCtrdImage(t, minimalImage)
-	rt := ctrd.rt
-	env := newCtrdEnv(t)
-	o := startCtrdOrch(t, env)
-	r := o.acq(t, "c-ctrd-hibernate", minimalImage, "600s")
-	l := r.GetLease()
+	env, o, r := ctrdKeptLease(t, "c-ctrd-hibernate")
+	rt, l := ctrd.rt, r.GetLease()
 	cid := l.GetContainerId()
-	o.mustProxyExec(t, l.GetId(), r.GetToken(), "sh", "-c", "echo kept > /workspace/kept.txt")
 	if _, err := os.Stat(netnsPath(cid)); err != nil {
 		t.Fatalf("a READY sandbox's network namespace: %v", err)
 	}
@@ -1010,9 +987,7 @@ func TestContainerdHibernate(t *testing.T) {
 		t.Fatalf("after an orchestrator restart the lease is %s paused %q (%s), %d restarts; want PAUSED hibernate", got.GetState(), got.GetPaused(), got.GetReason(), got.GetRestarts())
 	}
 
-	if res := o2.mustProxyExec(t, l.GetId(), r.GetToken(), "cat", "/workspace/kept.txt"); res.Stdout != "kept\n" {
-		t.Errorf("file after the wake-up: %q, want \"kept\\n\"", res.Stdout)
-	}
+	o2.mustProxyExec(t, l.GetId(), r.GetToken(), "true") // wakes it
 	got := o2.mustGet(t, l.GetId())
 	if got.GetState() != orchv1.LeaseState_LEASE_STATE_READY || got.GetEndpoint() == "" {
 		t.Fatalf("after the wake-up the lease is %s at %q (%s)", got.GetState(), got.GetEndpoint(), got.GetReason())
@@ -1025,6 +1000,31 @@ func TestContainerdHibernate(t *testing.T) {
 	if res := o2.mustProxyExec(t, l.GetId(), r.GetToken(), "sh", "-c", "ip route 2>/dev/null | head -1 || cat /proc/net/route | sed -n 2p"); res.ExitCode != 0 || res.Stdout == "" {
 		t.Errorf("the woken sandbox has no route: %+v", res)
 	}
-	o2.mustRelease(t, l.GetId())
-	requireCtrdGone(t, rt, l.GetId(), cid)
+	o2.checkKeptAndRelease(t, r, "the wake-up")
+}
+
+// ctrdKeptLease starts an orchestrator on a new containerd env and
+// acquires a berth/minimal lease of conversation conv with
+// /workspace/kept.txt written in it.
+func ctrdKeptLease(t *testing.T, conv string) (*ctrdEnv, *ctrdOrch, *orchv1.AcquireResponse) {
+	t.Helper()
+	requireCtrdImage(t, minimalImage)
+	env := newCtrdEnv(t)
+	o := startCtrdOrch(t, env)
+	r := o.acq(t, conv, minimalImage, "600s")
+	o.mustProxyExec(t, r.GetLease().GetId(), r.GetToken(), "sh", "-c", "echo kept > /workspace/kept.txt")
+	return env, o, r
+}
+
+// checkKeptAndRelease checks that the kept.txt of ctrdKeptLease is still
+// in r's sandbox after what (a restart, a wake-up), then releases the
+// lease and checks that its sandbox is gone.
+func (o *ctrdOrch) checkKeptAndRelease(t *testing.T, r *orchv1.AcquireResponse, what string) {
+	t.Helper()
+	l := r.GetLease()
+	if res := o.mustProxyExec(t, l.GetId(), r.GetToken(), "cat", "/workspace/kept.txt"); res.Stdout != "kept\n" {
+		t.Errorf("file after %s: %q, want \"kept\\n\"", what, res.Stdout)
+	}
+	o.mustRelease(t, l.GetId())
+	requireCtrdGone(t, ctrd.rt, l.GetId(), l.GetContainerId())
 }
