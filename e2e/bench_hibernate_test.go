@@ -148,15 +148,13 @@ func hibernateCrowd(t *testing.T, backend string, a *api, crowd int, track func(
 		}
 	}
 	p50 := func(ds []time.Duration) time.Duration { return ds[len(ds)/2] }
-	rows := []struct {
+	type row struct {
 		name string
 		ds   []time.Duration
-	}{{"first proxy exec to a hibernated lease", first}, {"hibernate→resume (REST :resume)", resume}}
+	}
+	rows := []row{{"first proxy exec to a hibernated lease", first}, {"hibernate→resume (REST :resume)", resume}}
 	if floor != nil {
-		rows = append(rows, struct {
-			name string
-			ds   []time.Duration
-		}{floorName, plain})
+		rows = append(rows, row{floorName, plain})
 	}
 	for _, m := range rows {
 		slices.Sort(m.ds)
@@ -181,12 +179,15 @@ func ctrRestartFloor(t *testing.T) func() time.Duration {
 		return nil
 	}
 	id := "berth-e2e-plain-" + runID + "-" + randHex(4)
-	ctr := func(args ...string) {
-		t.Helper()
+	run := func(args ...string) ([]byte, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		full := append([]string{"--address", ctrd.rt.Address(), "-n", ctrd.rt.Namespace()}, args...)
-		if out, err := exec.CommandContext(ctx, "ctr", full...).CombinedOutput(); err != nil {
+		return exec.CommandContext(ctx, "ctr", full...).CombinedOutput()
+	}
+	ctr := func(args ...string) {
+		t.Helper()
+		if out, err := run(args...); err != nil {
 			t.Fatalf("ctr %v: %v: %s", args, err, out)
 		}
 	}
@@ -196,12 +197,8 @@ func ctrRestartFloor(t *testing.T) func() time.Duration {
 	}
 	ctr("run", "-d", "--label", runLabel+"="+runID, named.String(), id, "sleep", "infinity")
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		base := []string{"--address", ctrd.rt.Address(), "-n", ctrd.rt.Namespace()}
-		_ = exec.CommandContext(ctx, "ctr", append(base, "task", "kill", "-s", "SIGKILL", id)...).Run()
-		_ = exec.CommandContext(ctx, "ctr", append(base, "task", "rm", "-f", id)...).Run()
-		if out, err := exec.CommandContext(ctx, "ctr", append(base, "container", "rm", id)...).CombinedOutput(); err != nil {
+		_, _ = run("task", "rm", "-f", id) // kills the task, if any, and removes it
+		if out, err := run("container", "rm", id); err != nil {
 			t.Errorf("cleanup: ctr container rm %s: %v: %s", id, err, out)
 		}
 	})
