@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -177,8 +178,16 @@ func benchExecLoad(b *testing.B, backend string, a *api, acquire func(conv, imag
 		fmt.Fprintf(&cpuLine, " %s %s |", part, d.Round(time.Microsecond))
 		b.ReportMetric(float64(d)/float64(time.Microsecond), strings.ReplaceAll(part, " ", "-")+"-cpu-us/exec")
 	}
-	b.Logf("LOAD-BENCH %s: CPU per exec (user+system, /proc and getrusage; this process = the orchestrator and the load generator):%s total %s",
+	b.Logf("LOAD-BENCH %s: CPU per exec (user+system, /proc and getrusage; this process = the orchestrator and the load generator; commands = the true processes the agents ran):%s total %s",
 		backend, cpuLine.String(), total.Round(time.Microsecond))
+	// The ceiling no server could pass: the machine's cores running
+	// nothing but the commands themselves.
+	if cmd := (cpu1["commands"] - cpu0["commands"]) / n; cmd > 0 {
+		ceiling := float64(goruntime.NumCPU()) * float64(time.Second) / float64(cmd)
+		b.ReportMetric(ceiling, "ceiling-execs/s")
+		b.Logf("LOAD-BENCH %s: ceiling: the %d cores running only the commands (%s CPU each) would do %.0f execs/s; this run got %.0f (%.0f%% of it; target 1000)",
+			backend, goruntime.NumCPU(), cmd.Round(time.Microsecond), ceiling, rate, 100*rate/ceiling)
+	}
 	b.Logf("LOAD-BENCH %s: %d clients x %d sandboxes, %d execs of true through the proxy (REST, keep-alive): %.0f execs/s, p50 %s p99 %s (targets: >= 1000/s, p99 < 50ms) | one client: %.0f execs/s, p50 %s p99 %s",
 		backend, sandboxes, sandboxes, len(all), rate, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond),
 		oneRate, percentile(one, 50).Round(10*time.Microsecond), percentile(one, 99).Round(10*time.Microsecond))

@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	goruntime "runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/pkg/orchestrator"
+	"github.com/berth-dev/berth/pkg/runtime"
 	orchv1 "github.com/berth-dev/berth/proto/berth/orchestrator/v1"
 )
 
@@ -18,13 +22,15 @@ import (
 // same moment; every round waits until the pool is full again, then
 // releases the leases. It reports p50 and p99 of the claims over all
 // rounds (targets: p50 < 10 ms, p99 < 30 ms), and the p50 of one claim
-// alone, measured between the rounds, for comparison.
+// alone, measured between the rounds, for comparison; and the CPU that
+// the claims cost the machine, the orchestrator and the sandboxes (how
+// busy two cores are during a burst tells whether it waits for CPU).
 //
 //	go test -run '^$' -bench WarmAcquireParallel -benchtime 10x ./e2e/
 func BenchmarkWarmAcquireParallel(b *testing.B) {
 	const callers = 10
 	requireImage(b, baseImage)
-	dir, _ := newDataDir(b)
+	dir, instance := newDataDir(b)
 	o := startOrch(b, dir, func(c *orchestrator.Config) {
 		c.Pools = []orchestrator.Pool{{Name: "burst", Image: baseImage, Min: callers, Max: callers}}
 	})
@@ -60,6 +66,15 @@ func BenchmarkWarmAcquireParallel(b *testing.B) {
 	}
 
 	var burst, alone []time.Duration
+	// Where the claims' CPU went, summed over the bursts only (and over
+	// the claims alone): the machine's cores (busy, stolen by the
+	// hypervisor), this process (the orchestrator and the clients) and
+	// the pooled sandboxes (their agents); the rest is the engine's, the
+	// kernel's and any other process's (a claim alone starts its pool's
+	// refill at once; a burst holds it until the burst ends).
+	var spent machineTimes
+	var wall, self, sandboxes time.Duration
+	var aloneCPU struct{ machine, self, sandboxes time.Duration }
 	b.ResetTimer()
 	for round := range b.N {
 		full()
@@ -76,8 +91,16 @@ func BenchmarkWarmAcquireParallel(b *testing.B) {
 				ids[i], ds[i], errs[i] = acquire(fmt.Sprintf("burst-%d-%d", round, i))
 			}()
 		}
+		boxes := poolSandboxes(b, instance, callers)
+		boxes.settle()
+		m0, x0, s0, t0 := readMachineTimes(), boxes.read(), selfCPU(), time.Now()
 		close(start)
 		wg.Wait()
+		wall += time.Since(t0)
+		self += selfCPU() - s0
+		sandboxes += boxes.read() - x0
+		m1 := readMachineTimes().sub(m0)
+		spent = machineTimes{busy: spent.busy + m1.busy, steal: spent.steal + m1.steal}
 		for i, err := range errs {
 			if err != nil {
 				b.Fatal(err)
@@ -86,10 +109,16 @@ func BenchmarkWarmAcquireParallel(b *testing.B) {
 		}
 		burst = append(burst, ds...)
 		full()
+		boxes = poolSandboxes(b, instance, callers)
+		boxes.settle()
+		m0, x0, s0 = readMachineTimes(), boxes.read(), selfCPU()
 		id, d, err := acquire(fmt.Sprintf("alone-%d", round))
 		if err != nil {
 			b.Fatal(err)
 		}
+		aloneCPU.self += selfCPU() - s0
+		aloneCPU.sandboxes += boxes.read() - x0
+		aloneCPU.machine += readMachineTimes().sub(m0).busy
 		o.mustRelease(b, id)
 		alone = append(alone, d)
 	}
@@ -101,4 +130,49 @@ func BenchmarkWarmAcquireParallel(b *testing.B) {
 	b.ReportMetric(ms(percentile(alone, 50)), "alone-p50-ms")
 	b.Logf("WARM-BURST %d rounds of %d parallel warm acquires (REST, env + secret): p50 %s p99 %s (targets: p50 < 10ms, p99 < 30ms) | one alone: p50 %s",
 		b.N, callers, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond), percentile(alone, 50).Round(10*time.Microsecond))
+	claims := time.Duration(len(burst))
+	if capacity := wall * time.Duration(goruntime.NumCPU()); capacity > 0 {
+		pct := func(d time.Duration) float64 { return 100 * float64(d) / float64(capacity) }
+		per := func(d time.Duration) time.Duration { return (d / claims).Round(10 * time.Microsecond) }
+		b.ReportMetric(float64(spent.busy/claims)/float64(time.Microsecond), "machine-cpu-us/claim")
+		b.Logf("WARM-BURST CPU during the bursts (%s of wall time on %d cores): busy %.0f%%, stolen by the hypervisor %.0f%% (/proc/stat, ticks of %s); per claim: the machine %s, of it this process (orchestrator and clients) %s, the sandboxes %s, the rest (engine, kernel, others) %s",
+			wall.Round(time.Millisecond), goruntime.NumCPU(), pct(spent.busy), pct(spent.steal), clockTick,
+			per(spent.busy), per(self), per(sandboxes), per(spent.busy-self-sandboxes))
+		n := time.Duration(len(alone))
+		b.Logf("WARM-BURST CPU of one claim alone: the machine %s, of it this process %s, the sandboxes %s, the rest %s",
+			(aloneCPU.machine / n).Round(10*time.Microsecond), (aloneCPU.self / n).Round(10*time.Microsecond),
+			(aloneCPU.sandboxes / n).Round(10*time.Microsecond), ((aloneCPU.machine - aloneCPU.self - aloneCPU.sandboxes) / n).Round(10*time.Microsecond))
+	}
+}
+
+// poolSandboxes returns the CPU meter of the n pooled sandboxes of a full
+// pool: the only running containers of the orchestrator instance once the
+// leases released before are gone, which it waits for.
+func poolSandboxes(b *testing.B, instance string, n int) sandboxCPU {
+	b.Helper()
+	var ids []string
+	if !eventually(time.Minute, 10*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := dockerCLI(ctx, "ps", "-q", "--no-trunc", "--filter", "label="+runtime.LabelInstance+"="+instance, "--filter", "status=running")
+		ids = strings.Fields(out)
+		return err == nil && len(ids) == n
+	}) {
+		b.Fatalf("want the %d pooled containers running alone, have %d", n, len(ids))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := dockerCLI(ctx, append([]string{"inspect", "-f", "{{.State.Pid}}"}, ids...)...)
+	if err != nil {
+		b.Fatalf("docker inspect: %v: %s", err, out)
+	}
+	var pids []int
+	for _, f := range strings.Fields(out) {
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid <= 0 {
+			b.Fatalf("docker inspect: no pid in %q", out)
+		}
+		pids = append(pids, pid)
+	}
+	return newSandboxCPU(b, pids)
 }

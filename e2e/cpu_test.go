@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,16 +25,21 @@ const clockTick = 10 * time.Millisecond
 // figure that other work on the machine does not change (unlike latency):
 //
 //   - "agents": the sandboxes' agents (the supervisor at PID 1 and the
-//     server), with the children they reaped (the commands they ran);
+//     server);
+//   - "commands": the programs the servers ran and reaped (the kernel
+//     adds a reaped child's CPU to its parent's cutime and cstime), the
+//     part no agent, proxy or engine could remove;
 //   - "fuse-overlayfs": the processes serving the sandboxes' root file
 //     systems, on hosts whose storage driver is fuse-overlayfs;
 //   - "engine": every dockerd, containerd and containerd-shim process
-//     (other containers of the machine count too);
+//     running when the meter was made (other containers of the machine
+//     count too);
 //   - "this process": the test binary, i.e. the orchestrator running in
 //     it and the load generator.
 type cpuMeter struct {
 	agents []int // supervisor pids
 	fuse   []int
+	engine []int
 }
 
 // newCPUMeter finds the processes of the containers ids of the machine's
@@ -44,7 +50,7 @@ func newCPUMeter(tb testing.TB, ids []string) *cpuMeter { return newCPUMeterOn(t
 // Engine at host (a DOCKER_HOST; "" for the machine's).
 func newCPUMeterOn(tb testing.TB, host string, ids []string) *cpuMeter {
 	tb.Helper()
-	m := &cpuMeter{}
+	m := &cpuMeter{engine: enginePIDs()}
 	merged := map[string]bool{}
 	for _, id := range ids {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -92,7 +98,7 @@ func newCtrdCPUMeter(tb testing.TB, ids []string) *cpuMeter {
 	tb.Helper()
 	rt := requireContainerd(tb)
 	ctx := namespaces.WithNamespace(context.Background(), rt.Namespace())
-	m := &cpuMeter{}
+	m := &cpuMeter{engine: enginePIDs()}
 	for _, id := range ids {
 		res, err := rt.Client().TaskService().Get(ctx, &tasks.GetRequest{ContainerID: id})
 		if err != nil {
@@ -103,33 +109,56 @@ func newCtrdCPUMeter(tb testing.TB, ids []string) *cpuMeter {
 	return m
 }
 
-// procCPU returns a process's utime+stime, plus cutime+cstime when
-// children is set.
-func procCPU(pid int, children bool) time.Duration {
+// procCPU returns a process's own CPU time and that of the children it
+// has reaped. Its own is the sum of its threads' run time in nanoseconds
+// (/proc/PID/task/*/schedstat) where the kernel keeps it, else utime+stime
+// in clock ticks (/proc/PID/stat), too coarse for short intervals over
+// many processes; the children's is cutime+cstime, in ticks.
+func procCPU(pid int) (own, reaped time.Duration) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	// The fields after the command name (which may hold spaces).
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0
+		return 0, 0
 	}
 	f := strings.Fields(string(b[i+1:]))
 	// f[0] is field 3 (state); utime is field 14, stime 15, cutime 16, cstime 17.
 	if len(f) < 15 {
-		return 0
+		return 0, 0
 	}
-	var ticks int64
-	last := 13
-	if children {
-		last = 15
-	}
-	for k := 11; k < last; k++ {
+	tick := func(k int) time.Duration {
 		v, _ := strconv.ParseInt(f[k], 10, 64)
-		ticks += v
+		return time.Duration(v) * clockTick
 	}
-	return time.Duration(ticks) * clockTick
+	own, reaped = tick(11)+tick(12), tick(13)+tick(14)
+	if ns, ok := runTime(pid); ok {
+		own = ns
+	}
+	return own, reaped
+}
+
+// runTime sums the run time of pid's threads from their schedstat files
+// (first field: nanoseconds on a CPU); ok is false when the kernel has
+// none.
+func runTime(pid int) (d time.Duration, ok bool) {
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/schedstat")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		first, _, _ := strings.Cut(string(b), " ")
+		v, err := strconv.ParseInt(first, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		d += time.Duration(v)
+		ok = true
+	}
+	return d, ok
 }
 
 // childrenOf returns the pids of pid's children.
@@ -147,9 +176,12 @@ func childrenOf(pid int) []int {
 	return out
 }
 
-// engineCPU sums the CPU time of the engine's processes, by name.
-func engineCPU() time.Duration {
-	var d time.Duration
+// enginePIDs returns the pids of the engine's processes, by name. They
+// are found once, when a meter is made: a process that starts later (a
+// new container's shim) would add all its CPU time at once, and one that
+// ends would take its away.
+func enginePIDs() []int {
+	var pids []int
 	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
 	for _, c := range comms {
 		b, err := os.ReadFile(c)
@@ -159,32 +191,180 @@ func engineCPU() time.Duration {
 		switch strings.TrimSpace(string(b)) {
 		case "dockerd", "containerd", "containerd-shim":
 			if n, err := strconv.Atoi(filepath.Base(filepath.Dir(c))); err == nil {
-				d += procCPU(n, false)
+				pids = append(pids, n)
 			}
 		}
 	}
-	return d
+	return pids
 }
 
 // read returns the CPU time used so far by each part (see cpuMeter).
 func (m *cpuMeter) read() map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for _, pid := range m.agents {
-		out["agents"] += procCPU(pid, false)
+		own, _ := procCPU(pid)
+		out["agents"] += own
 		for _, c := range childrenOf(pid) {
-			out["agents"] += procCPU(c, true)
+			own, reaped := procCPU(c)
+			out["agents"] += own
+			out["commands"] += reaped
 		}
 	}
 	for _, pid := range m.fuse {
-		out["fuse-overlayfs"] += procCPU(pid, false)
+		own, _ := procCPU(pid)
+		out["fuse-overlayfs"] += own
 	}
-	out["engine"] = engineCPU()
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		out["this process"] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	for _, pid := range m.engine {
+		own, _ := procCPU(pid)
+		out["engine"] += own
 	}
+	out["this process"] = selfCPU()
 	return out
 }
 
 // cpuParts is the order in which cpuMeter's parts are printed.
-var cpuParts = []string{"this process", "agents", "fuse-overlayfs", "engine"}
+var cpuParts = []string{"this process", "agents", "commands", "fuse-overlayfs", "engine"}
+
+// machineTimes is the CPU time of all the machine's cores by kind, from
+// the first line of /proc/stat (in clock ticks); busy is the root
+// cgroup's CPU usage in nanoseconds instead where there is one.
+type machineTimes struct {
+	busy  time.Duration // user, nice, system, irq, softirq
+	steal time.Duration // taken by the hypervisor for other guests
+}
+
+// readMachineTimes returns the machine's CPU times so far.
+func readMachineTimes() machineTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineTimes{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // "cpu" user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		return machineTimes{}
+	}
+	t := func(k int) time.Duration {
+		v, _ := strconv.ParseInt(f[k], 10, 64)
+		return time.Duration(v) * clockTick
+	}
+	m := machineTimes{busy: t(1) + t(2) + t(3) + t(6) + t(7), steal: t(8)}
+	if ns, ok := rootCgroupUsage(); ok {
+		m.busy = ns
+	}
+	return m
+}
+
+// rootCgroupUsage returns the CPU time of every task of the machine in
+// nanoseconds: cgroup v1's cpuacct.usage or cgroup v2's usage_usec of the
+// root.
+func rootCgroupUsage() (time.Duration, bool) {
+	if b, err := os.ReadFile("/sys/fs/cgroup/cpuacct/cpuacct.usage"); err == nil {
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			return time.Duration(v), true
+		}
+	}
+	for _, p := range []string{"/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/unified/cpu.stat"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+					return time.Duration(n) * time.Microsecond, true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// sub returns the times used between o and m.
+func (m machineTimes) sub(o machineTimes) machineTimes {
+	return machineTimes{busy: m.busy - o.busy, steal: m.steal - o.steal}
+}
+
+// selfCPU returns this process's user+system CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// sandboxCPU reads the CPU time of a set of sandboxes from their cgroups
+// (cpuacct.usage on cgroup v1, cpu.stat's usage_usec on v2): nanoseconds,
+// every process of the sandbox (the agent and what it runs), and one file
+// each, so a read is quick enough for an interval of a few milliseconds.
+type sandboxCPU []string
+
+// newSandboxCPU finds the cgroups of the processes pids.
+func newSandboxCPU(tb testing.TB, pids []int) sandboxCPU {
+	tb.Helper()
+	var files []string
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+		if err != nil {
+			tb.Fatalf("cgroup of %d: %v", pid, err)
+		}
+		file := ""
+		for _, l := range strings.Split(string(b), "\n") {
+			parts := strings.SplitN(l, ":", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			if slices.Contains(strings.Split(parts[1], ","), "cpuacct") {
+				file = filepath.Join("/sys/fs/cgroup/cpuacct", parts[2], "cpuacct.usage")
+				break
+			}
+			if parts[0] == "0" && parts[1] == "" && file == "" {
+				file = filepath.Join("/sys/fs/cgroup", parts[2], "cpu.stat")
+			}
+		}
+		if _, err := os.Stat(file); file == "" || err != nil {
+			tb.Fatalf("no CPU usage file for the cgroup of %d (%q): %v", pid, file, err)
+		}
+		files = append(files, file)
+	}
+	return files
+}
+
+// read returns the CPU time the sandboxes have used so far.
+func (s sandboxCPU) read() time.Duration {
+	var d time.Duration
+	for _, f := range s {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if strings.HasSuffix(f, "cpu.stat") {
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					d += time.Duration(n) * time.Microsecond
+				}
+			}
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		d += time.Duration(n)
+	}
+	return d
+}
+
+// settle waits (up to 10 s) until the sandboxes are idle: less than 1 ms
+// of CPU among them over 50 ms, so that a short interval measured next
+// does not count the end of their start-up.
+func (s sandboxCPU) settle() {
+	prev := s.read()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond) // a sampling interval, not a wait for an event
+		now := s.read()
+		if now-prev < time.Millisecond {
+			return
+		}
+		prev = now
+	}
+}
