@@ -93,13 +93,14 @@ func BenchmarkWarmAcquireParallel(b *testing.B) {
 		}
 		boxes := poolSandboxes(b, instance, callers)
 		boxes.settle()
-		m0, x0, s0, t0 := readMachineTimes(), boxes.read(), selfCPU(), time.Now()
+		x0, s0 := boxes.read(), selfCPU()
+		m0, t0 := readMachineTimes(), time.Now()
 		close(start)
 		wg.Wait()
+		m1 := readMachineTimes().sub(m0) // first: the pool's refill starts now
 		wall += time.Since(t0)
 		self += selfCPU() - s0
 		sandboxes += boxes.read() - x0
-		m1 := readMachineTimes().sub(m0)
 		spent = machineTimes{busy: spent.busy + m1.busy, steal: spent.steal + m1.steal}
 		for i, err := range errs {
 			if err != nil {
