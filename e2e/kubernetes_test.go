@@ -47,13 +47,25 @@ func k8sDir(t *testing.T) string {
 	return dir
 }
 
-// k8sLoad copies a Docker image into the test cluster's node.
+// k8sLoad copies a Docker image into the test cluster's node. Like
+// scripts/k8s/lib.sh's node_import it tries three times: the node's
+// containerd (1.6) fails an import now and then with "content digest ...:
+// not found" while it unpacks.
 func k8sLoad(t *testing.T, ref string) {
 	t.Helper()
-	cmd := exec.Command("sh", "-c", `docker save "$1" | ctr --address "$2" --namespace k8s.io images import -`, "sh", ref, k8sNodeSock)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("load %s into the node: %v\n%s", ref, err, out)
+	var failures []string
+	for attempt := 1; attempt <= 3; attempt++ {
+		cmd := exec.Command("sh", "-c", `docker save "$1" | ctr --address "$2" --namespace k8s.io images import -`, "sh", ref, k8sNodeSock)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			if len(failures) > 0 {
+				t.Logf("load %s into the node: failed before it worked: %s", ref, strings.Join(failures, "; "))
+			}
+			return
+		}
+		failures = append(failures, fmt.Sprintf("attempt %d: %v: %s", attempt, err, strings.TrimSpace(string(out))))
 	}
+	t.Fatalf("load %s into the node: %s", ref, strings.Join(failures, "; "))
 }
 
 // startK8sOrch starts an in-process orchestrator on the Kubernetes backend

@@ -25,6 +25,6 @@ tar -C "$tmp" --owner=0 --group=0 -c sandbox-agent installer |
 	docker import -c 'ENTRYPOINT ["/installer"]' -c "LABEL dev.berth.version=$VERSION" - "$IMAGE" >/dev/null
 log "built $IMAGE ($VERSION)"
 if [[ -S $CTRD_SOCK ]]; then
-	docker save "$IMAGE" | ctrd images import - >/dev/null
+	node_import "$IMAGE"
 	log "loaded $IMAGE into the test cluster's node"
 fi

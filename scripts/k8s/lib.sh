@@ -52,6 +52,21 @@ die() { printf 'k8s: error: %s\n' "$*" >&2; exit 1; }
 # ctrd runs ctr against the cluster's own containerd.
 ctrd() { ctr --address "$CTRD_SOCK" --namespace "$NS" "$@"; }
 
+# node_import IMAGE: copy a Docker image into the node's containerd
+# (docker save | ctr images import). The import fails now and then with
+# "content digest ...: not found" while it unpacks (seen once in CI, on
+# containerd 1.6): it is tried three times, each failure logged.
+node_import() {
+	local image=$1 attempt out
+	for attempt in 1 2 3; do
+		if out=$(docker save "$image" | ctrd images import - 2>&1 >/dev/null); then
+			return 0
+		fi
+		log "import of $image into the node failed (attempt $attempt of 3): $out"
+	done
+	die "cannot import $image into the node"
+}
+
 # alive PIDFILE: the process recorded in PIDFILE still runs (and is the
 # same program: the pid file also records its start time).
 alive() {

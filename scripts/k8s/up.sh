@@ -278,7 +278,7 @@ if ! ctrd images check "name==$PAUSE_IMAGE" 2>/dev/null | grep -q "$PAUSE_IMAGE"
 	cp "$BIN/pause" "$tmp/pause"
 	tar -C "$tmp" -c pause | docker import -c 'ENTRYPOINT ["/pause"]' - "$PAUSE_IMAGE" >/dev/null
 	rm -rf "$tmp"
-	docker save "$PAUSE_IMAGE" | ctrd images import -
+	node_import "$PAUSE_IMAGE"
 	docker rmi "$PAUSE_IMAGE" >/dev/null
 fi
 
