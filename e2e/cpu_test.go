@@ -109,11 +109,11 @@ func newCtrdCPUMeter(tb testing.TB, ids []string) *cpuMeter {
 	return m
 }
 
-// procCPU returns a process's own CPU time and that of the children it
-// has reaped. Its own is the sum of its threads' run time in nanoseconds
-// (/proc/PID/task/*/schedstat) where the kernel keeps it, else utime+stime
-// in clock ticks (/proc/PID/stat), too coarse for short intervals over
-// many processes; the children's is cutime+cstime, in ticks.
+// procCPU returns a process's own CPU time (utime+stime) and that of the
+// children it has reaped (cutime+cstime), in clock ticks: exact sums
+// (threads that ended count), rounded to a tick, so fine over the
+// seconds of a load run, too coarse for a burst of a few milliseconds
+// (sandboxCPU).
 func procCPU(pid int) (own, reaped time.Duration) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -133,32 +133,7 @@ func procCPU(pid int) (own, reaped time.Duration) {
 		v, _ := strconv.ParseInt(f[k], 10, 64)
 		return time.Duration(v) * clockTick
 	}
-	own, reaped = tick(11)+tick(12), tick(13)+tick(14)
-	if ns, ok := runTime(pid); ok {
-		own = ns
-	}
-	return own, reaped
-}
-
-// runTime sums the run time of pid's threads from their schedstat files
-// (first field: nanoseconds on a CPU); ok is false when the kernel has
-// none.
-func runTime(pid int) (d time.Duration, ok bool) {
-	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/schedstat")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread ended
-		}
-		first, _, _ := strings.Cut(string(b), " ")
-		v, err := strconv.ParseInt(first, 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		d += time.Duration(v)
-		ok = true
-	}
-	return d, ok
+	return tick(11) + tick(12), tick(13) + tick(14)
 }
 
 // childrenOf returns the pids of pid's children.
