@@ -231,25 +231,31 @@ func readMachineTimes() machineTimes {
 }
 
 // rootCgroupUsage returns the CPU time of every task of the machine in
-// nanoseconds: cgroup v1's cpuacct.usage or cgroup v2's usage_usec of the
-// root.
+// nanoseconds: the root cgroup's usage (cgroupUsage) on cgroup v1 or v2.
 func rootCgroupUsage() (time.Duration, bool) {
-	if b, err := os.ReadFile("/sys/fs/cgroup/cpuacct/cpuacct.usage"); err == nil {
-		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
-			return time.Duration(v), true
+	for _, f := range []string{"/sys/fs/cgroup/cpuacct/cpuacct.usage", "/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/unified/cpu.stat"} {
+		if d, ok := cgroupUsage(f); ok {
+			return d, true
 		}
 	}
-	for _, p := range []string{"/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/unified/cpu.stat"} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
-				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-					return time.Duration(n) * time.Microsecond, true
-				}
-			}
+	return 0, false
+}
+
+// cgroupUsage reads a cgroup's CPU usage from file: cgroup v1's
+// cpuacct.usage (nanoseconds) or cgroup v2's cpu.stat (its usage_usec).
+func cgroupUsage(file string) (time.Duration, bool) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, false
+	}
+	if !strings.HasSuffix(file, "cpu.stat") {
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return time.Duration(n), err == nil
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			return time.Duration(n) * time.Microsecond, err == nil
 		}
 	}
 	return 0, false
@@ -310,21 +316,8 @@ func newSandboxCPU(tb testing.TB, pids []int) sandboxCPU {
 func (s sandboxCPU) read() time.Duration {
 	var d time.Duration
 	for _, f := range s {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		if strings.HasSuffix(f, "cpu.stat") {
-			for _, l := range strings.Split(string(b), "\n") {
-				if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
-					n, _ := strconv.ParseInt(v, 10, 64)
-					d += time.Duration(n) * time.Microsecond
-				}
-			}
-			continue
-		}
-		n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		d += time.Duration(n)
+		n, _ := cgroupUsage(f)
+		d += n
 	}
 	return d
 }
