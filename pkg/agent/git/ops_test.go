@@ -366,9 +366,7 @@ func fakeGit(t *testing.T) (bin, pidFile string) {
 	d := t.TempDir()
 	bin, pidFile = filepath.Join(d, "git"), filepath.Join(d, "pid")
 	script := "#!/bin/sh\nsleep 30 &\necho $! > " + pidFile + "\nwait\n"
-	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteExecutable(t, bin, []byte(script))
 	return bin, pidFile
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/testsupport/testenv"
 	"github.com/berth-dev/berth/pkg/agent/validate"
 	"github.com/berth-dev/berth/pkg/errdefs"
 )
@@ -95,9 +96,7 @@ func TestExecStreamsStdinEnvCwd(t *testing.T) {
 	if err := os.Mkdir(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(bin, "berth-hello"), []byte("#!/bin/sh\necho hi \"$@\"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteExecutable(t, filepath.Join(bin, "berth-hello"), []byte("#!/bin/sh\necho hi \"$@\"\n"))
 	res, err = r.Exec(ctx, Spec{Argv: []string{"berth-hello", "a b"}, Env: map[string]string{"PATH": bin + ":/usr/bin:/bin"}})
 	if err != nil || string(res.Stdout) != "hi a b\n" {
 		t.Errorf("PATH lookup: %q %v", res.Stdout, err)

@@ -399,9 +399,7 @@ func TestCommandPolicy(t *testing.T) {
 	// Found and executable, but its interpreter is missing: the start
 	// fails as exec's does, with the same reason (so `exec -t` exits 127).
 	badInterp := filepath.Join(dir, "bad-interp")
-	if err := os.WriteFile(badInterp, []byte("#!/no/such/interpreter\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteExecutable(t, badInterp, []byte("#!/no/such/interpreter\n"))
 	if _, err := m.Open(Spec{Argv: []string{badInterp}}); !errdefs.IsFailedPrecondition(err) || errdefs.Reason(err) != process.ReasonCommandNotFound {
 		t.Errorf("missing interpreter: %v (reason %q)", err, errdefs.Reason(err))
 	}
