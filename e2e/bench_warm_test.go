@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	goruntime "runtime"
 	"strconv"
@@ -48,9 +49,12 @@ func BenchmarkWarmAcquireParallel(b *testing.B) {
 			b.Fatalf("pool not refilled: %+v", m.PoolStats())
 		}
 	}
-	acquire := func(conv string) (string, time.Duration, error) {
-		body := map[string]any{"conversationId": conv, "image": baseImage, "ttl": "600s",
+	claimBody := func(conv string) map[string]any {
+		return map[string]any{"conversationId": conv, "image": baseImage, "ttl": "600s",
 			"env": map[string]string{"A": "1"}, "secrets": map[string]string{"S": "bench-secret-value"}}
+	}
+	acquire := func(conv string) (string, time.Duration, error) {
+		body := claimBody(conv)
 		t0 := time.Now()
 		code, _, raw, err := o.call(http.MethodPost, "/v1/leases", body)
 		d := time.Since(t0)
@@ -74,7 +78,11 @@ func BenchmarkWarmAcquireParallel(b *testing.B) {
 	// refill at once; a burst holds it until the burst ends).
 	var spent machineTimes
 	var wall, self, sandboxes time.Duration
-	var aloneCPU struct{ machine, self, sandboxes time.Duration }
+	var aloneCPU, floorCPU struct{ machine, self, sandboxes time.Duration }
+	// The machine's floor for the same burst, measured between the rounds
+	// (bench_floor_test.go).
+	floor := newClaimFloor(b)
+	var floorDs []time.Duration
 	b.ResetTimer()
 	for round := range b.N {
 		full()
@@ -91,7 +99,7 @@ func BenchmarkWarmAcquireParallel(b *testing.B) {
 				ids[i], ds[i], errs[i] = acquire(fmt.Sprintf("burst-%d-%d", round, i))
 			}()
 		}
-		boxes := poolSandboxes(b, instance, callers)
+		boxes, _ := poolSandboxes(b, instance, callers)
 		boxes.settle()
 		x0, s0 := boxes.read(), selfCPU()
 		m0, t0 := readMachineTimes(), time.Now()
@@ -110,7 +118,15 @@ func BenchmarkWarmAcquireParallel(b *testing.B) {
 		}
 		burst = append(burst, ds...)
 		full()
-		boxes = poolSandboxes(b, instance, callers)
+		boxes, endpoints := poolSandboxes(b, instance, callers)
+		floor.prepare(b, endpoints)
+		boxes.settle()
+		m0, x0, s0 = readMachineTimes(), boxes.read(), selfCPU()
+		floorDs = append(floorDs, floor.burst(b, callers, claimBody(fmt.Sprintf("floor-%d", round)))...)
+		floorCPU.self += selfCPU() - s0
+		floorCPU.sandboxes += boxes.read() - x0
+		floorCPU.machine += readMachineTimes().sub(m0).busy
+		floor.closeConns()
 		boxes.settle()
 		m0, x0, s0 = readMachineTimes(), boxes.read(), selfCPU()
 		id, d, err := acquire(fmt.Sprintf("alone-%d", round))
@@ -144,12 +160,20 @@ func BenchmarkWarmAcquireParallel(b *testing.B) {
 			(aloneCPU.machine / n).Round(10*time.Microsecond), (aloneCPU.self / n).Round(10*time.Microsecond),
 			(aloneCPU.sandboxes / n).Round(10*time.Microsecond), ((aloneCPU.machine - aloneCPU.self - aloneCPU.sandboxes) / n).Round(10*time.Microsecond))
 	}
+	fp50, fp99 := percentile(floorDs, 50), percentile(floorDs, 99)
+	b.ReportMetric(ms(fp50), "floor-p50-ms")
+	fn := time.Duration(len(floorDs))
+	b.Logf("WARM-BURST FLOOR the same bursts to a bare HTTP server whose handler makes one gRPC call to an idle pooled agent and one fsync'd write: p50 %s p99 %s; CPU per claim: the machine %s, this process %s, the sandboxes %s | berth's burst: p50 %.2fx, p99 %.2fx the floor's",
+		fp50.Round(10*time.Microsecond), fp99.Round(10*time.Microsecond),
+		(floorCPU.machine / fn).Round(10*time.Microsecond), (floorCPU.self / fn).Round(10*time.Microsecond), (floorCPU.sandboxes / fn).Round(10*time.Microsecond),
+		float64(p50)/float64(fp50), float64(p99)/float64(fp99))
 }
 
-// poolSandboxes returns the CPU meter of the n pooled sandboxes of a full
-// pool: the only running containers of the orchestrator instance once the
-// leases released before are gone, which it waits for.
-func poolSandboxes(b *testing.B, instance string, n int) sandboxCPU {
+// poolSandboxes returns the CPU meter and the agents' endpoints of the n
+// pooled sandboxes of a full pool: the only running containers of the
+// orchestrator instance once the leases released before are gone, which it
+// waits for.
+func poolSandboxes(b *testing.B, instance string, n int) (sandboxCPU, []string) {
 	b.Helper()
 	var ids []string
 	if !eventually(time.Minute, 10*time.Millisecond, func() bool {
@@ -163,17 +187,23 @@ func poolSandboxes(b *testing.B, instance string, n int) sandboxCPU {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := dockerCLI(ctx, append([]string{"inspect", "-f", "{{.State.Pid}}"}, ids...)...)
+	out, err := dockerCLI(ctx, append([]string{"inspect", "-f", "{{.State.Pid}} {{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}"}, ids...)...)
 	if err != nil {
 		b.Fatalf("docker inspect: %v: %s", err, out)
 	}
 	var pids []int
-	for _, f := range strings.Fields(out) {
-		pid, err := strconv.Atoi(f)
+	var endpoints []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			b.Fatalf("docker inspect: no pid and address in %q", line)
+		}
+		pid, err := strconv.Atoi(f[0])
 		if err != nil || pid <= 0 {
-			b.Fatalf("docker inspect: no pid in %q", out)
+			b.Fatalf("docker inspect: no pid in %q", line)
 		}
 		pids = append(pids, pid)
+		endpoints = append(endpoints, net.JoinHostPort(f[1], strconv.Itoa(runtime.AgentPort)))
 	}
-	return newSandboxCPU(b, pids)
+	return newSandboxCPU(b, pids), endpoints
 }
