@@ -39,8 +39,13 @@ type configurer struct {
 	agentv1.UnimplementedConfigServiceServer
 	log       *slog.Logger
 	stateFile string
-	base      map[string]string // secrets from the agent's start (Config.Secrets)
-	masker    *mask.Masker
+	// blank is the state file, created empty and held open from the agent's
+	// start (nil when it could not be): a Configure whose configuration
+	// fits in one page writes it with one pwrite, no path walked, no file
+	// created or renamed, while a claim waits (writeState).
+	blank  *os.File
+	base   map[string]string // secrets from the agent's start (Config.Secrets)
+	masker *mask.Masker
 
 	mu   sync.Mutex
 	done bool
@@ -56,11 +61,13 @@ func newConfigurer(stateFile string, base map[string]string, log *slog.Logger) (
 	}
 	b, err := os.ReadFile(stateFile)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		// Made now so a Configure writes one file, not the directories
-		// (an overlay copy-up of /var/lib) while a claim waits. Best
-		// effort: Configure makes it too.
-		_ = os.MkdirAll(filepath.Dir(stateFile), 0o700)
+	case errors.Is(err, fs.ErrNotExist) || err == nil && len(b) == 0:
+		// No configuration kept (an empty file is one this agent's start
+		// made): the file is made and opened now, so a Configure writes
+		// no directory (an overlay copy-up of /var/lib) and opens no file
+		// while a claim waits. Best effort: writeState falls back to a
+		// whole write.
+		c.blank = openBlank(stateFile)
 		return c, nil
 	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", stateFile, err)
@@ -140,7 +147,7 @@ func (c *configurer) Configure(_ context.Context, req *agentv1.ConfigureRequest)
 		// Written before the answer (without fsync): a command can only
 		// start after the claim's READY answer, so every command runs with
 		// the configuration already kept for a restart of the container.
-		if err := writeState(c.stateFile, lc); err != nil {
+		if err := c.writeState(lc); err != nil {
 			return nil, errgrpc.ToGRPC(fmt.Errorf("%w: keep the configuration: %v", errdefs.ErrInternal, err))
 		}
 	}
@@ -154,12 +161,53 @@ func (c *configurer) Configure(_ context.Context, req *agentv1.ConfigureRequest)
 	return &agentv1.ConfigureResponse{}, nil
 }
 
-// writeState writes lc to path (mode 0600, its directory 0700), atomically.
-func writeState(path string, lc leaseConfig) error {
+// openBlank makes the directory of path (mode 0700) and an empty file at
+// path (mode 0600), and returns the file open for writing; nil when it
+// cannot.
+func openBlank(path string) *os.File {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil
+	}
+	return f
+}
+
+// blankWriteMax is the largest configuration written in place into the
+// blank state file: one page, which a single write(2) to a regular file
+// copies whole or, when the process is killed first, not at all. So a
+// restarted agent finds the file empty (not configured) or complete,
+// never in part.
+const blankWriteMax = 4096
+
+// writeState keeps lc in the state file: in place, with one write at
+// offset 0 into the empty file held open since the start, when it fits
+// in blankWriteMax; else (or without that file) through a temporary file
+// renamed over it, so that a reader never sees part of it.
+func (c *configurer) writeState(lc leaseConfig) error {
 	b, err := json.Marshal(lc)
 	if err != nil {
 		return err
 	}
+	if f := c.blank; f != nil {
+		c.blank = nil
+		defer f.Close()
+		if len(b) <= blankWriteMax {
+			n, err := f.WriteAt(b, 0)
+			if err == nil && n == len(b) {
+				return nil
+			}
+			// Nothing or part of it written: the whole write below
+			// replaces the file.
+		}
+	}
+	return writeState(c.stateFile, b)
+}
+
+// writeState writes b to path (mode 0600, its directory 0700), atomically.
+func writeState(path string, b []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err

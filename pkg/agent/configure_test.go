@@ -96,3 +96,54 @@ func TestConfigure(t *testing.T) {
 		t.Fatalf("bad env: %v", err)
 	}
 }
+
+// TestConfigureStateFile: the state file is made empty at the start (an
+// empty one means "not configured", also after a restart); a Configure
+// that fits in one page is written into it in place, a bigger one through
+// a temporary file and a rename; both are whole after a restart, and the
+// directory holds nothing else.
+func TestConfigureStateFile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		val  string
+	}{
+		{"in place", "small"},
+		{"renamed", strings.Repeat("v", 8192)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "state", "configure.json")
+			startConfigurable(t, state)
+			if b, err := os.ReadFile(state); err != nil || len(b) != 0 {
+				t.Fatalf("state file after the start: %q %v, want it empty", b, err)
+			}
+			// A restart before any Configure: still unconfigured.
+			a, cs := startConfigurable(t, state)
+			if out := a.execOut(t, `echo "[$BIG]"`, nil); out != "[]\n" {
+				t.Fatalf("before Configure: %q", out)
+			}
+			req := &agentv1.ConfigureRequest{Env: map[string]string{"BIG": tc.val}}
+			if _, err := cs.Configure(authed(context.Background(), testToken), req); err != nil {
+				t.Fatal(err)
+			}
+			var kept struct{ Env map[string]string }
+			b, err := os.ReadFile(state)
+			if err != nil || json.Unmarshal(b, &kept) != nil || kept.Env["BIG"] != tc.val {
+				t.Fatalf("state file: %d bytes, %v", len(b), err)
+			}
+			ents, err := os.ReadDir(filepath.Dir(state))
+			if err != nil || len(ents) != 1 {
+				t.Fatalf("state dir holds %v (%v), want configure.json alone", ents, err)
+			}
+			if fi, err := os.Stat(state); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("state file: %v %v", fi, err)
+			}
+			b2, cs2 := startConfigurable(t, state)
+			if out := b2.execOut(t, `printf %s "$BIG"`, nil); out != tc.val {
+				t.Fatalf("after a restart: %d bytes, want %d", len(out), len(tc.val))
+			}
+			if _, err := cs2.Configure(authed(context.Background(), testToken), req); status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("Configure after a restart: %v, want FAILED_PRECONDITION", err)
+			}
+		})
+	}
+}
