@@ -454,17 +454,19 @@ func (f *fleet) flushActivityLoop(ctx context.Context) {
 // may not be the one the client's next request reaches.
 var remotePendingWait = 5 * time.Second
 
-// pendingElsewhere reports whether lease id is PENDING here because of
-// another replica's record: the store is shared, the lease's home is
-// another replica and no operation of this replica's is in flight on it.
-func (f *fleet) pendingElsewhere(id string) bool {
+// homedElsewhere reports whether lease id is here only through another
+// replica's records: the store is shared, the lease's home is another
+// replica and no operation of this replica's is in flight on it. It does
+// not look at the state: the caller saw PENDING a moment before, and a
+// record that arrived in between is what it waits for (Manager.Use).
+func (f *fleet) homedElsewhere(id string) bool {
 	if f.shared == nil {
 		return false
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e := f.leases[id]
-	return e != nil && e.l.State == StatePending && e.op == nil && !f.homeLocked(e)
+	return e != nil && e.op == nil && !f.homeLocked(e)
 }
 
 // awaitRemotePending waits until lease id, which another replica is

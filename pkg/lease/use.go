@@ -52,9 +52,11 @@ type Hold struct {
 // (replicas.go), before it is returned as PENDING.
 func (m *Manager) Use(ctx context.Context, id string) (Route, *Hold, error) {
 	rt, h, err := m.pauser.use(ctx, id)
-	if err != nil || h != nil || rt.State != StatePending || !m.fleet.pendingElsewhere(id) {
+	if err != nil || h != nil || rt.State != StatePending || !m.fleet.homedElsewhere(id) {
 		return rt, h, err
 	}
+	// Also when the READY record arrived since use looked: the wait then
+	// ends at once and use looks again.
 	if m.fleet.awaitRemotePending(ctx, id, remotePendingWait) != nil {
 		return rt, nil, nil // still PENDING: the caller refuses it
 	}
