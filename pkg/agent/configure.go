@@ -216,8 +216,8 @@ func writeState(path string, b []byte) error {
 	if err != nil {
 		return err
 	}
-	// Each file operation is a round trip to the container's filesystem
-	// (fuse-overlayfs on rootless hosts) while a claim waits: no other.
+	// The path for a configuration bigger than one page, or when the
+	// file held open from the start could not be made (writeState).
 	_, err = tmp.Write(b)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
