@@ -28,7 +28,7 @@ var agentBin struct {
 
 // buildAgent returns the sandbox-agent built from this tree (as `make
 // build` does, see testenv.Build); the first call builds it.
-func buildAgent(t *testing.T) string {
+func buildAgent(t testing.TB) string {
 	t.Helper()
 	agentBin.once.Do(func() {
 		agentBin.dir, agentBin.err = os.MkdirTemp("", "berth-agent-test-")
@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

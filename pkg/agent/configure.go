@@ -68,6 +68,10 @@ func newConfigurer(stateFile string, base map[string]string, log *slog.Logger) (
 		// while a claim waits. Best effort: writeState falls back to a
 		// whole write.
 		c.blank = openBlank(stateFile)
+		// encoding/json builds a type's encoder on its first use: 0.15-0.3
+		// ms in a fresh agent, which would fall on the claim's Configure
+		// (BenchmarkConfigureCPU in cmd/sandbox-agent).
+		_, _ = json.Marshal(leaseConfig{})
 		return c, nil
 	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", stateFile, err)
