@@ -95,6 +95,9 @@ func BenchmarkConfigureCPU(b *testing.B) {
 		}
 		time.Sleep(idle)
 		c2 := threadsCPU(b, pid)
+		if kept, err := os.ReadFile(filepath.Join(dir, "state", "configure.json")); err != nil || !strings.Contains(string(kept), "bench-secret-value") {
+			b.Fatalf("the state file after Configure: %q, %v", kept, err)
+		}
 		if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
 			b.Fatal(err)
 		}
