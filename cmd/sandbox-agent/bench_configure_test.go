@@ -48,8 +48,8 @@ func threadsCPU(tb testing.TB, pid int) time.Duration {
 // connection opened and used once ahead, as the orchestrator's Prepare
 // does), beside a health check on the same connection after the same
 // idle time (what the claim floor of WarmAcquireParallel asks an agent).
-// Each iteration starts its own agent, with one P as in a sandbox of
-// the default limit of one CPU; figures are medians. The idle gap
+// Each iteration starts its own agent, with the two Ps it has in a
+// sandbox with the default limit of one CPU; figures are medians. The idle gap
 // matters: a call that wakes an idle Go process costs it several times
 // what the same call costs back to back (docs/benchmarks.md).
 func BenchmarkConfigureCPU(b *testing.B) {
@@ -61,9 +61,10 @@ func BenchmarkConfigureCPU(b *testing.B) {
 		dir := b.TempDir()
 		addr := freePort(b)
 		cmd := exec.Command(bin, "--listen", addr, "--workdir", filepath.Join(dir, "w"), "--state-file", filepath.Join(dir, "state", "configure.json"))
-		// GOMAXPROCS=1: what the Go runtime picks in a sandbox with the
-		// default limit of one CPU.
-		cmd.Env = append(os.Environ(), "BERTH_AGENT_TOKEN="+token, "GOMAXPROCS=1")
+		// GOMAXPROCS=2: what Go gives the agent in a sandbox with the
+		// default limit of one CPU (its cgroup-aware default never goes
+		// below two), whatever this host's count of CPUs.
+		cmd.Env = append(os.Environ(), "BERTH_AGENT_TOKEN="+token, "GOMAXPROCS=2")
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
