@@ -361,7 +361,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 }
 
 // remove deletes sandbox id's Secret, then its Pod (force: grace 0; it
-// returns once the informer has dropped the Pod, awaitUncached), then
+// returns once the informer has dropped the Pod), then
 // its own workspace claim (ownClaim: claimName or the spare it took; its
 // volume goes by the StorageClass's reclaim policy). The Secret goes
 // first: every Secret has its Pod (see Create), so that a Remove cut short
@@ -372,20 +372,19 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 	if err := r.deleteSecret(ctx, secretName(id)); err != nil {
 		return err
 	}
-	var gone <-chan struct{}
-	if perr == nil {
-		// Subscribed before the delete, so that its event is not missed.
-		var stop func()
-		gone, stop = r.pods.subscribe(id)
-		defer stop()
-	}
 	zero := int64(0)
 	err := r.cs.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return r.apiErr(err, "delete pod", id)
 	}
-	if gone != nil {
-		r.awaitUncached(ctx, id, pod.UID, gone)
+	if perr == nil && r.pods.synced() {
+		// Until the informer drops the Pod (its deletion's event), so
+		// that a List or Get right after Remove does not return it: the
+		// cache lags the API server by that event. Bounded: a Pod the API
+		// server keeps a while longer only delays this Remove.
+		wctx, cancel := context.WithTimeout(ctx, removeSettle)
+		_, _ = r.waitPod(wctx, pod, func(*corev1.Pod) (bool, error) { return false, nil })
+		cancel()
 	}
 	switch {
 	case perr == nil:
@@ -398,33 +397,8 @@ func (r *Runtime) remove(ctx context.Context, id string) error {
 }
 
 // removeSettle bounds how long Remove waits for the informer to drop a
-// Pod it deleted (awaitUncached).
+// Pod it deleted (remove).
 const removeSettle = 5 * time.Second
-
-// awaitUncached waits, up to removeSettle or the end of ctx, until the
-// informer no longer holds Pod name of uid (a deleted Pod's watch event
-// has reached the cache), so that a List or Get right after Remove does
-// not return it: the cache lags the API server by that event. gone is
-// the Pod's subscription (podCache.subscribe), taken before the delete.
-func (r *Runtime) awaitUncached(ctx context.Context, name string, uid types.UID, gone <-chan struct{}) {
-	if !r.pods.synced() {
-		return // reads go to the API server
-	}
-	t := time.NewTimer(removeSettle)
-	defer t.Stop()
-	for {
-		if p := r.pods.cached(r.cfg.Namespace, name); p == nil || p.UID != uid {
-			return
-		}
-		select {
-		case <-gone:
-		case <-t.C:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-}
 
 // deleteStorage deletes sandbox pod's Secret and its own workspace claim
 // claim.
