@@ -20,7 +20,10 @@ func startApp(cfg Config, us *users.Resolver, conf *configurer, log *slog.Logger
 	if dir == "" {
 		dir = cfg.WorkDir
 	}
-	env := conf.environ()
+	env, err := conf.environ()
+	if err != nil {
+		return nil, nil, err
+	}
 	acfg := app.Config{Argv: ac.Argv, Port: ac.Port, Dir: dir, Key: ac.Key, Logger: log.With("component", "app")}
 	if us != nil && os.Geteuid() == 0 {
 		id := us.Default

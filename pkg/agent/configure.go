@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"github.com/berth-dev/berth/pkg/agent/mask"
+	"github.com/berth-dev/berth/pkg/agent/statefile"
 	"github.com/berth-dev/berth/pkg/agent/validate"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
@@ -26,11 +26,9 @@ import (
 // (root-only), so that a restarted container's agent applies it again.
 const DefaultStateFile = "/var/lib/berth-agent/configure.json"
 
-// leaseConfig is what ConfigService.Configure gives and the state file holds.
-type leaseConfig struct {
-	Env     map[string]string `json:"env,omitempty"`
-	Secrets map[string]string `json:"secrets,omitempty"`
-}
+// leaseConfig is what ConfigService.Configure gives and the state file
+// holds.
+type leaseConfig = statefile.Config
 
 // configurer implements ConfigService: the environment and secrets of
 // the lease that claimed a pooled sandbox. Commands get the environment
@@ -49,7 +47,10 @@ type configurer struct {
 
 	mu   sync.Mutex
 	done bool
-	env  atomic.Pointer[[]string] // KEY=VALUE added to every command's environment
+	// configured is done, read without mu: environ's check on every
+	// command.
+	configured atomic.Bool
+	env        atomic.Pointer[[]string] // KEY=VALUE added to every command's environment
 }
 
 // newConfigurer returns the ConfigService of an agent whose start-up
@@ -68,19 +69,23 @@ func newConfigurer(stateFile string, base map[string]string, log *slog.Logger) (
 		// while a claim waits. Best effort: writeState falls back to a
 		// whole write.
 		c.blank = openBlank(stateFile)
-		// encoding/json builds a type's encoder on its first use: 0.15-0.3
-		// ms in a fresh agent, which would fall on the claim's Configure
-		// (BenchmarkConfigureCPU in cmd/sandbox-agent).
-		_, _ = json.Marshal(leaseConfig{})
+		c.markWatched()
+		// encoding/json builds a type's encoder and decoder on their first
+		// use: 0.15-0.3 ms in a fresh agent, which would fall on the
+		// claim's Configure (BenchmarkConfigureCPU in cmd/sandbox-agent),
+		// or on the first command after a claim through the file.
+		b, _ := statefile.Encode(leaseConfig{})
+		_, _ = statefile.Decode(b)
 		return c, nil
 	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", stateFile, err)
 	}
-	var lc leaseConfig
-	if err := json.Unmarshal(b, &lc); err != nil {
+	lc, err := statefile.Decode(b)
+	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", stateFile, err)
 	}
 	c.apply(lc)
+	c.markWatched()
 	log.Info("applied the lease configuration kept from before a restart", "env", len(lc.Env), "secrets", len(lc.Secrets))
 	return c, nil
 }
@@ -104,15 +109,80 @@ func (c *configurer) apply(lc leaseConfig) {
 	maps.Copy(secrets, lc.Secrets)
 	c.masker.Set(secrets)
 	c.done = true
+	c.configured.Store(true)
+}
+
+// markWatched creates statefile.Marker next to the state file when the
+// agent holds the empty file open, so the orchestrator may configure it by
+// replacing the file (package statefile); without the file held, it removes
+// a marker left by an earlier start, and the orchestrator calls Configure.
+func (c *configurer) markWatched() {
+	marker := filepath.Join(filepath.Dir(c.stateFile), statefile.Marker)
+	if c.blank == nil || filepath.Base(c.stateFile) != statefile.Name {
+		_ = os.Remove(marker)
+		return
+	}
+	f, err := os.OpenFile(marker, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		c.log.Warn("cannot mark the state file as watched; the orchestrator will configure this agent over gRPC", "err", err)
+		return
+	}
+	_ = f.Close()
+}
+
+// ensure applies the configuration the orchestrator wrote over the empty
+// state file the agent holds (statefile.WriteClaim), if it did and it is
+// not applied yet; every command's start calls it (environ), so none runs
+// without its lease's configuration. Nothing but an atomic load once
+// configured; one fstat(2) per command before.
+func (c *configurer) ensure() error {
+	if c.configured.Load() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ensureLocked()
+}
+
+// ensureLocked is ensure with mu held.
+func (c *configurer) ensureLocked() error {
+	if c.done || c.blank == nil {
+		return nil
+	}
+	claimed, err := statefile.Claimed(c.blank)
+	if err != nil || !claimed {
+		return nil
+	}
+	b, err := os.ReadFile(c.stateFile)
+	if err == nil && len(b) == 0 {
+		err = errors.New("the file is empty")
+	}
+	var lc leaseConfig
+	if err == nil {
+		lc, err = statefile.Decode(b)
+	}
+	if err != nil {
+		// Fail the command rather than run it without its lease's
+		// environment.
+		return fmt.Errorf("%w: apply the lease configuration written to %s: %v", errdefs.ErrInternal, c.stateFile, err)
+	}
+	_ = c.blank.Close()
+	c.blank = nil
+	c.apply(lc)
+	c.log.Debug("configured for a lease through the state file", "env", len(lc.Env), "secrets", len(lc.Secrets))
+	return nil
 }
 
 // environ is the base environment of commands: the agent's own, with
 // the configured variables added (and overriding).
-func (c *configurer) environ() []string {
+func (c *configurer) environ() ([]string, error) {
+	if err := c.ensure(); err != nil {
+		return nil, err
+	}
 	base := os.Environ()
 	p := c.env.Load()
 	if p == nil {
-		return base
+		return base, nil
 	}
 	keys := make(map[string]bool, len(*p))
 	for _, kv := range *p {
@@ -125,7 +195,7 @@ func (c *configurer) environ() []string {
 			out = append(out, kv)
 		}
 	}
-	return append(out, *p...)
+	return append(out, *p...), nil
 }
 
 // Configure implements ConfigService.Configure.
@@ -143,6 +213,9 @@ func (c *configurer) Configure(_ context.Context, req *agentv1.ConfigureRequest)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.ensureLocked(); err != nil {
+		return nil, errgrpc.ToGRPC(err)
+	}
 	if c.done {
 		return nil, errgrpc.ToGRPC(errdefs.FailedPrecondition("this sandbox was configured already: a claimed sandbox is never configured twice"))
 	}
@@ -179,26 +252,19 @@ func openBlank(path string) *os.File {
 	return f
 }
 
-// blankWriteMax is the largest configuration written in place into the
-// blank state file: one page, which a single write(2) to a regular file
-// copies whole or, when the process is killed first, not at all. So a
-// restarted agent finds the file empty (not configured) or complete,
-// never in part.
-const blankWriteMax = 4096
-
 // writeState keeps lc in the state file: in place, with one write at
 // offset 0 into the empty file held open since the start, when it fits
-// in blankWriteMax; else (or without that file) through a temporary file
+// in statefile.InPlaceMax; else (or without that file) through a temporary file
 // renamed over it, so that a reader never sees part of it.
 func (c *configurer) writeState(lc leaseConfig) error {
-	b, err := json.Marshal(lc)
+	b, err := statefile.Encode(lc)
 	if err != nil {
 		return err
 	}
 	if f := c.blank; f != nil {
 		c.blank = nil
 		defer f.Close()
-		if len(b) <= blankWriteMax {
+		if len(b) <= statefile.InPlaceMax {
 			n, err := f.WriteAt(b, 0)
 			if err == nil && n == len(b) {
 				return nil

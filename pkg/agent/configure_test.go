@@ -3,7 +3,10 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +15,8 @@ import (
 
 	"github.com/berth-dev/berth/internal/testsupport/testserve"
 	"github.com/berth-dev/berth/pkg/agent"
+	"github.com/berth-dev/berth/pkg/agent/statefile"
+	"github.com/berth-dev/berth/pkg/errdefs"
 	agentv1 "github.com/berth-dev/berth/proto/berth/agent/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -131,8 +136,8 @@ func TestConfigureStateFile(t *testing.T) {
 				t.Fatalf("state file: %d bytes, %v", len(b), err)
 			}
 			ents, err := os.ReadDir(filepath.Dir(state))
-			if err != nil || len(ents) != 1 {
-				t.Fatalf("state dir holds %v (%v), want configure.json alone", ents, err)
+			if err != nil || len(ents) != 2 || ents[0].Name() != statefile.Marker || ents[1].Name() != statefile.Name {
+				t.Fatalf("state dir holds %v (%v), want configure.json and its marker alone", ents, err)
 			}
 			if fi, err := os.Stat(state); err != nil || fi.Mode().Perm() != 0o600 {
 				t.Fatalf("state file: %v %v", fi, err)
@@ -145,5 +150,77 @@ func TestConfigureStateFile(t *testing.T) {
 				t.Fatalf("Configure after a restart: %v, want FAILED_PRECONDITION", err)
 			}
 		})
+	}
+}
+
+// TestConfigureThroughStateFile: an agent holding its empty state file
+// marks its directory, and a configuration written there by
+// statefile.WriteClaim (as the orchestrator does on the engine's host) is
+// applied before the next command, with no call to the agent: env for
+// every command, secrets masked, and the configuration final (the gRPC
+// Configure, also before any command, and a second WriteClaim are
+// refused). A restarted agent
+// applies it again; a file it cannot read fails the command rather than
+// run it without the lease's environment.
+func TestConfigureThroughStateFile(t *testing.T) {
+	for name, pad := range map[string]string{"in place": "", "renamed": strings.Repeat("p", 2*statefile.InPlaceMax)} {
+		t.Run(name, func(t *testing.T) { testConfigureThroughStateFile(t, pad) })
+	}
+}
+
+// testConfigureThroughStateFile is TestConfigureThroughStateFile with an
+// extra variable PAD=pad in the configuration (a big one is renamed over
+// the state file, not written in place).
+func testConfigureThroughStateFile(t *testing.T, pad string) {
+	dir := filepath.Join(t.TempDir(), "state")
+	state := filepath.Join(dir, statefile.Name)
+	a, cs := startConfigurable(t, state)
+	if !statefile.Usable(dir) {
+		t.Fatal("the agent's state directory is not usable for a claim: no marker or no empty state file")
+	}
+	if out := a.execOut(t, `echo "[$GREETING]"`, nil); out != "[]\n" {
+		t.Fatalf("before the claim: %q", out)
+	}
+	const val = "lease-secret-value-9"
+	if err := statefile.WriteClaim(dir, statefile.Config{Env: map[string]string{"GREETING": "hi", "PAD": pad}, Secrets: map[string]string{"LEASE_SECRET": val}}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(a *testAgent, when string) {
+		t.Helper()
+		if out := a.execOut(t, `echo "$GREETING $LEASE_SECRET ${#PAD}"`, nil); out != fmt.Sprintf("hi <secret:LEASE_SECRET> %d\n", len(pad)) {
+			t.Fatalf("%s: %q", when, out)
+		}
+	}
+	// Before any command: a Configure (the orchestrator's probe after its
+	// restart) finds the configuration and refuses.
+	if _, err := cs.Configure(authed(context.Background(), testToken), &agentv1.ConfigureRequest{Env: map[string]string{"GREETING": "evil"}}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("Configure after a claim through the file: %v, want FAILED_PRECONDITION", err)
+	}
+	check(a, "after the claim")
+	if fi, err := os.Stat(state); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("state file: %v %v", fi, err)
+	}
+	if err := statefile.WriteClaim(dir, statefile.Config{Env: map[string]string{"GREETING": "evil"}}); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("a second WriteClaim: %v, want FAILED_PRECONDITION", err)
+	}
+	check(a, "after the refused second configurations")
+	b, _ := startConfigurable(t, state)
+	check(b, "after a restart")
+	if _, err := os.Stat(filepath.Join(dir, statefile.Marker)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a configured agent's restart left the marker: %v", err)
+	}
+
+	// Fails closed: a configuration the agent cannot read.
+	dir2 := filepath.Join(t.TempDir(), "state")
+	c, _ := startConfigurable(t, filepath.Join(dir2, statefile.Name))
+	if err := os.WriteFile(filepath.Join(dir2, "garbage"), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir2, "garbage"), filepath.Join(dir2, statefile.Name)); err != nil {
+		t.Fatal(err)
+	}
+	code, body := c.do(t, "POST", "/v1/exec", map[string]any{"command": "true"})
+	if code != 500 || !strings.Contains(string(body), statefile.Name) {
+		t.Fatalf("exec with an unreadable configuration: %d %s, want 500 naming the file", code, body)
 	}
 }

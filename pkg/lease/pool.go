@@ -132,23 +132,34 @@ type PoolConfig struct {
 }
 
 // AgentConfigurer configures the agent of a claimed pooled sandbox with
-// the lease's environment and secrets. The orchestrator implements it
+// the lease's environment and secrets. The orchestrator implements it by
+// writing the agent's state file where it can (package statefile), else
 // with the agent's ConfigService.Configure call, which the proxy refuses
 // to every client.
 type AgentConfigurer interface {
 	// Configure sets env as the default environment of every command the
-	// agent at endpoint starts and adds secrets to that environment and
-	// to the values it masks. An agent configured once refuses another
-	// Configure (errdefs.ErrFailedPrecondition).
-	Configure(ctx context.Context, endpoint, agentToken string, env, secrets map[string]string) error
+	// agent a starts and adds secrets to that environment and to the
+	// values it masks; every command starting after it returns has them.
+	// An agent configured once refuses another Configure
+	// (errdefs.ErrFailedPrecondition).
+	Configure(ctx context.Context, a AgentTarget, agentToken string, env, secrets map[string]string) error
+}
+
+// AgentTarget names the agent of a pooled sandbox.
+type AgentTarget struct {
+	// Endpoint is the agent's host:port (runtime.Sandbox.Endpoint).
+	Endpoint string
+	// StateDir is the host directory of its state (runtime.Sandbox.StateDir);
+	// empty when there is none.
+	StateDir string
 }
 
 // AgentPreparer is optional for an AgentConfigurer: Prepare opens, ahead
-// of any claim, what a later Configure of the agent at endpoint needs (a
-// connection), so a claim pays one round trip; Forget drops it for a
-// sandbox that left its pool without a claim.
+// of any claim, what a later Configure of agent a needs (a connection),
+// so a claim pays one round trip at most; Forget drops it for a sandbox
+// that left its pool without a claim.
 type AgentPreparer interface {
-	Prepare(ctx context.Context, endpoint string)
+	Prepare(ctx context.Context, a AgentTarget)
 	Forget(endpoint string)
 }
 
@@ -247,11 +258,15 @@ type profile struct {
 // member is one unclaimed, ready pooled sandbox.
 type member struct {
 	id, containerID, endpoint, diskEnforcement string
+	stateDir                                   string // runtime.Sandbox.StateDir
 	seq                                        uint64 // Manager.seq when it joined (resync races)
 	// net is the network policy enforced on it when it joined (the
 	// default's, defaultEgress); nil: none, the claim applies the lease's.
 	net *egress.Policy
 }
+
+// target is the agent of m.
+func (m member) target() AgentTarget { return AgentTarget{Endpoint: m.endpoint, StateDir: m.stateDir} }
 
 // pool is one pool's state. Guarded by Manager.mu.
 type pool struct {
@@ -322,7 +337,7 @@ func (ps *poolSet) startConfigureLocked(ctx context.Context, c *claim, id string
 		defer close(c.done)
 		cctx, cancel := detached(ctx, ps.readyTimeout)
 		defer cancel()
-		c.err = cf.Configure(cctx, c.m.endpoint, token, env, secrets)
+		c.err = cf.Configure(cctx, c.m.target(), token, env, secrets)
 	})
 }
 
@@ -386,7 +401,9 @@ func (ps *poolSet) unconfiguredClaims(ctx context.Context, byLease map[string][]
 			var err error = errdefs.Unavailable("sandbox not running")
 			if p.endpoint != "" && ps.cfg.AgentConfigurer != nil {
 				pctx, cancel := detached(ctx, 10*time.Second)
-				err = ps.cfg.AgentConfigurer.Configure(pctx, p.endpoint, ps.host.Tokens().AgentToken(p.id), nil, nil)
+				// Over gRPC (no StateDir): the agent answers for a
+				// configuration given either way.
+				err = ps.cfg.AgentConfigurer.Configure(pctx, AgentTarget{Endpoint: p.endpoint}, ps.host.Tokens().AgentToken(p.id), nil, nil)
 				cancel()
 			}
 			if errors.Is(err, errdefs.ErrFailedPrecondition) {
@@ -598,7 +615,7 @@ func (ps *poolSet) claimSandbox(ctx context.Context, c *claim, spec runtime.Spec
 		err = ctx.Err()
 	}
 	if err == nil {
-		return runtime.Sandbox{ID: c.m.containerID, Endpoint: c.m.endpoint, DiskEnforcement: c.m.diskEnforcement,
+		return runtime.Sandbox{ID: c.m.containerID, Endpoint: c.m.endpoint, StateDir: c.m.stateDir, DiskEnforcement: c.m.diskEnforcement,
 			LeaseID: spec.LeaseID, Image: spec.Image, State: runtime.StateRunning}, true, nil
 	}
 	ps.log.Warn("claimed pooled sandbox could not be configured; creating one cold", "pool", c.pool, "lease_id", spec.LeaseID,
@@ -722,7 +739,7 @@ func (ps *poolSet) createPooled(ctx context.Context, p *pool, id string) {
 	took := time.Since(start)
 	if pr, ok := ps.cfg.AgentConfigurer.(AgentPreparer); ok && err == nil {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		pr.Prepare(pctx, sb.Endpoint)
+		pr.Prepare(pctx, AgentTarget{Endpoint: sb.Endpoint, StateDir: sb.StateDir})
 		cancel()
 	}
 	// The default network policy, enforced ahead: a claim that keeps it
@@ -767,7 +784,7 @@ func (ps *poolSet) createPooled(ctx context.Context, p *pool, id string) {
 	p.refill.observe(took.Seconds())
 	*ps.seq++
 	seq := *ps.seq
-	p.idle = append(p.idle, member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, diskEnforcement: sb.DiskEnforcement, seq: seq, net: applied})
+	p.idle = append(p.idle, member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, diskEnforcement: sb.DiskEnforcement, stateDir: sb.StateDir, seq: seq, net: applied})
 	ps.mu.Unlock()
 	ps.log.Debug("pool: sandbox ready", "pool", p.cfg.Name, "lease_id", id, "container_id", sb.ID, "took", took)
 }
@@ -825,7 +842,7 @@ func (ps *poolSet) adoptLocked(boxes []runtime.Sandbox) map[string]bool {
 			ps.log.Info("reconcile: pooled sandbox not adopted", "pool", name, "container_id", sb.ID, "state", string(sb.State))
 			continue
 		}
-		p.idle = append(p.idle, member{id: sb.LeaseID, containerID: sb.ID, endpoint: sb.Endpoint})
+		p.idle = append(p.idle, member{id: sb.LeaseID, containerID: sb.ID, endpoint: sb.Endpoint, stateDir: sb.StateDir})
 		ps.byID[sb.LeaseID] = p
 		adopted[sb.ID] = true
 		total++

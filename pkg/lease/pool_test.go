@@ -28,7 +28,8 @@ type configureCall struct {
 	env, secrets    map[string]string
 }
 
-func (f *fakeConfigurer) Configure(_ context.Context, endpoint, token string, env, secrets map[string]string) error {
+func (f *fakeConfigurer) Configure(_ context.Context, a AgentTarget, token string, env, secrets map[string]string) error {
+	endpoint := a.Endpoint
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -336,7 +337,7 @@ func TestPoolConfiguredMemberIsNeverReused(t *testing.T) {
 	eventually(t, 5*time.Second, "pool filled", func() bool { return poolReady(h, "p") == 1 })
 	id := h.m.pools.snapshot()["p"][0]
 	boxes, _ := h.rt.List(context.Background(), runtime.Selector{runtime.LabelLease: id})
-	if err := fc.Configure(context.Background(), boxes[0].Endpoint, h.m.Tokens().AgentToken(id), map[string]string{"A": "tenant-1"}, nil); err != nil {
+	if err := fc.Configure(context.Background(), AgentTarget{Endpoint: boxes[0].Endpoint}, h.m.Tokens().AgentToken(id), map[string]string{"A": "tenant-1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	h.restart()

@@ -19,10 +19,10 @@ type blockingConfigurer struct {
 	release chan struct{}
 }
 
-func (b *blockingConfigurer) Configure(ctx context.Context, endpoint, token string, env, secrets map[string]string) error {
-	b.entered <- endpoint
+func (b *blockingConfigurer) Configure(ctx context.Context, a AgentTarget, token string, env, secrets map[string]string) error {
+	b.entered <- a.Endpoint
 	<-b.release
-	return b.fakeConfigurer.Configure(ctx, endpoint, token, env, secrets)
+	return b.fakeConfigurer.Configure(ctx, a, token, env, secrets)
 }
 
 // A warm claim writes its READY record (in PhaseClaiming) while the agent
@@ -91,7 +91,7 @@ func TestPoolClaimInterruptedByRestart(t *testing.T) {
 			}
 			sb := boxes[0]
 			if configured {
-				if err := fc.Configure(context.Background(), sb.Endpoint, h.m.Tokens().AgentToken(id), map[string]string{"A": "1"}, nil); err != nil {
+				if err := fc.Configure(context.Background(), AgentTarget{Endpoint: sb.Endpoint}, h.m.Tokens().AgentToken(id), map[string]string{"A": "1"}, nil); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -215,12 +215,12 @@ func (ps *poolSet) syncShared(ctx context.Context) {
 				if !ok {
 					ps.claimedSeen[id] = now
 				} else if leading && now.Sub(first) > ps.readyTimeout+ps.cfg.ClaimGrace {
-					unready = append(unready, member{id: id, containerID: sb.ID, endpoint: sb.Endpoint})
+					unready = append(unready, member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, stateDir: sb.StateDir})
 				}
 			case sb.State == runtime.StateRunning && (sb.Labels[runtime.LabelPoolReady] == "true" || inView(old, id)):
 				mb, ok := old[id]
 				if !ok {
-					mb = member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, diskEnforcement: sb.DiskEnforcement}
+					mb = member{id: id, containerID: sb.ID, endpoint: sb.Endpoint, stateDir: sb.StateDir, diskEnforcement: sb.DiskEnforcement}
 				}
 				delete(old, id)
 				idle = append(idle, mb)

@@ -2,10 +2,12 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/pkg/agent/statefile"
 	"github.com/berth-dev/berth/pkg/bearer"
 	"github.com/berth-dev/berth/pkg/errdefs/errgrpc"
 	"github.com/berth-dev/berth/pkg/lease"
@@ -17,11 +19,13 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// agentConfigurer is lease.AgentConfigurer over the agent's gRPC
-// ConfigService: the call that gives a claimed warm-pool sandbox its
-// lease's env and secrets (the proxy refuses it to clients). It keeps one
-// connection, opened ahead (Prepare), to each ready pooled sandbox, so
-// that a claim costs one round trip on an established connection.
+// agentConfigurer is lease.AgentConfigurer: it gives a claimed warm-pool
+// sandbox its lease's env and secrets by writing the agent's state file
+// when the sandbox's state directory is on this host (package statefile),
+// else over the agent's gRPC ConfigService (the proxy refuses it to
+// clients). For the latter it keeps one connection, opened ahead
+// (Prepare), to each ready pooled sandbox, so that a claim costs one round
+// trip on an established connection.
 type agentConfigurer struct {
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // endpoint → connection opened by Prepare
@@ -49,9 +53,14 @@ func dialAgent(endpoint string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// Prepare implements lease.AgentPreparer: it connects to the agent at
-// endpoint (bounded by ctx) and keeps the connection for Configure.
-func (c *agentConfigurer) Prepare(ctx context.Context, endpoint string) {
+// Prepare implements lease.AgentPreparer: unless the agent a can be
+// configured through its state directory (statefile.Usable), it connects
+// to the agent (bounded by ctx) and keeps the connection for Configure.
+func (c *agentConfigurer) Prepare(ctx context.Context, a lease.AgentTarget) {
+	if a.StateDir != "" && statefile.Usable(a.StateDir) {
+		return
+	}
+	endpoint := a.Endpoint
 	cc, err := dialAgent(endpoint)
 	if err != nil {
 		return
@@ -87,12 +96,28 @@ func (c *agentConfigurer) Forget(endpoint string) {
 	}
 }
 
-// Configure implements lease.AgentConfigurer.
-func (c *agentConfigurer) Configure(ctx context.Context, endpoint, agentToken string, env, secrets map[string]string) error {
+// Configure implements lease.AgentConfigurer: through the agent's state
+// directory when this host has it (statefile.WriteClaim: no call wakes the
+// agent while the claim waits; it applies the file before its first
+// command), else with ConfigService.Configure.
+func (c *agentConfigurer) Configure(ctx context.Context, a lease.AgentTarget, agentToken string, env, secrets map[string]string) error {
 	c.mu.Lock()
-	cc := c.conns[endpoint]
-	delete(c.conns, endpoint)
+	cc := c.conns[a.Endpoint]
+	delete(c.conns, a.Endpoint)
 	c.mu.Unlock()
+	if a.StateDir != "" {
+		err := statefile.WriteClaim(a.StateDir, statefile.Config{Env: env, Secrets: secrets})
+		if !errors.Is(err, statefile.ErrNotLocal) {
+			if cc != nil {
+				defer time.AfterFunc(configuredConnLinger, func() { cc.Close() })
+			}
+			if err != nil {
+				return fmt.Errorf("configure the agent at %s: %w", a.Endpoint, err)
+			}
+			return nil
+		}
+	}
+	endpoint := a.Endpoint
 	if cc == nil {
 		var err error
 		if cc, err = dialAgent(endpoint); err != nil {

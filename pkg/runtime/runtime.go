@@ -200,6 +200,12 @@ type Sandbox struct {
 	OOMKilled bool
 	// Endpoint is host:port of the agent, reachable from the orchestrator's host.
 	Endpoint string
+	// StateDir is the directory mounted at AgentStateDir, as a path on the
+	// engine's host; empty when the backend has none there (Kubernetes).
+	// An orchestrator on that host configures a claimed agent by writing
+	// its state file there (package statefile); elsewhere the path names
+	// nothing, and the write finds no agent's marker in it.
+	StateDir string
 	// Labels are all labels of the container.
 	Labels map[string]string
 	// CreatedAt is when the container was created.

@@ -101,12 +101,16 @@ func NewLocal(root string, opts ...LocalOption) (*Local, error) {
 		return nil, errdefs.FailedPrecondition("workspace root %s is not a directory", abs)
 	}
 	log := o.logger.With("component", "workspace", "workspace_root", abs)
+	var environ func() ([]string, error)
+	if o.environ != nil {
+		environ = func() ([]string, error) { return o.environ(), nil }
+	}
 	return &Local{
 		root:  abs,
 		paths: resolver{root: abs},
 		runner: process.NewRunner(process.Config{
 			WorkDir: abs, Shell: o.shell, DefaultTimeout: o.defaultTimeout,
-			MaxProcesses: o.maxProcesses, Environ: o.environ, Logger: log,
+			MaxProcesses: o.maxProcesses, Environ: environ, Logger: log,
 		}),
 		fs:  files.New(files.Config{Logger: log}),
 		git: git.New(git.Config{WorkDir: abs, Logger: log}),

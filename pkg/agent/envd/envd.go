@@ -51,9 +51,9 @@ type Config struct {
 	// Files configures the file service of each user (Chown and AsUser are
 	// set per user). Default: files.Config{} with Logger.
 	Files files.Config
-	// Environ returns the environment GET /envs reports. Default
-	// os.Environ.
-	Environ func() []string
+	// Environ returns the environment GET /envs reports (an error is a
+	// 500). Default os.Environ.
+	Environ func() ([]string, error)
 	// Logger receives the service's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -82,7 +82,7 @@ func New(cfg Config) *Service {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Environ == nil {
-		cfg.Environ = os.Environ
+		cfg.Environ = func() ([]string, error) { return os.Environ(), nil }
 	}
 	if cfg.Files.Logger == nil {
 		cfg.Files.Logger = cfg.Logger

@@ -65,7 +65,7 @@ func newEnvWith(t *testing.T, token string, edit func(*Config)) *testEnv {
 	runner := process.NewRunner(pcfg)
 	terms := terminal.New(terminal.Config{Commands: runner, Logger: log})
 	cfg := Config{Runner: runner, Terminals: terms, AccessToken: token, WorkDir: wd, Logger: log,
-		Environ: func() []string { return []string{"PATH=" + os.Getenv("PATH"), "BERTH_ENVD_TEST=yes"} }}
+		Environ: func() ([]string, error) { return []string{"PATH=" + os.Getenv("PATH"), "BERTH_ENVD_TEST=yes"}, nil }}
 	if edit != nil {
 		edit(&cfg)
 	}

@@ -20,8 +20,13 @@ import (
 // envs answers GET /envs: the environment processes start with, as a
 // JSON object.
 func (s *Service) envs(w http.ResponseWriter, _ *http.Request) {
+	kvs, err := s.cfg.Environ()
+	if err != nil {
+		writeHTTPError(w, err)
+		return
+	}
 	env := map[string]string{}
-	for _, kv := range s.cfg.Environ() {
+	for _, kv := range kvs {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
 			env[k] = v
 		}

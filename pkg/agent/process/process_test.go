@@ -71,7 +71,7 @@ func TestExecStreamsStdinEnvCwd(t *testing.T) {
 	}
 
 	// The base environment is inherited.
-	r = newRunner(t, Config{WorkDir: work, Environ: func() []string { return append(os.Environ(), "BERTH_TEST_BASE=base") }})
+	r = newRunner(t, Config{WorkDir: work, Environ: func() ([]string, error) { return append(os.Environ(), "BERTH_TEST_BASE=base"), nil }})
 	res, err = r.Exec(ctx, Spec{Command: `echo "$BERTH_TEST_BASE $HOME_X $PATH_SET"`, Env: map[string]string{"HOME_X": "x", "PATH_SET": "y"}})
 	if err != nil || string(res.Stdout) != "base x y\n" {
 		t.Errorf("env: %q %v", res.Stdout, err)

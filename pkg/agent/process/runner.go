@@ -74,8 +74,8 @@ type Config struct {
 	// oldest (by start) are forgotten first; default 256.
 	MaxRetained int
 	// Environ returns the base environment of commands, to which Spec.Env
-	// is applied; default os.Environ.
-	Environ func() []string
+	// is applied; default os.Environ. An error fails the command's start.
+	Environ func() ([]string, error)
 	// Users resolves the user each command runs as (Spec.User, or the
 	// default user) and enforces the root policy; the command gets that
 	// user's credentials, supplementary groups and HOME, USER and LOGNAME
@@ -127,7 +127,7 @@ func NewRunner(cfg Config) *Runner {
 		cfg.MaxRetained = DefaultMaxRetained
 	}
 	if cfg.Environ == nil {
-		cfg.Environ = os.Environ
+		cfg.Environ = func() ([]string, error) { return os.Environ(), nil }
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

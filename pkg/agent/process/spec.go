@@ -123,7 +123,10 @@ func (r *Runner) prepare(s Spec, defTimeout time.Duration) (plan, error) {
 			return plan{}, errdefs.FailedPrecondition("cwd: %s is not a directory", dir)
 		}
 	}
-	base := r.cfg.Environ()
+	base, err := r.cfg.Environ()
+	if err != nil {
+		return plan{}, err
+	}
 	switch {
 	case r.cfg.Users != nil:
 		id, err := r.cfg.Users.Resolve(s.User)

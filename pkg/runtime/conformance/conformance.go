@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/testsupport/testenv"
+	"github.com/berth-dev/berth/pkg/agent/statefile"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
@@ -343,6 +344,12 @@ func (s *suite) testEmptyImage(t *testing.T) {
 	}
 	if sb.State != runtime.StateRunning {
 		t.Errorf("State = %q, want running", sb.State)
+	}
+	// StateDir, where a backend reports one, is the agent's state
+	// directory on this host: the agent's empty state file and its marker
+	// are there, so a claim can configure it through the file.
+	if sb.StateDir != "" && !statefile.Usable(sb.StateDir) {
+		t.Errorf("StateDir %s holds no empty agent state file with its marker", sb.StateDir)
 	}
 	if sb.LeaseID != spec.LeaseID || sb.ConversationID != spec.ConversationID || sb.InstanceID != spec.InstanceID {
 		t.Errorf("ids = %q/%q/%q, want %q/%q/%q", sb.LeaseID, sb.ConversationID, sb.InstanceID, spec.LeaseID, spec.ConversationID, spec.InstanceID)

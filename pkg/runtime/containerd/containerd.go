@@ -694,5 +694,6 @@ func (r *Runtime) toSandbox(c containers.Container, proc *tasktypes.Process) run
 			sb.Endpoint = net.JoinHostPort(ni.IP, strconv.Itoa(runtime.AgentPort))
 		}
 	}
+	sb.StateDir = filepath.Join(r.sandboxDir(c.ID), agentStateDir)
 	return sb
 }

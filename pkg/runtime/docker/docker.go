@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
 
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
@@ -471,7 +472,19 @@ func (r *Runtime) fromInspect(ins container.InspectResponse) runtime.Sandbox {
 			sb.Endpoint = r.endpoint(ep.IPAddress)
 		}
 	}
+	sb.StateDir = agentStateSource(ins.Mounts)
 	return sb
+}
+
+// agentStateSource returns the host path of the volume mounted at
+// runtime.AgentStateDir (agentStateMount), or "".
+func agentStateSource(mounts []container.MountPoint) string {
+	for _, mp := range mounts {
+		if mp.Destination == runtime.AgentStateDir && mp.Type == mount.TypeVolume {
+			return mp.Source
+		}
+	}
+	return ""
 }
 
 var exitedRE = regexp.MustCompile(`^Exited \((-?\d+)\)`)
@@ -493,6 +506,7 @@ func (r *Runtime) fromSummary(c container.Summary) runtime.Sandbox {
 			sb.Endpoint = r.endpoint(ep.IPAddress)
 		}
 	}
+	sb.StateDir = agentStateSource(c.Mounts)
 	return sb
 }
 

@@ -40,6 +40,7 @@ type box struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	dir    string
+	state  string // the agent's state directory (runtime.Sandbox.StateDir)
 	token  string // the agent's token, for Restart
 }
 
@@ -76,13 +77,21 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 	if err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("inproc: workspace: %w", err)
 	}
-	endpoint, cancel, done, err := r.serve(id, spec.AgentToken, dir)
+	// Beside the workspace, not in it: commands do not see it.
+	state, err := os.MkdirTemp(r.baseDir, id+"-state-")
 	if err != nil {
+		_ = os.RemoveAll(dir)
+		return runtime.Sandbox{}, fmt.Errorf("inproc: agent state: %w", err)
+	}
+	endpoint, cancel, done, err := r.serve(id, spec.AgentToken, dir, state)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		_ = os.RemoveAll(state)
 		return runtime.Sandbox{}, err
 	}
-	bx := &box{cancel: cancel, done: done, dir: dir, token: spec.AgentToken, sb: runtime.Sandbox{
+	bx := &box{cancel: cancel, done: done, dir: dir, state: state, token: spec.AgentToken, sb: runtime.Sandbox{
 		ID: id, Name: "berth-" + spec.LeaseID, Image: spec.Image, State: runtime.StateRunning,
-		Endpoint: endpoint, CreatedAt: time.Now(),
+		Endpoint: endpoint, StateDir: state, CreatedAt: time.Now(),
 	}}
 	bx.sb.SetLabels(runtime.SandboxLabels(spec, ""))
 	if spec.Resources.DiskBytes > 0 {
@@ -155,6 +164,7 @@ func (r *Runtime) Remove(_ context.Context, id string) error {
 	bx.cancel()
 	<-bx.done
 	_ = os.RemoveAll(bx.dir)
+	_ = os.RemoveAll(bx.state)
 	r.emit(runtime.Event{Kind: runtime.EventRemoved, ID: id, LeaseID: bx.sb.LeaseID, At: time.Now()})
 	return nil
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
 
 	"github.com/berth-dev/berth/pkg/agent"
+	"github.com/berth-dev/berth/pkg/agent/statefile"
 	"github.com/berth-dev/berth/pkg/errdefs"
 	"github.com/berth-dev/berth/pkg/runtime"
 )
@@ -24,7 +26,7 @@ func (r *Runtime) Restart(_ context.Context, id string) (runtime.Sandbox, error)
 	if bx.sb.State == runtime.StateRunning {
 		return bx.sb, nil
 	}
-	endpoint, cancel, done, err := r.serve(id, bx.token, bx.dir)
+	endpoint, cancel, done, err := r.serve(id, bx.token, bx.dir, bx.state)
 	if err != nil {
 		return runtime.Sandbox{}, err
 	}
@@ -33,12 +35,12 @@ func (r *Runtime) Restart(_ context.Context, id string) (runtime.Sandbox, error)
 	return bx.sb, nil
 }
 
-// serve starts the agent of sandbox id, with token and the workspace dir,
-// on a new loopback port: Create and Restart start it alike. It returns the
+// serve starts the agent of sandbox id, with token, the workspace dir and
+// its state directory state, on a new loopback port: Create and Restart start it alike. It returns the
 // agent's endpoint, and cancel, which stops it, and done, closed once it
 // stopped.
-func (r *Runtime) serve(id, token, dir string) (endpoint string, cancel context.CancelFunc, done chan struct{}, err error) {
-	srv, err := agent.New(agent.Config{Token: token, WorkDir: dir, Logger: r.log.With("sandbox", id)})
+func (r *Runtime) serve(id, token, dir, state string) (endpoint string, cancel context.CancelFunc, done chan struct{}, err error) {
+	srv, err := agent.New(agent.Config{Token: token, WorkDir: dir, StateFile: filepath.Join(state, statefile.Name), Logger: r.log.With("sandbox", id)})
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("inproc: agent: %w", err)
 	}
