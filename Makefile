@@ -101,9 +101,9 @@ bench: deps build images ## benchmarks; each prints ratios measured in one run
 	$(GO) test -run '^$$' -bench 'ExecTrueVsForkExec' -benchtime 2000x ./pkg/agent/
 	@echo "== agent: 256 MiB upload + download over gRPC on loopback"
 	$(GO) test -run '^$$' -bench 'UploadDownload256MiB' -benchtime 2x ./pkg/agent/
-	@echo "== agent: 256 MiB up and down over REST (as is, and with digest=none), gRPC and envd's /files, interleaved (6 rounds): MiB/s, the agent's CPU s/GiB, upload/download ratios (targets: speed >= 0.65, CPU per byte <= 1.2)"
+	@echo "== agent: 256 MiB up and down over REST (as is, and with digest=none), gRPC (as is, and with no_digest) and envd's /files, interleaved (6 rounds): MiB/s, the agent's CPU s/GiB, upload/download ratios (targets: speed >= 0.65, CPU per byte <= 1.2)"
 	@out=$$($(GO) test -run '^$$' -bench 'FilesUpDown256MiB' -benchtime 6x ./pkg/agent/ 2>&1); rc=$$?; echo "$$out" | grep -o 'UPLOAD-BENCH.*' | tail -1; echo "$$out" | grep -E '^(--- FAIL|FAIL|ok)'; exit $$rc
-	@echo "== agent: its CPU for a warm claim's Configure vs a health check, each after 200 ms idle (fresh agent processes on the host; the agent's share of issue-25 target 3)"
+	@echo "== agent: its CPU for a warm claim's Configure vs a health check, each after 200 ms idle (fresh agent processes on the host; the agent's share of a warm claim that calls Configure: on Kubernetes, or from another host than the engine's)"
 	@out=$$($(GO) test -run '^$$' -bench 'ConfigureCPU' -benchtime 10x ./cmd/sandbox-agent/ 2>&1); rc=$$?; echo "$$out" | grep -o 'CONFIGURE-BENCH.*' | tail -1; echo "$$out" | grep -E '^(--- FAIL|FAIL|ok)'; exit $$rc
 	@echo "== proxy (in-process agents): exec true through the proxy vs direct (overhead target <= 0.5 ms p50)"
 	$(GO) test -run '^$$' -bench 'ExecTrue' -benchtime 2000x ./pkg/proxy/

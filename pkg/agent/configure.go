@@ -114,7 +114,7 @@ func (c *configurer) apply(lc leaseConfig) {
 
 // markWatched creates statefile.Marker next to the state file when the
 // agent holds the empty file open, so the orchestrator may configure it by
-// replacing the file (package statefile); without the file held, it removes
+// writing the file (package statefile); without the file held, it removes
 // a marker left by an earlier start, and the orchestrator calls Configure.
 func (c *configurer) markWatched() {
 	marker := filepath.Join(filepath.Dir(c.stateFile), statefile.Marker)
@@ -130,8 +130,9 @@ func (c *configurer) markWatched() {
 	_ = f.Close()
 }
 
-// ensure applies the configuration the orchestrator wrote over the empty
-// state file the agent holds (statefile.WriteClaim), if it did and it is
+// ensure applies the configuration the orchestrator wrote into (or renamed
+// over) the empty state file the agent holds (statefile.WriteClaim), if it
+// did and it is
 // not applied yet; every command's start calls it (environ), so none runs
 // without its lease's configuration. Nothing but an atomic load once
 // configured; one fstat(2) per command before.

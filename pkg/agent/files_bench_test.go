@@ -78,10 +78,11 @@ func (s *xferStats) cpuPerGiB() (least, med, client float64) {
 // in-process agent on loopback, over the REST raw routes (PUT and GET
 // /v1/files/{path}: what users and the orchestrator's proxy send; once
 // as is and once with digest=none, which computes no SHA-256), over
-// gRPC (FileService Upload and Download, 256 KiB chunks) and over the
+// gRPC (FileService Upload and Download, 256 KiB chunks; the upload as is
+// and once with no_digest) and over the
 // envd-compatible /files routes (POST of a raw body and GET: what E2B's
 // SDKs send, and the one upload that computes no SHA-256, since envd's
-// answer has none), the eight interleaved in every round, to and from a
+// answer has none), the ten interleaved in every round, to and from a
 // real directory. The client is
 // a separate process (this test binary re-executed, see TestMain), so the
 // CPU time measured around each transfer (getrusage RUSAGE_SELF, user+sys,
@@ -110,11 +111,13 @@ func BenchmarkFilesUpDown256MiB(b *testing.B) {
 	restPath := filepath.Join(work, "rest.bin")
 	restNDPath := filepath.Join(work, "rest-nodigest.bin")
 	grpcPath := filepath.Join(work, "grpc.bin")
+	grpcNDPath := filepath.Join(work, "grpc-nodigest.bin")
 	envdPath := filepath.Join(work, "envd.bin")
 	ops := []op{
 		{"rest-up", "rest-put", restPath}, {"rest-down", "rest-get", restPath},
 		{"rest-nodigest-up", "rest-put-nodigest", restNDPath}, {"rest-nodigest-down", "rest-get", restNDPath},
 		{"grpc-up", "grpc-put", grpcPath}, {"grpc-down", "grpc-get", grpcPath},
+		{"grpc-nodigest-up", "grpc-put-nodigest", grpcNDPath}, {"grpc-nodigest-down", "grpc-get", grpcNDPath},
 		{"envd-up", "envd-put", envdPath}, {"envd-down", "envd-get", envdPath},
 	}
 	stats := map[string]*xferStats{}
@@ -159,7 +162,7 @@ func BenchmarkFilesUpDown256MiB(b *testing.B) {
 
 	var line strings.Builder
 	line.WriteString("UPLOAD-BENCH")
-	for _, proto := range []string{"rest", "rest-nodigest", "grpc", "envd"} {
+	for _, proto := range []string{"rest", "rest-nodigest", "grpc", "grpc-nodigest", "envd"} {
 		up, down := stats[proto+"-up"], stats[proto+"-down"]
 		upBest, upMed := up.mibps()
 		downBest, downMed := down.mibps()
@@ -293,7 +296,9 @@ func runBenchClient() int {
 		case "rest-get":
 			n, err = c.restGet(ctx, p)
 		case "grpc-put":
-			n, err = c.grpcPut(ctx, p)
+			n, err = c.grpcPut(ctx, p, true)
+		case "grpc-put-nodigest":
+			n, err = c.grpcPut(ctx, p, false)
 		case "grpc-get":
 			n, err = c.grpcGet(ctx, p)
 		case "envd-put":
@@ -430,7 +435,9 @@ func (c *xferClient) envdGet(ctx context.Context, p string) (int64, error) {
 	return c.getFile(req)
 }
 
-func (c *xferClient) grpcPut(ctx context.Context, p string) (int64, error) {
+// grpcPut uploads over gRPC; without digest it asks for none
+// (UploadHeader.no_digest) and checks none.
+func (c *xferClient) grpcPut(ctx context.Context, p string, digest bool) (int64, error) {
 	f, err := os.Open(c.src)
 	if err != nil {
 		return 0, err
@@ -440,7 +447,7 @@ func (c *xferClient) grpcPut(ctx context.Context, p string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := st.Send(&agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Header{Header: &agentv1.UploadHeader{Path: p}}}); err != nil {
+	if err := st.Send(&agentv1.UploadRequest{Msg: &agentv1.UploadRequest_Header{Header: &agentv1.UploadHeader{Path: p, NoDigest: !digest}}}); err != nil {
 		return 0, err
 	}
 	chunk := c.buf[:benchGRPCChunk]
@@ -464,8 +471,12 @@ func (c *xferClient) grpcPut(ctx context.Context, p string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if res.GetSha256() != c.sum {
-		return 0, fmt.Errorf("Upload: sha256 %s, want %s", res.GetSha256(), c.sum)
+	want := "" // no digest asked for, none answered
+	if digest {
+		want = c.sum
+	}
+	if res.GetSha256() != want {
+		return 0, fmt.Errorf("Upload: sha256 %q, want %q", res.GetSha256(), want)
 	}
 	return res.GetSize(), nil
 }
