@@ -130,7 +130,7 @@ func benchExecLoad(b *testing.B, backend string, a *api, acquire func(conv, imag
 		cids = append(cids, t.container)
 	}
 	m := meter(cids)
-	cpu0 := m.read()
+	cpu0, mt0 := m.read(), readMachineTimes()
 	lat := make([][]time.Duration, sandboxes)
 	errs = make(chan error, sandboxes)
 	start := make(chan struct{})
@@ -155,7 +155,7 @@ func benchExecLoad(b *testing.B, backend string, a *api, acquire func(conv, imag
 	close(start)
 	wg.Wait()
 	elapsed := time.Since(t0)
-	cpu1 := m.read()
+	cpu1, mt1 := m.read(), readMachineTimes()
 	b.StopTimer()
 	close(errs)
 	for err := range errs {
@@ -181,8 +181,9 @@ func benchExecLoad(b *testing.B, backend string, a *api, acquire func(conv, imag
 		fmt.Fprintf(&cpuLine, " %s %s |", part, d.Round(time.Microsecond))
 		b.ReportMetric(float64(d)/float64(time.Microsecond), strings.ReplaceAll(part, " ", "-")+"-cpu-us/exec")
 	}
-	b.Logf("LOAD-BENCH %s: CPU per exec (user+system, /proc and getrusage; this process = the orchestrator and the load generator; commands = the true processes the agents ran):%s total %s",
-		backend, cpuLine.String(), total.Round(time.Microsecond))
+	machine := mt1.sub(mt0).busy / n
+	b.Logf("LOAD-BENCH %s: CPU per exec (user+system, /proc and getrusage; this process = the orchestrator and the load generator; commands = the true processes the agents ran):%s total %s; the whole machine %s (the rest: the kernel's own threads, other processes %s)",
+		backend, cpuLine.String(), total.Round(time.Microsecond), machine.Round(time.Microsecond), (machine - total).Round(time.Microsecond))
 	// The ceiling no server could pass: the machine's cores running
 	// nothing but the commands themselves.
 	if cmd := (cpu1["commands"] - cpu0["commands"]) / n; cmd > 0 {
@@ -198,17 +199,21 @@ func benchExecLoad(b *testing.B, backend string, a *api, acquire func(conv, imag
 	// The same clients paced at the target's rate: latency at 1,000
 	// execs/s, where the runs above measure it at whatever rate saturates
 	// the cores.
+	pm0 := readMachineTimes()
 	paced, pacedRate, err := pacedExecs(b.N, pacedTotalRate, clients, func(i int) error {
 		return restExecTrue(clients[i], targets[i].url, targets[i].token)
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
+	pacedBusy := readMachineTimes().sub(pm0).busy
+	pacedWall := time.Duration(float64(len(paced)) / pacedRate * float64(time.Second))
 	pp50, pp99 := percentile(paced, 50), percentile(paced, 99)
 	b.ReportMetric(pacedRate, "paced-execs/s")
 	b.ReportMetric(ms(pp99), "paced-p99-ms")
-	b.Logf("LOAD-BENCH %s: the same %d clients paced at %d execs/s in all (each on its own schedule; an exec's latency counts from its scheduled start, so a late one also counts the wait): %d execs at %.0f execs/s, p50 %s p99 %s (targets: >= 1000/s, p99 < 50ms)",
-		backend, sandboxes, pacedTotalRate, len(paced), pacedRate, pp50.Round(10*time.Microsecond), pp99.Round(10*time.Microsecond))
+	b.Logf("LOAD-BENCH %s: the same %d clients paced at %d execs/s in all (each on its own schedule; an exec's latency counts from its scheduled start, so a late one also counts the wait): %d execs at %.0f execs/s, p50 %s p99 %s (targets: >= 1000/s, p99 < 50ms); the cores %.0f%% busy, %s of the machine's CPU per exec",
+		backend, sandboxes, pacedTotalRate, len(paced), pacedRate, pp50.Round(10*time.Microsecond), pp99.Round(10*time.Microsecond),
+		100*float64(pacedBusy)/float64(pacedWall*time.Duration(goruntime.NumCPU())), (pacedBusy / time.Duration(len(paced))).Round(time.Microsecond))
 }
 
 // pacedTotalRate is the rate, in execs per second over all clients, of
