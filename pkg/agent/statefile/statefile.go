@@ -100,9 +100,15 @@ func blank(root *os.Root, dir string) (fs.FileInfo, error) {
 		return nil, fmt.Errorf("%w: no state file %s in %s", ErrNotLocal, Name, dir)
 	}
 	if fi.Size() > 0 {
-		return nil, errdefs.FailedPrecondition("this sandbox was configured already: a claimed sandbox is never configured twice")
+		return nil, errConfigured()
 	}
 	return fi, nil
+}
+
+// errConfigured is the answer to a second configuration, as the agent's
+// Configure gives it.
+func errConfigured() error {
+	return errdefs.FailedPrecondition("this sandbox was configured already: a claimed sandbox is never configured twice")
 }
 
 // InPlaceMax is the largest configuration WriteClaim writes into the
@@ -112,7 +118,7 @@ func blank(root *os.Root, dir string) (fs.FileInfo, error) {
 const InPlaceMax = 4096
 
 // WriteClaim configures the agent whose state directory is dir (a path on
-// this host) with c, by replacing its empty state file (steps 2 and 3 of
+// this host) with c, by writing its empty state file (steps 2 and 3 of
 // the protocol). A state file that is not empty is
 // errdefs.ErrFailedPrecondition, as the agent's Configure answers. A
 // file written through a rename gets the empty one's owner and mode 0600.
@@ -165,7 +171,16 @@ func writeInPlace(root *os.Root, dir string, b []byte) error {
 		// Nothing written (say, no permission): gRPC can still do it.
 		return fmt.Errorf("%w: open the state file in %s: %v", ErrNotLocal, dir, err)
 	}
-	defer f.Close()
+	err = writeEmpty(f, dir, b)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("write the agent's state file in %s: %w", dir, cerr)
+	}
+	return err
+}
+
+// writeEmpty writes b at offset 0 of f, the state file in dir, if f is
+// still an empty regular file.
+func writeEmpty(f *os.File, dir string, b []byte) error {
 	fi, err := f.Stat()
 	switch {
 	case err != nil:
@@ -173,14 +188,14 @@ func writeInPlace(root *os.Root, dir string, b []byte) error {
 	case !fi.Mode().IsRegular():
 		return fmt.Errorf("%w: the state file in %s is not a regular file", ErrNotLocal, dir)
 	case fi.Size() > 0:
-		return errdefs.FailedPrecondition("this sandbox was configured already: a claimed sandbox is never configured twice")
+		return errConfigured()
 	}
 	if n, err := f.WriteAt(b, 0); err != nil || n != len(b) {
 		// Nothing or part of it written: the agent fails its commands on
 		// a file it cannot parse rather than run them unconfigured.
 		return fmt.Errorf("write the agent's state file in %s: %d of %d bytes: %v", dir, n, len(b), err)
 	}
-	return f.Close()
+	return nil
 }
 
 // writeOwned writes b to f and gives f the owner of like (the agent's
