@@ -45,10 +45,9 @@ type configurer struct {
 	base   map[string]string // secrets from the agent's start (Config.Secrets)
 	masker *mask.Masker
 
-	mu   sync.Mutex
-	done bool
-	// configured is done, read without mu: environ's check on every
-	// command.
+	mu sync.Mutex // held while configuring
+	// configured is set once the configuration is applied: Configure
+	// checks it under mu, environ's check on every command without.
 	configured atomic.Bool
 	env        atomic.Pointer[[]string] // KEY=VALUE added to every command's environment
 }
@@ -108,7 +107,6 @@ func (c *configurer) apply(lc leaseConfig) {
 	}
 	maps.Copy(secrets, lc.Secrets)
 	c.masker.Set(secrets)
-	c.done = true
 	c.configured.Store(true)
 }
 
@@ -147,7 +145,7 @@ func (c *configurer) ensure() error {
 
 // ensureLocked is ensure with mu held.
 func (c *configurer) ensureLocked() error {
-	if c.done || c.blank == nil {
+	if c.configured.Load() || c.blank == nil {
 		return nil
 	}
 	claimed, err := statefile.Claimed(c.blank)
@@ -217,7 +215,7 @@ func (c *configurer) Configure(_ context.Context, req *agentv1.ConfigureRequest)
 	if err := c.ensureLocked(); err != nil {
 		return nil, errgrpc.ToGRPC(err)
 	}
-	if c.done {
+	if c.configured.Load() {
 		return nil, errgrpc.ToGRPC(errdefs.FailedPrecondition("this sandbox was configured already: a claimed sandbox is never configured twice"))
 	}
 	lc := leaseConfig{Env: req.GetEnv(), Secrets: req.GetSecrets()}
