@@ -216,7 +216,7 @@ func (c *configurer) Configure(_ context.Context, req *agentv1.ConfigureRequest)
 		return nil, errgrpc.ToGRPC(err)
 	}
 	if c.configured.Load() {
-		return nil, errgrpc.ToGRPC(errdefs.FailedPrecondition("this sandbox was configured already: a claimed sandbox is never configured twice"))
+		return nil, errgrpc.ToGRPC(statefile.ErrConfigured())
 	}
 	lc := leaseConfig{Env: req.GetEnv(), Secrets: req.GetSecrets()}
 	if c.stateFile != "" {

@@ -100,14 +100,15 @@ func blank(root *os.Root, dir string) (fs.FileInfo, error) {
 		return nil, fmt.Errorf("%w: no state file %s in %s", ErrNotLocal, Name, dir)
 	}
 	if fi.Size() > 0 {
-		return nil, errConfigured()
+		return nil, ErrConfigured()
 	}
 	return fi, nil
 }
 
-// errConfigured is the answer to a second configuration, as the agent's
-// Configure gives it.
-func errConfigured() error {
+// ErrConfigured returns the answer to a second configuration of one
+// sandbox, through its state file or the agent's Configure alike
+// (errdefs.ErrFailedPrecondition).
+func ErrConfigured() error {
 	return errdefs.FailedPrecondition("this sandbox was configured already: a claimed sandbox is never configured twice")
 }
 
@@ -188,7 +189,7 @@ func writeEmpty(f *os.File, dir string, b []byte) error {
 	case !fi.Mode().IsRegular():
 		return fmt.Errorf("%w: the state file in %s is not a regular file", ErrNotLocal, dir)
 	case fi.Size() > 0:
-		return errConfigured()
+		return ErrConfigured()
 	}
 	if n, err := f.WriteAt(b, 0); err != nil || n != len(b) {
 		// Nothing or part of it written: the agent fails its commands on
